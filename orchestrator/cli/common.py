@@ -1,0 +1,68 @@
+"""What every command shares: option types, consoles, and turning errors into exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Iterator
+
+import typer
+from rich.console import Console
+
+from ..config.source import ConfigError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+InventoryOpt = Annotated[
+    Path,
+    typer.Option("--inventory", "-i", envvar="SPARK_DEPLOY_INVENTORY", help="The inventory of nodes.",
+                 show_default=True),
+]
+RecipeArg = Annotated[Path, typer.Argument(help="The recipe YAML file.", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+
+
+class BadInput(Exception):
+    """A problem with what the user asked for (exit 2), outside the YAML files themselves."""
+
+
+class Failed(Exception):
+    """A check or a deployment failed (exit 1); the message says where and why."""
+
+
+def emit_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+@contextmanager
+def exit_codes() -> Iterator[None]:
+    """Map the tool's exceptions to exit codes; a traceback is never the message a user gets."""
+    try:
+        yield
+    except ConfigError as exc:
+        for issue in exc.issues:
+            err.print(f"[bold red]error[/]: {_escape(str(issue))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except BadInput as exc:
+        err.print(f"[bold red]error[/]: {_escape(str(exc))}")
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except Failed as exc:
+        err.print(f"[bold red]failed[/]: {_escape(str(exc))}")
+        raise typer.Exit(EXIT_FAILED) from None
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def default_inventory() -> Path:
+    return Path(os.environ.get("SPARK_DEPLOY_INVENTORY", "inventory.yaml"))

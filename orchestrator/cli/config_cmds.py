@@ -1,0 +1,57 @@
+"""`validate` and `render`: read-only commands that never contact a node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+from ..config.load import load_deployment
+from ..render.launch import render_plan
+from .common import BadInput, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
+
+
+def validate(recipe: RecipeArg, inventory: InventoryOpt = Path("inventory.yaml")) -> None:
+    """Check a recipe against an inventory without contacting any node.
+
+    Example: spark-deploy validate recipes/dspark-0731-b12x.yaml -i inventory.yaml
+    """
+    with exit_codes():
+        dep = load_deployment(recipe, inventory)
+        nodes = ", ".join(f"{n.name} (rank {r})" for r, n in enumerate(dep.inventory.ranked))
+        out.print(f"[green]ok[/] {escape(str(recipe))}: {escape(dep.recipe.name)} on {nodes}")
+        if dep.recipe.image.id is None:
+            err.print("[yellow]warning[/]: image.id is not pinned; `up` will refuse to start an unpinned image")
+
+
+def render(
+    recipe: RecipeArg,
+    inventory: InventoryOpt = Path("inventory.yaml"),
+    node: Annotated[Optional[str], typer.Option("--node", help="Only this node's command.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print each node's `docker run` command (head first) without running anything.
+
+    Example: spark-deploy render recipes/dspark-0731-b12x.yaml --node spark-2
+    """
+    with exit_codes():
+        dep = load_deployment(recipe, inventory)
+        plan = render_plan(dep)
+        if node is not None:
+            plan = [launch for launch in plan if launch.node.name == node]
+            if not plan:
+                names = ", ".join(n.name for n in dep.inventory.nodes)
+                raise BadInput(f"--node {node!r} is not in {inventory} (nodes: {names})")
+        if as_json:
+            emit_json([{"node": l.node.name, "rank": l.rank, "container": l.container, "argv": list(l.argv),
+                        "printed": l.printed, "secrets_env_file": l.env_file} for l in plan])
+        else:
+            for launch in plan:
+                role = "head" if launch.is_head else "peer"
+                out.print(f"# {escape(launch.node.name)}: rank {launch.rank} ({role}), container {launch.container}")
+                out.print(escape(launch.printed), markup=True)
+                out.print()
+        if dep.recipe.image.id is None:
+            err.print("[yellow]warning[/]: image.id is not pinned: shown with the reference; `up` refuses to run it")

@@ -1,0 +1,33 @@
+"""The `spark-deploy` command: a thin layer that parses, calls one function and prints."""
+
+from __future__ import annotations
+
+import typer
+
+from . import config_cmds
+
+app = typer.Typer(
+    name="spark-deploy",
+    help="Deploy vLLM across DGX Spark machines with tensor parallelism, and keep the deployment honest.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.command()(config_cmds.validate)
+app.command()(config_cmds.render)
+
+
+def _mount_optional() -> None:
+    try:
+        from . import sim as sim_cmds
+    except ImportError:  # the simulator is optional at install time
+        return
+    app.add_typer(sim_cmds.app, name="sim", help="A simulated DGX Spark cluster (real sshd and dockerd per node).")
+
+
+_mount_optional()
+
+
+def run() -> None:
+    app()

@@ -1,0 +1,98 @@
+"""The inventory: which machines form the cluster, how to reach them, and their fabric."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .types import AbsPath, EnvName, Host, IPAddress, Name, NodeName, Port, Text
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class SSHDefaults(Model):
+    """How the controller logs in. Host keys must already be in `known_hosts`: unknown keys are refused."""
+
+    user: Name = "root"
+    port: Port = 22
+    key: AbsPath | None = None
+    known_hosts: AbsPath | None = None
+
+
+class NodeSSH(Model):
+    user: Name | None = None
+    port: Port | None = None
+    key: AbsPath | None = None
+
+
+class Node(Model):
+    name: NodeName
+    address: Host
+    fabric_ip: IPAddress
+    gpus: int = Field(default=1, ge=1, le=8)
+    jit_cache: AbsPath
+    hf_cache: AbsPath
+    state_dir: AbsPath = "/var/lib/spark-deploy"
+    env: dict[EnvName, Text] = {}
+    ssh: NodeSSH | None = None
+
+
+class Interconnect(Model):
+    """One profile for the whole cluster; per-node differences go in `nodes[].env`."""
+
+    profile: Literal["roce", "tcp"]
+    socket_ifname: Text
+    hca: Text | None = None
+    gid_index: int | None = Field(default=None, ge=0, le=255)
+
+    @model_validator(mode="after")
+    def _roce_needs_hca(self) -> "Interconnect":
+        if self.profile == "roce" and (self.hca is None or self.gid_index is None):
+            raise ValueError("profile roce needs hca and gid_index (NCCL_IB_HCA, NCCL_IB_GID_INDEX)")
+        if self.profile == "tcp" and (self.hca is not None or self.gid_index is not None):
+            raise ValueError("profile tcp takes no hca or gid_index (NCCL_IB_DISABLE=1)")
+        return self
+
+
+class Inventory(Model):
+    cluster: Name
+    head: NodeName
+    interconnect: Interconnect
+    ssh: SSHDefaults = SSHDefaults()
+    nodes: list[Node] = Field(min_length=1, max_length=64)
+
+    @property
+    def ranked(self) -> list[Node]:
+        """Nodes in rank order: the head is rank 0, the others follow in file order."""
+        head = [n for n in self.nodes if n.name == self.head]
+        return head + [n for n in self.nodes if n.name != self.head]
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+
+def inventory_problems(inv: Inventory) -> list[tuple[tuple, str]]:
+    """Cross-field problems as (location, message); the loader turns locations into file:line."""
+    problems: list[tuple[tuple, str]] = []
+    seen: dict[tuple[str, str], int] = {}
+    for i, node in enumerate(inv.nodes):
+        for field in ("name", "address", "fabric_ip"):
+            value = getattr(node, field)
+            first = seen.setdefault((field, value), i)
+            if first != i:
+                problems.append((("nodes", i, field), f"duplicate {field} {value!r} (also nodes[{first}])"))
+        if node.jit_cache == node.hf_cache or node.jit_cache.startswith(node.hf_cache + "/") or node.hf_cache.startswith(node.jit_cache + "/"):
+            problems.append((("nodes", i, "jit_cache"), "the JIT cache must be its own directory, not the HF cache or inside it (field note 2)"))
+    if inv.head not in {n.name for n in inv.nodes}:
+        problems.append((("head",), f"head {inv.head!r} is not one of the nodes"))
+    return problems

@@ -1,0 +1,117 @@
+"""Load recipe and inventory files into validated models; every problem names file, line and key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from .inventory import Inventory, inventory_problems
+from .recipe import Recipe, recipe_problems
+from .source import ConfigError, ConfigIssue, Document, plain, read_document
+
+_MESSAGES = {
+    "extra_forbidden": "unknown key",
+    "missing": "required key is missing",
+}
+
+
+def _clean_loc(loc: tuple) -> tuple:
+    """Drop pydantic's internal loc parts (union branches, validator names) that are not YAML keys."""
+    return tuple(p for p in loc if isinstance(p, int) or not any(c in str(p) for c in "[]()"))
+
+
+def _issues_from(exc: ValidationError, doc: Document) -> list[ConfigIssue]:
+    issues, seen = [], set()
+    for err in exc.errors(include_url=False):
+        loc = _clean_loc(err["loc"])
+        message = _MESSAGES.get(err["type"], err["msg"].removeprefix("Value error, "))
+        if (loc, message) in seen:
+            continue
+        seen.add((loc, message))
+        issues.append(doc.issue(loc, message))
+    return issues
+
+
+def load_model(path: str | Path, model: type):
+    doc = read_document(path)
+    try:
+        return model.model_validate(plain(doc.tree)), doc
+    except ValidationError as exc:
+        raise ConfigError(_issues_from(exc, doc)) from None
+
+
+def load_inventory(path: str | Path) -> tuple[Inventory, Document]:
+    inventory, doc = load_model(path, Inventory)
+    problems = inventory_problems(inventory)
+    if problems:
+        raise ConfigError([doc.issue(loc, msg) for loc, msg in problems])
+    return inventory, doc
+
+
+def load_recipe(path: str | Path) -> tuple[Recipe, Document]:
+    recipe, doc = load_model(path, Recipe)
+    problems = recipe_problems(recipe)
+    if problems:
+        raise ConfigError([doc.issue(loc, msg) for loc, msg in problems])
+    return recipe, doc
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A recipe bound to the inventory it runs on: the unit every command works with."""
+
+    recipe: Recipe
+    inventory: Inventory
+    recipe_path: str
+    inventory_path: str
+
+
+def pair_problems(recipe: Recipe, rdoc: Document, inventory: Inventory, idoc: Document) -> list[ConfigIssue]:
+    """Checks that need both files: parallel sizes vs GPUs, ports, node names in expectations."""
+    issues: list[ConfigIssue] = []
+    v = recipe.vllm
+    world = v.tensor_parallel_size * v.pipeline_parallel_size
+    if world != inventory.gpu_count:
+        issues.append(rdoc.issue(("vllm", "tensor_parallel_size"),
+                                 f"tensor_parallel_size x pipeline_parallel_size = {world}, but {idoc.path} offers "
+                                 f"{inventory.gpu_count} GPU(s) on {len(inventory.nodes)} node(s)"))
+    if v.master_port == recipe.serve.port:
+        issues.append(rdoc.issue(("vllm", "master_port"), f"master port {v.master_port} is also the serve port"))
+    if len(inventory.nodes) > 1 and v.distributed_executor_backend == "uni":
+        issues.append(rdoc.issue(("vllm", "distributed_executor_backend"), "more than one node needs backend mp"))
+    names = {n.name for n in inventory.nodes}
+    for i, line in enumerate(recipe.expect.lines):
+        if line.nodes != "all":
+            for j, node in enumerate(line.nodes):
+                if node not in names:
+                    issues.append(rdoc.issue(("expect", "lines", i, "nodes", j), f"node {node!r} is not in {idoc.path}"))
+    targets = [m.target for m in recipe.mounts.overlays + recipe.mounts.extra] + [recipe.mounts.hf_cache, recipe.mounts.jit_cache]
+    for i, mount in enumerate(recipe.mounts.overlays + recipe.mounts.extra):
+        if targets.count(mount.target) > 1:
+            section = "overlays" if i < len(recipe.mounts.overlays) else "extra"
+            index = i if section == "overlays" else i - len(recipe.mounts.overlays)
+            issues.append(rdoc.issue(("mounts", section, index, "target"), f"{mount.target} is mounted twice"))
+    if recipe.mounts.hf_cache == recipe.mounts.jit_cache:
+        issues.append(rdoc.issue(("mounts", "jit_cache"), "the JIT cache must not be the HF cache mount (field note 2)"))
+    return issues
+
+
+def load_deployment(recipe_path: str | Path, inventory_path: str | Path) -> Deployment:
+    """Both files, validated alone and together. Raises ConfigError listing every issue."""
+    issues: list[ConfigIssue] = []
+    recipe = inventory = rdoc = idoc = None
+    try:
+        recipe, rdoc = load_recipe(recipe_path)
+    except ConfigError as exc:
+        issues += exc.issues
+    try:
+        inventory, idoc = load_inventory(inventory_path)
+    except ConfigError as exc:
+        issues += exc.issues
+    if recipe is not None and inventory is not None:
+        issues += pair_problems(recipe, rdoc, inventory, idoc)
+    if issues:
+        raise ConfigError(issues)
+    return Deployment(recipe, inventory, str(recipe_path), str(inventory_path))

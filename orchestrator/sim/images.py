@@ -1,0 +1,357 @@
+"""Build the simulated-cluster images from nothing on the host engine.
+
+Two stages per image, each cached by a sha256 of its inputs:
+
+1. base  ``spark-deploy-sim/<kind>-base:<hash12>`` -- ``debootstrap --variant=minbase`` of the package
+   list, host keys and docs removed, streamed as a tar into ``docker import`` (the slow part, ~1 min).
+2. final ``spark-deploy-sim/<kind>:<hash12>`` -- the base plus our small files (stubs, entrypoint,
+   vllm_sim.py), added with ``put_archive`` into a never-started container and ``docker commit``-ed
+   with ENTRYPOINT/CMD/ENV. Editing a stub or vllm_sim.py only redoes this stage (~1 s).
+
+The mirror is read from the machine's apt sources and is deliberately NOT part of the hash.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import tarfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import docker.errors
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from . import node_files
+
+SUITE = "bookworm"
+REPO_PREFIX = "spark-deploy-sim"
+LABEL = "spark-deploy.sim"
+VLLM_REFERENCE_TAG = "vllm-sim:latest"
+RECIPE_VERSION = "1"  # bump when the build procedure changes in a way the inputs don't show
+
+_HERE = Path(__file__).resolve().parent
+VLLM_SIM_PATH = _HERE / "vllm_sim.py"
+
+NODE_PACKAGES = ("openssh-server", "docker.io", "python3", "iproute2", "procps", "ca-certificates")
+VLLM_PACKAGES = ("python3",)
+
+# removed from every rootfs before import (keeps images small, and no shared host keys)
+_STRIP = (
+    "usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
+    "var/lib/apt/lists", "var/cache/apt", "var/cache/debconf/templates.dat-old",
+)
+
+
+class ImageBuildError(RuntimeError):
+    """A simulated-cluster image could not be built."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SPARK_DEPLOY_SIM_CACHE", "/var/cache/spark-deploy-sim"))
+
+
+def apt_mirror() -> str:
+    """The Debian mirror this machine's apt uses for SUITE (deb822 sources first, then sources.list)."""
+    candidates: list[str] = []
+    for src in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
+        for stanza in re.split(r"\n\s*\n", src.read_text()):
+            fields: dict[str, str] = {}
+            for line in stanza.splitlines():
+                if line.startswith("#") or ":" not in line or line[:1].isspace():
+                    continue
+                key, _, value = line.partition(":")
+                fields[key.strip().lower()] = value.strip()
+            if "deb" in fields.get("types", "").split() and SUITE in fields.get("suites", "").split():
+                candidates += fields.get("uris", "").split()
+    lists = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*.list"))]
+    for lst in lists:
+        if not lst.exists():
+            continue
+        for line in lst.read_text().splitlines():
+            tokens = [t for t in re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()]
+            if len(tokens) >= 3 and tokens[0] == "deb" and tokens[2] == SUITE:
+                candidates.append(tokens[1])
+    for uri in candidates:
+        if uri.startswith(("http://", "https://", "file:/")):
+            return uri.rstrip("/")
+    raise ImageBuildError(
+        f"no Debian mirror for '{SUITE}' found in /etc/apt/sources.list(.d); cannot debootstrap"
+    )
+
+
+def vllm_sim_source() -> Path:
+    """The vLLM stand-in baked into the vllm image (override with SPARK_DEPLOY_SIM_VLLM_SIM)."""
+    override = os.environ.get("SPARK_DEPLOY_SIM_VLLM_SIM")
+    path = Path(override) if override else VLLM_SIM_PATH
+    if not path.is_file():
+        raise ImageBuildError(f"vLLM stand-in not found at {path}")
+    return path
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    kind: str
+    packages: tuple[str, ...]
+    files: dict[str, tuple[bytes, int]] = field(hash=False)  # path in image -> (content, mode)
+    entrypoint: tuple[str, ...]
+    cmd: tuple[str, ...]
+    env: dict[str, str] = field(hash=False)
+    extra_tags: tuple[str, ...] = ()
+
+    @property
+    def base_hash(self) -> str:
+        doc = {"v": RECIPE_VERSION, "suite": SUITE, "variant": "minbase",
+               "packages": sorted(self.packages), "strip": list(_STRIP)}
+        return _sha(json.dumps(doc, sort_keys=True).encode())
+
+    @property
+    def final_hash(self) -> str:
+        doc = {
+            "base": self.base_hash,
+            "files": {p: [_sha(c), m] for p, (c, m) in sorted(self.files.items())},
+            "entrypoint": list(self.entrypoint), "cmd": list(self.cmd), "env": self.env,
+        }
+        return _sha(json.dumps(doc, sort_keys=True).encode())
+
+    @property
+    def base_tag(self) -> str:
+        return f"{REPO_PREFIX}/{self.kind}-base:{self.base_hash[:12]}"
+
+    @property
+    def tag(self) -> str:
+        return f"{REPO_PREFIX}/{self.kind}:{self.final_hash[:12]}"
+
+
+_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def node_spec() -> ImageSpec:
+    return ImageSpec(
+        kind="node",
+        packages=NODE_PACKAGES,
+        files={
+            "usr/local/bin/nvidia-smi": (node_files.NVIDIA_SMI.encode(), 0o755),
+            "usr/local/bin/nvidia-container-runtime-hook": (node_files.NVIDIA_HOOK.encode(), 0o755),
+            "etc/sim-gpu.json": (node_files.GPU_JSON.encode(), 0o644),
+            "etc/ssh/sshd_config.d/spark-deploy-sim.conf": (node_files.SSHD_CONFIG.encode(), 0o644),
+            "usr/local/sbin/sim-service": (node_files.SIM_SERVICE.encode(), 0o755),
+            "usr/local/sbin/sim-entrypoint": (node_files.ENTRYPOINT.encode(), 0o755),
+        },
+        entrypoint=("/usr/local/sbin/sim-entrypoint",),
+        cmd=(),
+        env={"PATH": _PATH, "LANG": "C.UTF-8"},
+    )
+
+
+def vllm_spec() -> ImageSpec:
+    return ImageSpec(
+        kind="vllm",
+        packages=VLLM_PACKAGES,
+        files={
+            "opt/vllm_sim.py": (vllm_sim_source().read_bytes(), 0o644),
+            "usr/local/bin/vllm": (node_files.VLLM_WRAPPER.encode(), 0o755),
+        },
+        entrypoint=("vllm", "serve"),
+        cmd=(),
+        env={"PATH": _PATH, "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"},
+        extra_tags=(VLLM_REFERENCE_TAG,),
+    )
+
+
+@dataclass
+class SimImages:
+    node: docker.models.images.Image
+    vllm: docker.models.images.Image
+    built: list[str]  # tags that had to be (re)built in this call; empty = all cache hits
+
+
+def ensure_images(client: docker.DockerClient | None = None, console: Console | None = None,
+                  ) -> SimImages:
+    """Return the node and vllm images, building whatever the cache lacks (both debootstraps in parallel)."""
+    client = client or docker.from_env(timeout=900)
+    console = console or Console(stderr=True)
+    specs = {"node": node_spec(), "vllm": vllm_spec()}
+    built: list[str] = []
+    hits = {k: _get(client, s.tag) for k, s in specs.items()}
+    missing = [s for k, s in specs.items() if hits[k] is None]
+    if missing:
+        need_base = [s for s in missing if _get(client, s.base_tag) is None]
+        if need_base:
+            mirror = apt_mirror()
+            with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                          TimeElapsedColumn(), console=console, transient=False) as progress:
+                with concurrent.futures.ThreadPoolExecutor(len(need_base)) as pool:
+                    futures = [pool.submit(_build_base, client, s, mirror, progress) for s in need_base]
+                    for fut in futures:
+                        fut.result()
+            built += [s.base_tag for s in need_base]
+        for s in missing:
+            hits[s.kind] = _build_final(client, s)
+            built.append(s.tag)
+            console.print(f"[green]built[/] {s.tag} ({hits[s.kind].id[:19]})")
+    for s in specs.values():
+        image = hits[s.kind]
+        for ref in s.extra_tags:
+            repo, _, tag = ref.rpartition(":")
+            if ref not in image.tags:
+                image.tag(repo, tag)
+        hits[s.kind] = client.images.get(s.tag)
+        _prune_stale(client, s)
+    return SimImages(node=hits["node"], vllm=hits["vllm"], built=built)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _get(client: docker.DockerClient, ref: str):
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _build_base(client: docker.DockerClient, spec: ImageSpec, mirror: str, progress: Progress) -> None:
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    rootfs = root / f"rootfs-{spec.kind}-{spec.base_hash[:12]}"
+    log_path = root / f"debootstrap-{spec.kind}.log"
+    task = progress.add_task(f"{spec.kind}: debootstrap", total=None)
+    remove_tree(rootfs)
+    try:
+        argv = ["debootstrap", "--variant=minbase", "--include=" + ",".join(spec.packages),
+                SUITE, str(rootfs), mirror]
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, bufsize=1)
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                if line.startswith(("I:", "W:", "E:")):
+                    progress.update(task, description=f"{spec.kind}: {line[2:].strip()[:60]}")
+            rc = proc.wait()
+        if rc != 0:
+            tail = "".join(log_path.read_text().splitlines(keepends=True)[-20:])
+            raise ImageBuildError(f"debootstrap for {spec.kind} failed (rc={rc}); log {log_path}:\n{tail}")
+        progress.update(task, description=f"{spec.kind}: trimming rootfs")
+        _trim(rootfs)
+        progress.update(task, description=f"{spec.kind}: docker import")
+        labels = [f"LABEL {LABEL}.kind={spec.kind}-base", f"LABEL {LABEL}.hash={spec.base_hash}"]
+        repo, _, tag = spec.base_tag.rpartition(":")
+        client.api.import_image(src=_tar_stream(rootfs), repository=repo, tag=tag,
+                                changes=labels, stream_src=True)
+        if _get(client, spec.base_tag) is None:
+            raise ImageBuildError(f"docker import did not produce {spec.base_tag}")
+        progress.update(task, description=f"{spec.kind}: base imported", total=1, completed=1)
+    finally:
+        remove_tree(rootfs)
+
+
+def _trim(rootfs: Path) -> None:
+    for pattern in ("etc/ssh/ssh_host_*",):
+        for key in rootfs.glob(pattern):
+            key.unlink()
+    for rel in _STRIP:
+        target = rootfs / rel
+        if target.is_dir() and not target.is_symlink():
+            for child in target.iterdir():
+                remove_tree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        elif target.exists():
+            target.unlink()
+    for name in ("etc/hostname", "etc/machine-id"):
+        p = rootfs / name
+        if p.exists():
+            p.write_text("")
+
+
+def _tar_stream(rootfs: Path, chunk: int = 1 << 20) -> Iterator[bytes]:
+    proc = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", "-", "."],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    err: list[bytes] = []
+    t = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)  # type: ignore[union-attr]
+    t.start()
+    while data := proc.stdout.read(chunk):
+        yield data
+    rc = proc.wait()
+    t.join()
+    if rc != 0:
+        raise ImageBuildError(f"tar of {rootfs} failed: {b''.join(err).decode(errors='replace')}")
+
+
+def _files_tar(files: dict[str, tuple[bytes, int]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        dirs: set[str] = set()
+        for path in sorted(files):
+            parts = path.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                d = "/".join(parts[:i])
+                if d not in dirs:
+                    dirs.add(d)
+                    info = tarfile.TarInfo(d)
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    tar.addfile(info)
+            content, mode = files[path]
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(content), mode
+            tar.addfile(info, io.BytesIO(content))
+    return buf.getvalue()
+
+
+def _build_final(client: docker.DockerClient, spec: ImageSpec):
+    repo, _, tag = spec.tag.rpartition(":")
+    container = client.containers.create(
+        spec.base_tag, entrypoint=list(spec.entrypoint), command=list(spec.cmd) or None,
+        labels={f"{LABEL}.build": spec.kind},
+    )
+    try:
+        if not container.put_archive("/", _files_tar(spec.files)):
+            raise ImageBuildError(f"put_archive into the {spec.kind} build container failed")
+        changes = [f"ENV {k}={v}" for k, v in spec.env.items()]
+        changes += [f"ENTRYPOINT {json.dumps(list(spec.entrypoint))}",
+                    f"LABEL {LABEL}.kind={spec.kind}", f"LABEL {LABEL}.hash={spec.final_hash}"]
+        if spec.cmd:
+            changes.append(f"CMD {json.dumps(list(spec.cmd))}")
+        container.commit(repository=repo, tag=tag, changes=changes, pause=False)
+    finally:
+        container.remove(force=True)
+    image = _get(client, spec.tag)
+    if image is None:
+        raise ImageBuildError(f"docker commit did not produce {spec.tag}")
+    return image
+
+
+def _prune_stale(client: docker.DockerClient, spec: ImageSpec) -> None:
+    """Drop older tags of this kind (and their bases) so rebuilds don't pile up; skip images in use."""
+    keep = {spec.tag, spec.base_tag}
+    for repo in (f"{REPO_PREFIX}/{spec.kind}", f"{REPO_PREFIX}/{spec.kind}-base"):
+        for image in client.images.list(name=repo):
+            for ref in image.tags:
+                if ref.startswith(repo + ":") and ref not in keep:
+                    try:
+                        client.images.remove(ref, noprune=False)
+                    except docker.errors.APIError:
+                        pass  # still used by a container (e.g. a running cluster): keep it
+
+
+def remove_tree(path: Path) -> None:
+    """rm -rf that never crosses into a mount (debootstrap mounts proc/sys inside the target)."""
+    if not path.exists() and not path.is_symlink():
+        return
+    real = os.path.realpath(path)
+    with open("/proc/self/mounts") as f:
+        mounts = [line.split()[1] for line in f]
+    for mnt in sorted((m for m in mounts if m == real or m.startswith(real + "/")), reverse=True):
+        subprocess.run(["umount", "-l", mnt], check=False)
+    subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=True)

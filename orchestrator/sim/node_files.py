@@ -1,0 +1,257 @@
+"""Files baked into the simulated-cluster images (stubs, entrypoint, sshd config).
+
+Kept as strings so they travel with the Python package; `images.py` hashes their
+content into the image tag, so editing any of them rebuilds (the cheap top layer only).
+"""
+
+from __future__ import annotations
+
+import json
+
+DEFAULT_GPU = {
+    "name": "NVIDIA GB10",
+    "driver": "580.159.03",
+    "memory_mib": 122502,
+    "clock_mhz": 2418,
+    "max_clock_mhz": 2418,
+    "cuda": "13.0",
+}
+
+GPU_JSON = json.dumps(DEFAULT_GPU, indent=2) + "\n"
+
+# Stand-in for nvidia-smi. Reads /etc/sim-gpu.json on every call so tests and the
+# `gpu` fault can change what it reports.
+NVIDIA_SMI = r'''#!/usr/bin/python3
+"""nvidia-smi stand-in for a simulated DGX Spark (reads /etc/sim-gpu.json)."""
+import hashlib
+import json
+import socket
+import sys
+import time
+
+CONF = "/etc/sim-gpu.json"
+
+
+def load():
+    with open(CONF) as f:
+        g = json.load(f)
+    g.setdefault("name", "NVIDIA GB10")
+    g.setdefault("driver", "580.159.03")
+    g.setdefault("memory_mib", 122502)
+    g.setdefault("clock_mhz", 2418)
+    g.setdefault("max_clock_mhz", g["clock_mhz"])
+    g.setdefault("cuda", "13.0")
+    g.setdefault("compute_cap", "12.1")
+    g.setdefault("bus_id", "0000000F:01:00.0")
+    if "uuid" not in g:
+        h = hashlib.sha256(socket.gethostname().encode()).hexdigest()
+        g["uuid"] = "GPU-%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:32])
+    return g
+
+
+def fields(g):
+    mem_used = int(g.get("memory_used_mib", 0))
+    # (value, unit) per queryable field; unit None = no unit
+    return {
+        "index": ("0", None),
+        "count": ("1", None),
+        "name": (g["name"], None),
+        "uuid": (g["uuid"], None),
+        "driver_version": (g["driver"], None),
+        "pci.bus_id": (g["bus_id"], None),
+        "compute_cap": (g["compute_cap"], None),
+        "memory.total": (str(g["memory_mib"]), "MiB"),
+        "memory.used": (str(mem_used), "MiB"),
+        "memory.free": (str(int(g["memory_mib"]) - mem_used), "MiB"),
+        "clocks.sm": (str(g["clock_mhz"]), "MHz"),
+        "clocks.current.sm": (str(g["clock_mhz"]), "MHz"),
+        "clocks.gr": (str(g["clock_mhz"]), "MHz"),
+        "clocks.current.graphics": (str(g["clock_mhz"]), "MHz"),
+        "clocks.max.sm": (str(g["max_clock_mhz"]), "MHz"),
+        "clocks.max_sm": (str(g["max_clock_mhz"]), "MHz"),
+        "clocks.max.gr": (str(g["max_clock_mhz"]), "MHz"),
+        "clocks.max.graphics": (str(g["max_clock_mhz"]), "MHz"),
+        "temperature.gpu": (str(g.get("temperature_c", 42)), None),
+        "power.draw": (str(g.get("power_w", 11.0)), "W"),
+        "utilization.gpu": (str(g.get("utilization", 0)), "%"),
+        "persistence_mode": ("Enabled", None),
+        "pstate": ("P0", None),
+    }
+
+
+def query(g, spec, fmt):
+    opts = [o.strip() for o in fmt.split(",")]
+    if "csv" not in opts:
+        sys.stderr.write('"%s" is not a valid format. Only csv is supported by this stand-in.\n' % fmt)
+        return 2
+    table = fields(g)
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    for n in names:
+        if n not in table:
+            sys.stderr.write('Field "%s" is not a valid field to query.\n\n' % n)
+            return 2
+    if "noheader" not in opts:
+        print(", ".join(n + (" [%s]" % table[n][1] if table[n][1] else "") for n in names))
+    row = []
+    for n in names:
+        value, unit = table[n]
+        row.append(value if (unit is None or "nounits" in opts) else "%s %s" % (value, unit))
+    print(", ".join(row))
+    return 0
+
+
+def banner(g):
+    bar = "+-----------------------------------------+------------------------+----------------------+"
+    print(time.strftime("%a %b %d %H:%M:%S %Y"))
+    print("+-----------------------------------------------------------------------------------------+")
+    head = "NVIDIA-SMI %s" % g["driver"]
+    mid = "Driver Version: %s" % g["driver"]
+    tail = "CUDA Version: %s" % g["cuda"]
+    print("| %-34s %-31s %-20s |" % (head, mid, tail))
+    print(bar)
+    print("| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |")
+    print("| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |")
+    print("|                                         |                        |               MIG M. |")
+    print("|=========================================+========================+======================|")
+    print("|   0  %-29s  On  |   %s Off |                  N/A |" % (g["name"][:29], g["bus_id"]))
+    print("| N/A   %2sC    P0            %4sW /  N/A | %22s |      0%%      Default |"
+          % (g.get("temperature_c", 42), int(float(g.get("power_w", 11.0))),
+             "%dMiB / %dMiB" % (int(g.get("memory_used_mib", 0)), int(g["memory_mib"]))))
+    print("|                                         |                        |                  N/A |")
+    print(bar)
+    print("| %-87s |" % ("Clocks: SM %s MHz (max %s MHz)" % (g["clock_mhz"], g["max_clock_mhz"])))
+    print("+-----------------------------------------------------------------------------------------+")
+    return 0
+
+
+def main(argv):
+    try:
+        g = load()
+    except (OSError, ValueError) as exc:
+        sys.stderr.write("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                         "(%s)\n" % exc)
+        return 9
+    if g.get("fail"):
+        sys.stderr.write("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                         "Make sure that the latest NVIDIA driver is installed and running.\n")
+        return 9
+    spec = fmt = None
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-L", "--list-gpus"):
+            print("GPU 0: %s (UUID: %s)" % (g["name"], g["uuid"]))
+            return 0
+        if a == "--version":
+            print("NVIDIA-SMI version  : %s" % g["driver"])
+            print("NVML version        : %s" % g["driver"].rsplit(".", 1)[0])
+            print("DRIVER version      : %s" % g["driver"])
+            print("CUDA Version        : %s" % g["cuda"])
+            return 0
+        if a.startswith("--query-gpu="):
+            spec = a.split("=", 1)[1]
+        elif a == "--query-gpu" and i + 1 < len(argv):
+            i += 1
+            spec = argv[i]
+        elif a.startswith("--format="):
+            fmt = a.split("=", 1)[1]
+        elif a == "--format" and i + 1 < len(argv):
+            i += 1
+            fmt = argv[i]
+        elif a in ("-i", "--id") and i + 1 < len(argv):
+            i += 1
+        elif a.startswith("--id=") or a in ("-q", "--query"):
+            pass
+        else:
+            sys.stderr.write("Invalid combination of input arguments. "
+                             "Please run 'nvidia-smi -h' for help.\n")
+            return 2
+        i += 1
+    if spec is not None:
+        return query(g, spec, fmt or "csv")
+    return banner(g)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+'''
+
+# docker >= 19.03 adds this prestart hook for `--gpus`; it only has to exist and exit 0.
+NVIDIA_HOOK = """#!/bin/sh
+# spark-deploy sim: stand-in for nvidia-container-runtime-hook (no GPU here)
+cat >/dev/null 2>&1 || true
+exit 0
+"""
+
+SSHD_CONFIG = """# spark-deploy sim: root by key only
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitEmptyPasswords no
+UseDNS no
+"""
+
+# start|stop|status a node service; pids we record ourselves (no reliance on daemon pidfiles)
+SIM_SERVICE = r"""#!/bin/sh
+# usage: sim-service start|stop|status sshd|dockerd
+set -eu
+action=${1:?action}
+svc=${2:?service}
+case "$svc" in
+  sshd) log=/var/log/sshd.log ;;
+  dockerd) log=/var/log/dockerd.log ;;
+  *) echo "sim-service: unknown service: $svc" >&2; exit 2 ;;
+esac
+pidfile=/run/sim-$svc.pid
+running() { [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+case "$action" in
+  start)
+    if running; then exit 0; fi
+    if [ "$svc" = sshd ]; then
+      mkdir -p /run/sshd
+      nohup /usr/sbin/sshd -D -e >>"$log" 2>&1 </dev/null &
+    else
+      rm -f /var/run/docker.pid
+      nohup dockerd >>"$log" 2>&1 </dev/null &
+    fi
+    echo $! >"$pidfile"
+    ;;
+  stop)
+    if ! running; then rm -f "$pidfile"; exit 0; fi
+    pid=$(cat "$pidfile")
+    kill -TERM "$pid" 2>/dev/null || true
+    i=0
+    while kill -0 "$pid" 2>/dev/null; do
+      i=$((i + 1))
+      if [ "$i" -gt 150 ]; then kill -KILL "$pid" 2>/dev/null || true; fi
+      if [ "$i" -gt 200 ]; then echo "sim-service: $svc ($pid) did not stop" >&2; exit 1; fi
+      sleep 0.1
+    done
+    rm -f "$pidfile"
+    ;;
+  status)
+    running
+    ;;
+  *) echo "sim-service: unknown action: $action" >&2; exit 2 ;;
+esac
+"""
+
+ENTRYPOINT = r"""#!/bin/sh
+# spark-deploy simulated DGX Spark: own host keys, own dockerd, sshd.
+set -eu
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+ssh-keygen -A
+mkdir -p /run/sshd /root/.ssh /var/log
+chmod 700 /root/.ssh
+sim-service start dockerd
+sim-service start sshd
+stop() { sim-service stop sshd || true; sim-service stop dockerd || true; exit 0; }
+trap stop TERM INT
+# keep-alive for PID 1's child; readiness is polled from outside
+while :; do sleep 3600 & wait $! || true; done
+"""
+
+VLLM_WRAPPER = """#!/bin/sh
+exec python3 /opt/vllm_sim.py "$@"
+"""
