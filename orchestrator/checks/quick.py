@@ -1,0 +1,116 @@
+"""The quick preflight `up` runs before touching anything: small named checks, run on all nodes at once.
+
+Each check returns a CheckResult with per-node evidence (what it saw) and a fix hint; it never starts
+or changes anything, except the JIT probe, which removes its own token files again.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+from ..config.inventory import Node
+from ..transport.group import Cluster, GroupError
+from ..transport.node import NodeConnection
+
+Status = Literal["ok", "warn", "fail"]
+
+
+@dataclass
+class CheckResult:
+    name: str
+    status: Status
+    evidence: dict[str, str] = field(default_factory=dict)
+    fix: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "fail"
+
+
+def _per_node(cluster: Cluster, probe: Callable[[NodeConnection], tuple[bool, str]]) -> tuple[dict, list]:
+    """Run a probe everywhere; an exception counts as that node failing, with the exception as evidence."""
+    try:
+        results = cluster.each(probe)
+    except GroupError as exc:
+        results = dict(exc.results)
+        results.update({node: (False, str(err)) for node, err in exc.failures.items()})
+    evidence = {name: text for name, (_, text) in results.items()}
+    bad = [name for name, (good, _) in results.items() if not good]
+    return evidence, bad
+
+
+def docker_answers(cluster: Cluster) -> CheckResult:
+    def probe(conn: NodeConnection):
+        r = conn.run(["docker", "version", "--format", "{{.Server.Version}}"], timeout=20)
+        return r.ok, (f"engine {r.stdout.strip()}" if r.ok else (r.stderr.strip().splitlines() or ["no answer"])[-1])
+    evidence, bad = _per_node(cluster, probe)
+    return CheckResult("docker", "fail" if bad else "ok", evidence,
+                       f"start the Docker engine on {', '.join(bad)} (systemctl start docker)" if bad else "")
+
+
+def gpu_visible(cluster: Cluster) -> CheckResult:
+    def probe(conn: NodeConnection):
+        r = conn.run(["nvidia-smi", "-L"], timeout=20)
+        text = r.stdout.strip() or r.stderr.strip() or f"exit {r.exit_code}"
+        return r.ok and "GPU" in r.stdout, text.splitlines()[0]
+    evidence, bad = _per_node(cluster, probe)
+    return CheckResult("gpu", "fail" if bad else "ok", evidence,
+                       f"nvidia-smi sees no GPU on {', '.join(bad)}" if bad else "")
+
+
+def ports_free(cluster: Cluster, ports: list[int], allowed_containers: set[str]) -> CheckResult:
+    """The serve and master ports on the head must be free (ours from this same deployment is fine)."""
+    head = cluster.head
+    evidence, taken = {}, []
+    for port in ports:
+        r = head.run(["ss", "-Hltnp", f"sport = :{port}"], timeout=20, check=True)
+        listeners = [line for line in r.stdout.splitlines() if line.strip()]
+        if listeners:
+            taken.append(port)
+            evidence[f"{head.name}:{port}"] = " ".join(listeners[0].split()[3:])
+        else:
+            evidence[f"{head.name}:{port}"] = "free"
+    return CheckResult("ports", "fail" if taken else "ok", evidence,
+                       f"port(s) {', '.join(map(str, taken))} on {head.name} are taken by another process: stop it or "
+                       "change serve.port / vllm.master_port" if taken else "")
+
+
+def jit_cache_local(cluster: Cluster, nodes: dict[str, Node]) -> CheckResult:
+    """Each node's JIT directory exists and is not the same directory as another node's (field note 2).
+
+    Writes a random token on every node, then looks for the other nodes' tokens; removes them after."""
+    token = {conn.name: f".spark-deploy-probe-{secrets.token_hex(8)}" for conn in cluster.nodes}
+
+    def write(conn: NodeConnection):
+        path = nodes[conn.name].jit_cache
+        r = conn.run_script('test -d "$1" && test -w "$1" && : > "$1/$2"', path, token[conn.name], timeout=20)
+        return r.ok, (f"{path} writable" if r.ok else f"{path} missing or not writable")
+
+    evidence, bad = _per_node(cluster, write)
+    try:
+        if bad:
+            return CheckResult("jit-cache", "fail", evidence, f"create a local JIT directory on {', '.join(bad)}: "
+                                                              "mkdir -p <jit_cache> (local disk, not NFS)")
+
+        def look(conn: NodeConnection):
+            path = nodes[conn.name].jit_cache
+            others = [t for name, t in token.items() if name != conn.name]
+            r = conn.run_script('cd "$1" && for t in "${@:2}"; do test -e "$t" && echo "$t"; done; true',
+                                path, *others, timeout=20, check=True)
+            seen = [name for name, t in token.items() if t in r.stdout.split()]
+            return not seen, (f"{path}: shared with {', '.join(seen)}" if seen else f"{path}: local")
+
+        evidence, bad = _per_node(cluster, look)
+        return CheckResult("jit-cache", "fail" if bad else "ok", evidence,
+                           "each node needs its own local JIT directory: two ranks compiling into one directory kill "
+                           "the peer (field note 2)" if bad else "")
+    finally:
+        def clean(conn: NodeConnection):
+            conn.run(["rm", "-f", f"{nodes[conn.name].jit_cache}/{token[conn.name]}"], timeout=20)
+            return True
+        try:
+            cluster.each(clean)
+        except GroupError:
+            pass

@@ -1,0 +1,79 @@
+"""Did the requested settings take effect? Checked per node from the log lines vLLM printed.
+
+"It ran without error" is not "it took effect" (field note 6); the ranks must agree (field note 3).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from ..config.recipe import Recipe
+
+Status = Literal["ok", "failed", "not applicable", "waiting"]
+
+
+@dataclass
+class ExpectationResult:
+    name: str
+    status: Status
+    per_node: dict[str, str | None]  # the line (or value) each node printed, None when absent
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("ok", "not applicable")
+
+
+def _value(found: re.Match) -> str:
+    return found.groupdict().get("value") or found.group(0)
+
+
+def _first(lines: list[str], pattern: re.Pattern) -> re.Match | None:
+    for line in lines:
+        found = pattern.search(line)
+        if found:
+            return found
+    return None
+
+
+def evaluate(recipe: Recipe, logs: dict[str, list[str]], final: bool) -> list[ExpectationResult]:
+    """Results for every expectation; with final=False, absent lines are "waiting" rather than failed."""
+    results: list[ExpectationResult] = []
+    for line in recipe.expect.lines:
+        nodes = list(logs) if line.nodes == "all" else list(line.nodes)
+        pattern = re.compile(line.pattern)
+        seen = {node: (_first(logs.get(node, []), pattern)) for node in nodes}
+        per_node = {node: (m.group(0) if m else None) for node, m in seen.items()}
+        missing = [node for node, m in seen.items() if m is None]
+        wrong = [node for node, m in seen.items() if m is not None and line.contains and line.contains not in _value(m)]
+        if wrong:
+            shown = "; ".join(f"{n}: {per_node[n]!r}" for n in wrong)
+            results.append(ExpectationResult(line.name, "failed", per_node, f"expected {line.contains!r}, got {shown}"))
+        elif missing:
+            status: Status = "failed" if final else "waiting"
+            results.append(ExpectationResult(line.name, status, per_node,
+                                             f"no line matching {line.pattern!r} on {', '.join(missing)}"))
+        else:
+            want = f" containing {line.contains!r}" if line.contains else ""
+            results.append(ExpectationResult(line.name, "ok", per_node, f"seen on every node{want}"))
+    for same in recipe.expect.identical:
+        pattern = re.compile(same.pattern)
+        seen = {node: _first(lines, pattern) for node, lines in logs.items()}
+        per_node = {node: (_value(m) if m else None) for node, m in seen.items()}
+        present = {node: v for node, v in per_node.items() if v is not None}
+        if not present and recipe.vllm.enforce_eager:
+            results.append(ExpectationResult(same.name, "not applicable", per_node,
+                                             "--enforce-eager: no CUDA graphs, so no line to compare"))
+        elif len(set(present.values())) > 1:
+            shown = "; ".join(f"{n}: {v!r}" for n, v in per_node.items())
+            results.append(ExpectationResult(same.name, "failed", per_node, f"nodes disagree: {shown}"))
+        elif len(present) < len(per_node):
+            missing = [n for n, v in per_node.items() if v is None]
+            status = "failed" if final else "waiting"
+            results.append(ExpectationResult(same.name, status, per_node,
+                                             f"no line matching {same.pattern!r} on {', '.join(missing)}"))
+        else:
+            results.append(ExpectationResult(same.name, "ok", per_node, "identical on every node"))
+    return results

@@ -1,0 +1,311 @@
+"""`up`: lock-free v1 of the sequence — connect, preflight, image, head, LISTEN, peers, ready, log checks.
+
+Every step is a reported phase. Any failure (or Ctrl-C) removes every container this run started, peers
+first, and raises DeployFailed naming the phase, the node and the cause.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from ..checks import quick
+from ..config.load import Deployment
+from ..engine import sync
+from ..engine.containers import inspect_container
+from ..render.launch import LABEL_HASH, NodeLaunch, render_plan
+from ..transport.group import Cluster, GroupError
+from ..transport.node import NodeConnection, NodeError
+from .endpoint import Endpoint
+from .expectations import ExpectationResult, evaluate
+from .report import Reporter
+from .teardown import ours, remove_ranked
+from .waits import wait_until
+from .watch import Failure, FailureSeen, Monitor
+
+SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s+\d+% Completed \| (\d+)/(\d+)")
+
+
+class DeployFailed(Exception):
+    def __init__(self, phase: str | None, message: str):
+        self.phase = phase
+        super().__init__(f"during {phase or 'start'}: {message}")
+
+
+class UnpinnedImage(Exception):
+    """The recipe names no verified image ID (bad input, exit 2)."""
+
+
+@dataclass
+class UpOptions:
+    force: bool = False
+    keep_on_failure: bool = False
+    replace_image: bool = False  # --sync: replace a different image held under the same reference
+    listen_timeout: float = 600.0
+    ready_timeout: float = 5400.0  # 167 GB over NFS took 69 minutes to serve (field note 13)
+    expect_timeout: float = 60.0
+    poll: float = 0.1
+
+
+@dataclass
+class UpResult:
+    endpoint: str
+    model: str
+    already_serving: bool = False
+    expectations: list[ExpectationResult] = field(default_factory=list)
+    sample: str = ""
+
+
+def up(dep: Deployment, reporter: Reporter, opts: UpOptions = UpOptions()) -> UpResult:
+    recipe, inventory = dep.recipe, dep.inventory
+    if recipe.image.id is None:
+        raise UnpinnedImage(f"{dep.recipe_path}: image.id is not set: pin the verified image ID "
+                            "(`docker image inspect -f '{{.Id}}' REF` on the node that has it)")
+    plan = render_plan(dep)
+    head = inventory.ranked[0]
+    endpoint = Endpoint(head.address, recipe.serve.port)
+    cluster = Cluster(inventory)
+    try:
+        with reporter.phase("connect", f"{len(plan)} node(s), host keys verified"):
+            try:
+                cluster.open()
+            except GroupError as exc:
+                raise DeployFailed("connect", str(exc)) from None
+        existing = _existing(cluster, dep, endpoint, reporter, opts)
+        if existing is not None:
+            return existing
+        _preflight(cluster, dep, plan, reporter)
+        _image(cluster, dep, reporter, opts)
+        _secrets(cluster, dep, plan, reporter)
+        return _launch(cluster, dep, plan, endpoint, reporter, opts)
+    finally:
+        cluster.close()
+
+
+def _phase_guard(reporter: Reporter, fn, *args):
+    try:
+        return fn(*args)
+    except GroupError as exc:
+        raise DeployFailed(reporter.current, str(exc)) from None
+    except NodeError as exc:
+        raise DeployFailed(reporter.current, str(exc)) from None
+
+
+def _existing(cluster: Cluster, dep: Deployment, endpoint: Endpoint, reporter: Reporter, opts: UpOptions) -> UpResult | None:
+    """Already serving this exact recipe: say so and change nothing. Stale containers of ours are cleared."""
+    recipe = dep.recipe
+    with reporter.phase("current state"):
+        found = _phase_guard(reporter, ours, cluster, recipe.name)
+        if not any(found.values()):
+            reporter.note("no container of this recipe on any node")
+            return None
+        head_name = render_plan(dep)[0].container
+        state = inspect_container(cluster.head, head_name) if head_name in found.get(cluster.head.name, []) else None
+        same = state is not None and state.labels.get(LABEL_HASH) == recipe.digest()
+        if state is not None and state.running and same and not opts.force and endpoint.healthy():
+            reporter.note(f"{recipe.name} ({recipe.digest()}) is already serving at {endpoint.url}: nothing changed "
+                          "(--force redeploys)")
+            return UpResult(endpoint.url, recipe.served_name, already_serving=True)
+        if state is not None and state.running and not same and not opts.force:
+            raise DeployFailed("current state", f"{recipe.name} is running on {cluster.head.name} with another "
+                               f"configuration (hash {state.labels.get(LABEL_HASH)}, this recipe {recipe.digest()}); "
+                               "use --force to replace it")
+        what = ", ".join(f"{n}: {', '.join(c)}" for n, c in found.items() if c)
+        reporter.note(f"removing earlier containers of this recipe ({what})")
+        _phase_guard(reporter, remove_ranked, cluster, found)
+    return None
+
+
+def _preflight(cluster: Cluster, dep: Deployment, plan: list[NodeLaunch], reporter: Reporter) -> None:
+    nodes = {n.name: n for n in dep.inventory.nodes}
+    ports = [dep.recipe.serve.port] + ([dep.recipe.vllm.master_port] if len(plan) > 1 else [])
+    with reporter.phase("preflight", "docker, GPU, ports, JIT cache"):
+        results = [quick.docker_answers(cluster), quick.gpu_visible(cluster),
+                   quick.ports_free(cluster, ports, set()), quick.jit_cache_local(cluster, nodes)]
+        failed = [r for r in results if not r.ok]
+        for result in results:
+            reporter.note(f"{result.name}: {result.status} — " + "; ".join(f"{k}: {v}" for k, v in result.evidence.items()))
+        if failed:
+            raise DeployFailed("preflight", "; ".join(
+                f"{r.name} failed ({'; '.join(f'{k}: {v}' for k, v in r.evidence.items())}). {r.fix}" for r in failed))
+
+
+def _image(cluster: Cluster, dep: Deployment, reporter: Reporter, opts: UpOptions) -> None:
+    image = dep.recipe.image
+    with reporter.phase("image", f"{image.id[:19]} ({image.ref})"):
+        survey = _phase_guard(reporter, sync.survey, cluster.nodes, image.id, image.ref)
+        if survey.source is None:
+            raise DeployFailed("image", f"no node holds image {image.id} ({image.ref}): load it on one node first "
+                               "(docker load / docker pull), then run up again")
+        if survey.conflicts and not opts.replace_image:
+            shown = "; ".join(
+                f"{n.conn.name} has {(n.by_ref or n.pinned).short()} under {image.ref}" for n in survey.conflicts)
+            raise DeployFailed("image", f"a different image under the same reference: pinned {survey.source.pinned.short()} "
+                               f"(on {survey.source.conn.name}); {shown}. Use --sync to replace it")
+        todo = {n.conn.name: n for n in survey.missing + survey.conflicts}
+        if not todo:
+            reporter.note(f"every node holds {image.id[:19]}: nothing to move")
+        for name, target in todo.items():
+            _phase_guard(reporter, _transfer, cluster, dep, survey.source, target.conn, reporter)
+        for node in survey.nodes:
+            if node.conn.name in todo or node.by_ref is None:
+                _phase_guard(reporter, sync.tag, node.conn, image.id, image.ref)
+
+
+def _transfer(cluster: Cluster, dep: Deployment, source: sync.NodeImage, dst: NodeConnection, reporter: Reporter) -> None:
+    image_id = dep.recipe.image.id
+    dst_node = dep.inventory.node(dst.name)
+    user = (dst_node.ssh and dst_node.ssh.user) or dep.inventory.ssh.user
+    if sync.can_reach(source.conn, dst_node.fabric_ip, user):
+        reporter.note(f"{source.conn.name} → {dst.name}: docker save | ssh | docker load over the fabric")
+        sync.transfer_direct(source.conn, dst_node.fabric_ip, user, image_id)
+    else:
+        reporter.note(f"{source.conn.name} → {dst.name}: relayed through this machine (nodes cannot SSH to each other)")
+        sync.transfer_relay(source.conn, dst, image_id,
+                            lambda done, total: reporter.progress(f"image → {dst.name}", done, max(total, done)))
+    got = sync.verify(dst, image_id, source.pinned)
+    reporter.note(f"{dst.name} now holds {got.short()}")
+
+
+def _secrets(cluster: Cluster, dep: Deployment, plan: list[NodeLaunch], reporter: Reporter) -> None:
+    names = dep.recipe.secrets
+    if not names:
+        return
+    with reporter.phase("secrets", ", ".join(names)):
+        missing = [name for name in names if name not in os.environ]
+        if missing:
+            raise DeployFailed("secrets", f"{', '.join(missing)} not set in this shell's environment: export it "
+                               "(it is written to each node's env-file, mode 0600, never put on a command line)")
+        content = "".join(f"{name}={os.environ[name]}\n" for name in names)
+        by_node = {launch.node.name: launch for launch in plan}
+
+        def put(conn: NodeConnection) -> None:
+            conn.put_secret(by_node[conn.name].env_file, content)
+
+        _phase_guard(reporter, cluster.each, put)
+        reporter.note(f"wrote {len(names)} secret(s) to {plan[0].env_file} on every node")
+
+
+def _launch(cluster: Cluster, dep: Deployment, plan: list[NodeLaunch], endpoint: Endpoint, reporter: Reporter,
+            opts: UpOptions) -> UpResult:
+    recipe = dep.recipe
+    monitor = Monitor()
+    started: dict[str, list[str]] = {}
+    head_launch, peer_launches = plan[0], plan[1:]
+    conns = {c.name: c for c in cluster.nodes}
+
+    def on_line(node: str, line: str) -> None:
+        found = SHARDS.search(line)
+        if found:
+            reporter.progress("loading shards", int(found.group(1)), int(found.group(2)))
+
+    def start(launch: NodeLaunch) -> None:
+        conn = conns[launch.node.name]
+        started.setdefault(conn.name, []).append(launch.container)  # recorded first: a half-created one is removed too
+        result = conn.run(list(launch.argv), timeout=120)
+        if not result.ok:
+            raise NodeError(conn.name, f"docker run failed: {result.stderr.strip() or result.stdout.strip()}")
+        monitor.watch(conn, launch.container, on_line)
+
+    try:
+        with reporter.phase("head", f"{head_launch.node.name}: {head_launch.container}"):
+            _phase_guard(reporter, start, head_launch)
+        if peer_launches:
+            port = recipe.vllm.master_port
+            with reporter.phase("rendezvous", f"waiting for {head_launch.node.name}:{port} to be LISTENING"):
+                head = conns[head_launch.node.name]
+                wait_until(lambda: _listening(head, port), monitor, timeout=opts.listen_timeout, interval=opts.poll,
+                           what=f"port {port} LISTENING", node=head.name)
+            with reporter.phase("peers", ", ".join(l.node.name for l in peer_launches)):
+                try:
+                    cluster.each(lambda c: start(next(l for l in peer_launches if l.node.name == c.name)),
+                                 [conns[l.node.name] for l in peer_launches])
+                except GroupError as exc:
+                    raise DeployFailed("peers", str(exc)) from None
+        with reporter.phase("ready", f"{endpoint.url}: /health, /v1/models, one completion"):
+            sample = _ready(endpoint, recipe.served_name, monitor, head_launch.node.name, opts)
+            reporter.note(f"completion: {sample!r}")
+        with reporter.phase("log checks"):
+            results = _expectations(dep, monitor, opts)
+            for r in results:
+                reporter.note(f"{r.name}: {r.status} — {r.detail}")
+                for node, value in r.per_node.items():
+                    reporter.note(f"    {node}: {value}")
+            failed = [r for r in results if not r.ok]
+            if failed:
+                raise DeployFailed("log checks", "; ".join(f"{r.name}: {r.detail}" for r in failed))
+    except BaseException as exc:
+        monitor.stop()
+        phase = reporter.current
+        if isinstance(exc, FailureSeen):
+            error: BaseException = DeployFailed(phase, str(exc.failure))
+        elif isinstance(exc, KeyboardInterrupt):
+            error = DeployFailed(phase, "interrupted (Ctrl-C)")
+        elif isinstance(exc, DeployFailed):
+            error = exc
+        else:
+            error = DeployFailed(phase, f"{type(exc).__name__}: {exc}")
+        _cleanup(cluster, started, reporter, opts)
+        raise error from None
+    monitor.stop()
+    return UpResult(endpoint.url, recipe.served_name, expectations=results, sample=sample)
+
+
+def _listening(conn: NodeConnection, port: int) -> bool:
+    result = conn.run(["ss", "-Hltn", f"sport = :{port}"], timeout=10)
+    return result.ok and bool(result.stdout.strip())
+
+
+def _ready(endpoint: Endpoint, model: str, monitor: Monitor, head: str, opts: UpOptions) -> str:
+    wait_until(endpoint.healthy, monitor, timeout=opts.ready_timeout, interval=max(opts.poll, 0.2),
+               what=f"{endpoint.url}/health", node=head)
+
+    def model_listed() -> bool:
+        try:
+            return model in endpoint.models()
+        except Exception:
+            return False
+
+    wait_until(model_listed, monitor, timeout=60, interval=0.2, what=f"model {model} in /v1/models", node=head)
+    answer: dict = {}
+
+    def completes() -> bool:
+        try:
+            answer.update(endpoint.complete(model, "The DGX Spark cluster is", max_tokens=8, timeout=30))
+            return bool(answer.get("choices"))
+        except Exception:
+            return False
+
+    wait_until(completes, monitor, timeout=120, interval=1.0, what="one real completion", node=head)
+    return answer["choices"][0].get("text", "")
+
+
+def _expectations(dep: Deployment, monitor: Monitor, opts: UpOptions) -> list[ExpectationResult]:
+    """Wait (watching liveness) until every expected line has appeared on every node, then judge."""
+    def logs() -> dict[str, list[str]]:
+        return {name: list(w.lines) for name, w in monitor.watches.items()}
+
+    def settled() -> bool:
+        return all(r.status != "waiting" for r in evaluate(dep.recipe, logs(), final=False))
+
+    try:
+        wait_until(settled, monitor, timeout=opts.expect_timeout, interval=0.2, what="expected log lines",
+                   node=dep.inventory.head)
+    except FailureSeen as exc:
+        if monitor.failure is not None:
+            raise
+    return evaluate(dep.recipe, logs(), final=True)
+
+
+def _cleanup(cluster: Cluster, started: dict[str, list[str]], reporter: Reporter, opts: UpOptions) -> None:
+    if not started:
+        return
+    if opts.keep_on_failure:
+        reporter.warn("--keep-on-failure: leaving " + ", ".join(f"{n}: {', '.join(c)}" for n, c in started.items()))
+        return
+    try:
+        removed = remove_ranked(cluster, started)
+        reporter.note("removed " + ", ".join(f"{n}: {', '.join(c)}" for n, c in removed.items() if c))
+    except GroupError as exc:
+        reporter.warn(f"could not remove every container: {exc}")

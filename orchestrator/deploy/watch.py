@@ -1,0 +1,140 @@
+"""Watch every started container while waiting: a known failure line or an exit fails the wait at once.
+
+Readiness checks that do not first ask "is it still alive?" lie (field note 5): every wait in `up`
+sleeps on the monitor's failure event, so a crash interrupts it instead of waiting for a timeout.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..engine.containers import inspect_container
+from ..transport.node import NodeConnection
+from .signatures import explain_exit, match
+
+_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+Z) ?")
+
+
+@dataclass
+class Failure:
+    node: str
+    cause: str
+    explanation: str
+    excerpt: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        text = f"{self.node}: {self.cause}"
+        if self.explanation:
+            text += f"\n  why: {self.explanation}"
+        if self.excerpt:
+            text += "\n  last log lines:\n" + "\n".join(f"    | {line}" for line in self.excerpt)
+        return text
+
+
+class FailureSeen(Exception):
+    def __init__(self, failure: Failure):
+        self.failure = failure
+        super().__init__(str(failure))
+
+
+class Monitor:
+    """The first failure any watcher reports, and a sleep that wakes up on it."""
+
+    def __init__(self) -> None:
+        self.failure: Failure | None = None
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self.watches: dict[str, ContainerWatch] = {}
+
+    def fail(self, failure: Failure) -> None:
+        with self._lock:
+            if self.failure is None:
+                self.failure = failure
+                self._event.set()
+
+    def check(self) -> None:
+        if self.failure is not None:
+            raise FailureSeen(self.failure)
+
+    def sleep(self, seconds: float) -> None:
+        """For tenacity: wait `seconds` unless a failure arrives first, then raise it."""
+        self._event.wait(seconds)
+        self.check()
+
+    def watch(self, conn: NodeConnection, container: str, on_line: Callable[[str, str], None] | None = None) -> "ContainerWatch":
+        watch = ContainerWatch(conn, container, self, on_line)
+        self.watches[conn.name] = watch
+        watch.start()
+        return watch
+
+    def stop(self) -> None:
+        for watch in self.watches.values():
+            watch.stop()
+
+
+class ContainerWatch:
+    """Streams `docker logs -f` of one container; its end means the container stopped."""
+
+    def __init__(self, conn: NodeConnection, container: str, monitor: Monitor,
+                 on_line: Callable[[str, str], None] | None):
+        self.conn, self.container, self.monitor, self.on_line = conn, container, monitor, on_line
+        self.lines: list[str] = []  # log text without the docker timestamp
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"watch-{conn.name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def excerpt(self, count: int = 15) -> list[str]:
+        return self.lines[-count:]
+
+    def first(self, pattern: re.Pattern) -> re.Match | None:
+        for line in list(self.lines):
+            found = pattern.search(line)
+            if found:
+                return found
+        return None
+
+    def _line(self, raw: str) -> None:
+        text = _TIMESTAMP.sub("", raw, count=1)
+        self.lines.append(text)
+        if self.on_line:
+            self.on_line(self.conn.name, text)
+        signature = match(text)
+        if signature and signature.fatal:
+            self.monitor.fail(Failure(self.conn.name, f"{self.container} logged: {text.strip()}",
+                                      signature.explanation, self.excerpt()))
+
+    def _run(self) -> None:
+        try:
+            self.conn.stream(["docker", "logs", "--follow", "--timestamps", self.container], self._line, self._stop)
+        except Exception as exc:  # the SSH session itself went away
+            if not self._stop.is_set():
+                self.monitor.fail(Failure(self.conn.name, f"lost the connection while watching {self.container}: {exc}",
+                                          "the node or its sshd went down", self.excerpt()))
+            return
+        if self._stop.is_set():
+            return
+        try:
+            state = inspect_container(self.conn, self.container)
+        except Exception as exc:
+            state, error = None, exc
+        else:
+            error = None
+        if state is not None and state.running:
+            return  # the log stream ended but the container lives (docker restarted?): nothing to report here
+        known = next((match(line) for line in reversed(self.lines) if match(line)), None)
+        if state is None:
+            cause = f"{self.container} is gone" + (f" ({error})" if error else "")
+            why = known.explanation if known else "the container disappeared while starting"
+        else:
+            cause = f"{self.container} exited with code {state.exit_code}"
+            why = known.explanation if known else explain_exit(state.exit_code, state.oom_killed)
+        self.monitor.fail(Failure(self.conn.name, cause, why, self.excerpt()))
