@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import config_cmds
+from . import config_cmds, deploy_cmds
 
 app = typer.Typer(
     name="spark-deploy",
@@ -16,6 +16,10 @@ app = typer.Typer(
 )
 app.command()(config_cmds.validate)
 app.command()(config_cmds.render)
+app.command()(deploy_cmds.up)
+app.command()(deploy_cmds.down)
+app.command()(deploy_cmds.status)
+app.command()(deploy_cmds.logs)
 
 
 def _mount_optional() -> None:

@@ -18,6 +18,8 @@ LABEL_HASH = f"{LABEL_PREFIX}.recipe-hash"
 LABEL_RANK = f"{LABEL_PREFIX}.rank"
 LABEL_NODE = f"{LABEL_PREFIX}.node"
 LABEL_CLUSTER = f"{LABEL_PREFIX}.cluster"
+LABEL_PORT = f"{LABEL_PREFIX}.serve-port"
+LABEL_MODEL = f"{LABEL_PREFIX}.served-model"
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,8 @@ def render_node(dep: Deployment, node: Node, rank: int) -> NodeLaunch:
     name = container_name(recipe, rank)
     env_file = secrets_env_file(recipe, node)
     labels = [(LABEL_MANAGED, "true"), (LABEL_CLUSTER, inventory.cluster), (LABEL_RECIPE, recipe.name),
-              (LABEL_HASH, recipe.digest()), (LABEL_RANK, str(rank)), (LABEL_NODE, node.name)]
+              (LABEL_HASH, recipe.digest()), (LABEL_RANK, str(rank)), (LABEL_NODE, node.name),
+              (LABEL_PORT, str(recipe.serve.port)), (LABEL_MODEL, recipe.served_name)]
     argv = render_tokens(
         "docker-run.j2",
         container_name=name, labels=labels, docker=recipe.docker,

@@ -1,0 +1,175 @@
+"""`up`, `down`, `status`, `logs`: thin wrappers over orchestrator.deploy."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ..config.load import load_deployment, load_inventory
+from ..deploy import logs as logs_mod
+from ..deploy import status as status_mod
+from ..deploy.report import JsonReporter, RichReporter
+from ..deploy.teardown import ours, remove_ranked
+from ..deploy.up import DeployFailed, UnpinnedImage, UpOptions, up as run_up
+from ..transport.group import Cluster, GroupError
+from .common import BadInput, Failed, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
+
+OptionalRecipe = Annotated[Optional[Path], typer.Argument(help="Limit to this recipe's containers.", show_default=False)]
+
+
+def up(
+    recipe: RecipeArg,
+    inventory: InventoryOpt = Path("inventory.yaml"),
+    force: Annotated[bool, typer.Option("--force", help="Redeploy even if this recipe is already serving.")] = False,
+    keep_on_failure: Annotated[bool, typer.Option("--keep-on-failure", help="Leave containers for debugging.")] = False,
+    sync_image: Annotated[bool, typer.Option("--sync", help="Replace a different image held under the same reference.")] = False,
+    ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the API to serve.")] = 5400.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Deploy a recipe: preflight, image sync, head, wait LISTEN, peers, readiness, log checks.
+
+    Example: spark-deploy up recipes/dspark-0731-b12x.yaml -i inventory.yaml
+    """
+    with exit_codes():
+        dep = load_deployment(recipe, inventory)
+        reporter = JsonReporter() if as_json else RichReporter()
+        previous = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM cleans up like Ctrl-C
+        try:
+            result = run_up(dep, reporter, UpOptions(force=force, keep_on_failure=keep_on_failure,
+                                                     replace_image=sync_image, ready_timeout=ready_timeout))
+        except UnpinnedImage as exc:
+            raise BadInput(str(exc)) from None
+        except DeployFailed as exc:
+            reporter.close()
+            if as_json:
+                reporter.event("result", ok=False, phase=exc.phase, error=str(exc))
+            raise Failed(str(exc)) from None
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        reporter.close()
+        timings = {p.name: round(p.seconds, 3) for p in reporter.phases}
+        if as_json:
+            reporter.event("result", ok=True, endpoint=result.endpoint, model=result.model,
+                           already_serving=result.already_serving, phases=timings,
+                           expectations=[{"name": r.name, "status": r.status, "per_node": r.per_node}
+                                         for r in result.expectations])
+            return
+        if result.already_serving:
+            out.print(f"[green]already serving[/] {escape(result.model)} at {escape(result.endpoint)}")
+            return
+        out.print(f"[bold green]serving[/] {escape(result.model)} at {escape(result.endpoint)}/v1")
+        out.print("  " + ", ".join(f"{name} {seconds:.2f}s" for name, seconds in timings.items()))
+
+
+def _cluster(inventory: Path) -> tuple[Cluster, object]:
+    inv, _ = load_inventory(inventory)
+    cluster = Cluster(inv)
+    try:
+        cluster.open()
+    except GroupError as exc:
+        raise Failed(str(exc)) from None
+    return cluster, inv
+
+
+def _recipe_name(recipe: Path | None, inventory: Path) -> str | None:
+    return load_deployment(recipe, inventory).recipe.name if recipe else None
+
+
+def down(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventory.yaml")) -> None:
+    """Stop and remove this tool's containers (peers first, then the head). Nothing else is touched.
+
+    Example: spark-deploy down recipes/dspark-0731-b12x.yaml
+    """
+    with exit_codes():
+        name = _recipe_name(recipe, inventory)
+        cluster, _ = _cluster(inventory)
+        try:
+            found = ours(cluster, name)
+            if not any(found.values()):
+                out.print("nothing to remove: no container of spark-deploy" + (f" for {name}" if name else ""))
+                return
+            removed = remove_ranked(cluster, found)
+        except GroupError as exc:
+            raise Failed(str(exc)) from None
+        finally:
+            cluster.close()
+        for node, names in removed.items():
+            for container in names:
+                out.print(f"removed {escape(node)}: {escape(container)}")
+
+
+def status(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventory.yaml"), as_json: JsonOpt = False) -> None:
+    """Per node: this tool's containers (state, start, image ID, recipe, hash, rank), and the endpoint.
+
+    Example: spark-deploy status --json
+    """
+    with exit_codes():
+        name = _recipe_name(recipe, inventory)
+        inv, _ = load_inventory(inventory)
+        report = status_mod.collect(inv, name)
+        if as_json:
+            emit_json(report.as_dict())
+        else:
+            table = Table(title="spark-deploy containers")
+            for column in ("node", "container", "state", "started", "image", "recipe", "hash", "rank"):
+                table.add_column(column)
+            for r in report.rows:
+                table.add_row(r.node, r.container, r.state, r.started_at[:19], r.image_id[:19], r.recipe, r.recipe_hash, r.rank)
+            out.print(table)
+            for e in report.endpoints:
+                health = "[green]healthy[/]" if e.healthy else "[red]not healthy[/]"
+                out.print(f"endpoint {escape(e.url)}: {health}, models: {escape(', '.join(e.models) or '-')}")
+            for node, why in report.unreachable.items():
+                err.print(f"[red]unreachable[/] {escape(why)}")
+        if report.unreachable or any(not e.healthy for e in report.endpoints):
+            raise typer.Exit(1)
+
+
+def logs(
+    recipe: OptionalRecipe = None,
+    inventory: InventoryOpt = Path("inventory.yaml"),
+    node: Annotated[Optional[str], typer.Option("--node", help="Only this node.")] = None,
+    follow_: Annotated[bool, typer.Option("--follow", "-f", help="Keep streaming.")] = False,
+    since: Annotated[Optional[str], typer.Option("--since", help="e.g. 10m, 2h, or a timestamp.")] = None,
+    tail: Annotated[Optional[str], typer.Option("--tail", help="Lines per container from the end.")] = None,
+) -> None:
+    """Logs of this tool's containers, each line prefixed by its node, merged in time order.
+
+    Example: spark-deploy logs --node spark-2 --since 10m
+    """
+    with exit_codes():
+        name = _recipe_name(recipe, inventory)
+        cluster, inv = _cluster(inventory)
+        try:
+            nodes = cluster.nodes
+            if node is not None:
+                if node not in {n.name for n in inv.nodes}:
+                    raise BadInput(f"--node {node!r} is not in {inventory}")
+                nodes = [cluster[node]]
+            width = max(len(c.name) for c in nodes)
+            if follow_:
+                lock = threading.Lock()
+
+                def emit(node_name: str, line: str) -> None:
+                    with lock:
+                        out.print(f"[cyan]{escape(node_name.ljust(width))}[/] | {escape(line)}")
+
+                stop = threading.Event()
+                try:
+                    logs_mod.follow(cluster, nodes, name, since, tail, emit, stop)
+                except KeyboardInterrupt:
+                    stop.set()
+            else:
+                for _, node_name, line in logs_mod.merged(cluster, nodes, name, since, tail):
+                    out.print(f"[cyan]{escape(node_name.ljust(width))}[/] | {escape(line)}")
+        except GroupError as exc:
+            raise Failed(str(exc)) from None
+        finally:
+            cluster.close()

@@ -1,0 +1,95 @@
+"""What is running: this tool's containers on every node, and what the head's API says."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..config.inventory import Inventory
+from ..engine.containers import inspect_container, managed_containers
+from ..render.launch import LABEL_HASH, LABEL_MODEL, LABEL_PORT, LABEL_RANK, LABEL_RECIPE
+from ..transport.group import Cluster, GroupError
+from ..transport.node import NodeConnection
+from .endpoint import Endpoint
+
+
+@dataclass
+class ContainerRow:
+    node: str
+    container: str
+    state: str
+    started_at: str
+    image_id: str
+    recipe: str
+    recipe_hash: str
+    rank: str
+    serve_port: str
+    served_model: str
+
+
+@dataclass
+class EndpointState:
+    url: str
+    healthy: bool
+    models: list[str]
+    error: str = ""
+
+
+@dataclass
+class StatusReport:
+    rows: list[ContainerRow]
+    unreachable: dict[str, str]
+    endpoints: list[EndpointState]
+
+    def as_dict(self) -> dict:
+        return {"containers": [asdict(r) for r in self.rows], "unreachable": self.unreachable,
+                "endpoints": [asdict(e) for e in self.endpoints]}
+
+
+def _rows(conn: NodeConnection, recipe: str | None) -> list[ContainerRow]:
+    rows = []
+    for name in managed_containers(conn, recipe):
+        state = inspect_container(conn, name)
+        if state is None:
+            continue
+        rows.append(ContainerRow(conn.name, name, state.status if state.status != "exited" else f"exited ({state.exit_code})",
+                                 state.started_at, state.image, state.labels.get(LABEL_RECIPE, ""),
+                                 state.labels.get(LABEL_HASH, ""), state.labels.get(LABEL_RANK, ""),
+                                 state.labels.get(LABEL_PORT, ""), state.labels.get(LABEL_MODEL, "")))
+    return rows
+
+
+def collect(inventory: Inventory, recipe: str | None = None) -> StatusReport:
+    """Ask every reachable node; an unreachable one is reported, not fatal."""
+    cluster = Cluster(inventory)
+    unreachable: dict[str, str] = {}
+    try:
+        try:
+            cluster.open()
+            alive = cluster.nodes
+        except GroupError as exc:
+            unreachable.update({n: str(e) for n, e in exc.failures.items()})
+            cluster = Cluster(inventory)
+            alive = []
+            for conn in cluster.nodes:
+                if conn.name not in unreachable:
+                    alive.append(conn.open())
+        try:
+            found = cluster.each(lambda c: _rows(c, recipe), alive)
+        except GroupError as exc:
+            found = exc.results
+            unreachable.update({n: str(e) for n, e in exc.failures.items()})
+    finally:
+        cluster.close()
+    rows = sorted((r for rs in found.values() for r in rs), key=lambda r: (r.recipe, int(r.rank or 0)))
+    endpoints = [_endpoint(inventory, row) for row in rows if row.rank == "0" and row.state == "running"]
+    return StatusReport(rows, unreachable, endpoints)
+
+
+def _endpoint(inventory: Inventory, row: ContainerRow) -> EndpointState:
+    endpoint = Endpoint(inventory.node(row.node).address, int(row.serve_port or 8000))
+    try:
+        healthy = endpoint.healthy()
+        models = endpoint.models() if healthy else []
+        return EndpointState(endpoint.url, healthy, models)
+    except Exception as exc:
+        return EndpointState(endpoint.url, False, [], str(exc))
