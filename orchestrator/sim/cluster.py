@@ -1,0 +1,387 @@
+"""A simulated DGX Spark cluster: real sshd + real dockerd per node, on the host engine.
+
+    c = SimCluster("demo")
+    c.up(nodes=2)                 # network, volumes, nodes, keys, model, image on node 1
+    c.fault("spark-2", "partition")
+    c.down()
+
+Module-level `up/down/fault/nodes/ls` wrap the class for the CLI.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+from docker.types import EndpointConfig, IPAMConfig, IPAMPool
+from rich.console import Console
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from . import fake_model, images, provision
+from .state import (
+    LABEL, NODE_HF_CACHE, SHARED_MOUNT, NodeInfo, SimError, SimInputError, check_name,
+    container_name, docker_volume_name, free_subnets, gateway_ip, network_name, node_ip,
+    read_cluster_json, shared_volume_name, state_dir, write_json,
+)
+
+
+class NotReady(Exception):
+    """A node is alive but not ready yet (retried until the deadline)."""
+
+
+@dataclass
+class ExecResult:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def docker_client() -> docker.DockerClient:
+    try:
+        client = docker.from_env(timeout=900)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise SimError(f"cannot reach the Docker engine (is dockerd running? DOCKER_HOST?): {exc}") from exc
+    return client
+
+
+class SimCluster:
+    """One simulated cluster, found by the `spark-deploy.sim=<name>` label on everything it made."""
+
+    def __init__(self, name: str, *, client: docker.DockerClient | None = None,
+                 console: Console | None = None):
+        self.name = check_name(name)
+        self._client = client
+        self.console = console or Console(stderr=True)
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            self._client = docker_client()
+        return self._client
+
+    # ---- paths -------------------------------------------------------------------------------
+    @property
+    def state_dir(self) -> Path:
+        return state_dir(self.name)
+
+    @property
+    def key_path(self) -> Path:
+        return self.state_dir / "id_ed25519"
+
+    @property
+    def known_hosts_path(self) -> Path:
+        return self.state_dir / "known_hosts"
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.state_dir / "inventory.yaml"
+
+    @property
+    def recipe_path(self) -> Path:
+        return self.state_dir / "recipe.yaml"
+
+    def info(self) -> dict | None:
+        """cluster.json: what `up` made (None if there is no state dir)."""
+        return read_cluster_json(self.name)
+
+    # ---- lookup ------------------------------------------------------------------------------
+    def _label_filter(self) -> dict:
+        return {"label": f"{LABEL}={self.name}"}
+
+    def nodes(self) -> list[NodeInfo]:
+        """The cluster's nodes, from the labels of its containers (running or not), by index."""
+        found = []
+        for c in self.client.containers.list(all=True, filters=self._label_filter()):
+            labels = c.labels
+            if f"{LABEL}.index" not in labels:
+                continue
+            found.append(NodeInfo(index=int(labels[f"{LABEL}.index"]), name=labels[f"{LABEL}.hostname"],
+                                  container=c.name, ip=labels[f"{LABEL}.ip"]))
+        return sorted(found, key=lambda n: n.index)
+
+    def node(self, ref: int | str) -> NodeInfo:
+        """A node by index (1, "1"), hostname ("spark-1") or container name."""
+        nodes = self.nodes()
+        for n in nodes:
+            if ref in (n.index, str(n.index), n.name, n.container, n.ip):
+                return n
+        known = ", ".join(n.name for n in nodes) or "none"
+        raise SimInputError(f"no node {ref!r} in sim cluster {self.name!r} (nodes: {known})")
+
+    def container(self, ref: int | str):
+        return self.client.containers.get(self.node(ref).container)
+
+    def exec(self, ref: int | str, argv: list[str], *, check: bool = True) -> ExecResult:
+        """Run argv in a node container (like `docker exec NODE argv...`)."""
+        c = self.container(ref)
+        code, (out, err) = c.exec_run(argv, demux=True)
+        res = ExecResult(code, (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace"))
+        if check and code != 0:
+            raise SimError(f"{c.name}: {argv!r} exited {code}: {(res.stderr or res.stdout).strip()[-2000:]}")
+        return res
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def up(self, nodes: int = 2, load_image_on: list[int] | tuple[int, ...] = (1,), *,
+           recipe_template: Path | None = None, ready_timeout: float = 120.0,
+           keep_on_failure: bool = False) -> dict:
+        """Bring the cluster up; returns cluster.json's content. On failure, removes what it made."""
+        if not 1 <= nodes <= 16:
+            raise SimInputError(f"nodes must be 1..16, got {nodes}")
+        bad = [i for i in load_image_on if not 1 <= i <= nodes]
+        if bad:
+            raise SimInputError(f"load_image_on {bad} outside 1..{nodes}")
+        if self.client.containers.list(all=True, filters=self._label_filter()):
+            raise SimError(f"sim cluster {self.name!r} already exists; `spark-deploy sim down "
+                           f"--name {self.name}` first")
+        t0 = time.monotonic()
+        built = images.ensure_images(self.client, self.console)
+        t_images = time.monotonic() - t0
+        try:
+            doc = self._up(nodes, list(load_image_on), built, recipe_template, ready_timeout)
+        except BaseException:
+            if not keep_on_failure:
+                self.down()
+            raise
+        doc["timings_s"] = {"images": round(t_images, 2), "total": round(time.monotonic() - t0, 2)}
+        write_json(self.state_dir / "cluster.json", doc)
+        return doc
+
+    def _up(self, count: int, load_on: list[int], built: images.SimImages,
+            recipe_template: Path | None, ready_timeout: float) -> dict:
+        state = self.state_dir
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key, private, public = provision.generate_keypair(state, f"spark-deploy-sim-{self.name}")
+        labels = {LABEL: self.name}
+        network, subnet = self._create_network(labels)
+        shared = self.client.volumes.create(shared_volume_name(self.name), labels=labels)
+        infos = [NodeInfo(i, f"spark-{i}", container_name(self.name, i), node_ip(subnet, i))
+                 for i in range(1, count + 1)]
+        with concurrent.futures.ThreadPoolExecutor(count) as pool:
+            list(pool.map(lambda n: self._start_node(n, built.node.id, network.name, shared.name,
+                                                     ready_timeout), infos))
+        containers = {n.container: self.client.containers.get(n.container) for n in infos}
+        host_keys = {name: provision.read_host_key(c) for name, c in containers.items()}
+        self.known_hosts_path.write_text(provision.known_hosts_lines(infos, host_keys, with_names=False))
+        node_kh = provision.known_hosts_lines(infos, host_keys, with_names=True)
+        model_tar, model_meta = fake_model.hf_cache_tar()
+
+        def prepare(c) -> None:
+            provision.prepare_node(c, private, public, node_kh)
+            if not c.put_archive(NODE_HF_CACHE, model_tar):
+                raise SimError(f"installing the fake model on {c.name} failed")
+
+        with concurrent.futures.ThreadPoolExecutor(count) as pool:
+            list(pool.map(prepare, containers.values()))
+        vllm_id = built.vllm.id
+        refs = [images.VLLM_REFERENCE_TAG, images.vllm_spec().tag]
+        for i in load_on:
+            provision.load_image(infos[i - 1].container, refs, vllm_id)
+        provision.write_inventory(self.inventory_path, self.name, infos, key, self.known_hosts_path)
+        recipe_src = provision.write_recipe(self.recipe_path, vllm_id, recipe_template)
+        warnings = []
+        if recipe_src is None:
+            warnings.append(f"no recipe template at {provision.DEFAULT_RECIPE}: recipe.yaml not written")
+        return {
+            "name": self.name,
+            "network": network.name,
+            "subnet": subnet,
+            "gateway": gateway_ip(subnet),
+            "shared_volume": shared.name,
+            "nodes": [n.to_dict() | {"docker_volume": docker_volume_name(self.name, n.index)}
+                      for n in infos],
+            "images": {"node": built.node.id, "node_tag": images.node_spec().tag,
+                       "vllm": vllm_id, "vllm_tag": images.vllm_spec().tag,
+                       "vllm_ref": images.VLLM_REFERENCE_TAG},
+            "image_loaded_on": [infos[i - 1].name for i in load_on],
+            "model": model_meta,
+            "paths": {"state_dir": str(state), "key": str(key), "known_hosts": str(self.known_hosts_path),
+                      "inventory": str(self.inventory_path),
+                      "recipe": str(self.recipe_path) if recipe_src else None},
+            "recipe_template": str(recipe_src) if recipe_src else None,
+            "warnings": warnings,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+
+    def _create_network(self, labels: dict):
+        used = []
+        for net in self.client.networks.list():
+            for cfg in (net.attrs.get("IPAM") or {}).get("Config") or []:
+                if cfg.get("Subnet"):
+                    used.append(cfg["Subnet"])
+        last: Exception | None = None
+        for subnet in free_subnets(self.name, used)[:16]:
+            ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=subnet, gateway=gateway_ip(subnet))])
+            try:
+                net = self.client.networks.create(network_name(self.name), driver="bridge", ipam=ipam,
+                                                  internal=True, labels=labels, check_duplicate=True)
+                return net, subnet
+            except docker.errors.APIError as exc:  # lost a race for this subnet: try the next one
+                last = exc
+                if "overlap" not in str(exc).lower():
+                    raise SimError(f"creating network {network_name(self.name)} failed: {exc}") from exc
+        raise SimError(f"no free /24 for {network_name(self.name)} in 172.28.0.0/14: {last}")
+
+    def _start_node(self, n: NodeInfo, image_id: str, network: str, shared: str, timeout: float) -> None:
+        api = self.client.api
+        vol = docker_volume_name(self.name, n.index)
+        self.client.volumes.create(vol, labels={LABEL: self.name})
+        host_config = api.create_host_config(
+            init=True,
+            cap_add=["ALL"], cap_drop=["SYS_RESOURCE"],
+            security_opt=["seccomp=unconfined", "apparmor=unconfined"],
+            device_cgroup_rules=["a *:* rwm"],
+            binds={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "rw"},
+                   vol: {"bind": "/var/lib/docker", "mode": "rw"},
+                   shared: {"bind": SHARED_MOUNT, "mode": "rw"}},
+            network_mode=network,
+        )
+        # `--security-opt systempaths=unconfined` is CLI sugar for empty masked/read-only path lists
+        host_config["MaskedPaths"] = []
+        host_config["ReadonlyPaths"] = []
+        net_config = api.create_networking_config(
+            {network: api.create_endpoint_config(ipv4_address=n.ip, aliases=[n.name])})
+        labels = {LABEL: self.name, f"{LABEL}.index": str(n.index), f"{LABEL}.hostname": n.name,
+                  f"{LABEL}.ip": n.ip}
+        api.create_container(image_id, name=n.container, hostname=n.name, labels=labels,
+                             host_config=host_config, networking_config=net_config, detach=True)
+        api.start(n.container)
+        self.wait_ready(n, timeout)
+
+    def wait_ready(self, n: NodeInfo, timeout: float = 120.0) -> None:
+        """Poll until sshd answers with an SSH banner and the inner `docker info` works; fail at once
+        (with the node's logs) if the container stops."""
+        c = self.client.containers.get(n.container)
+        try:
+            for attempt in Retrying(stop=stop_after_delay(timeout), reraise=True,
+                                    wait=wait_exponential(multiplier=0.05, max=1.0),
+                                    retry=retry_if_exception_type(NotReady)):
+                with attempt:
+                    c.reload()
+                    if c.status != "running":
+                        raise SimError(f"node {n.container} is {c.status} "
+                                       f"(exit {c.attrs['State'].get('ExitCode')}):\n{_logs(c)}")
+                    ssh_banner(n.ip)
+                    code, out = c.exec_run(["docker", "info", "--format", "{{.ServerVersion}}"])
+                    if code != 0:
+                        raise NotReady(f"inner docker info: {out.decode(errors='replace').strip()}")
+        except NotReady as exc:
+            raise SimError(f"node {n.container} not ready after {timeout:.0f}s: {exc}\n{_logs(c)}") from exc
+
+    def down(self) -> list[str]:
+        """Remove every container, network and volume labelled for this cluster, and its state dir."""
+        removed = []
+        flt = self._label_filter()
+        containers = self.client.containers.list(all=True, filters=flt)
+
+        def clean(c) -> None:
+            if c.status == "running":  # let the inner engine remove its containers (and their cgroups)
+                c.exec_run(["sh", "-c", 'ids=$(docker ps -aq 2>/dev/null); '
+                                        '[ -z "$ids" ] || docker rm -f $ids >/dev/null 2>&1; true'])
+            c.remove(force=True)
+
+        if containers:
+            with concurrent.futures.ThreadPoolExecutor(len(containers)) as pool:
+                list(pool.map(_ignore_missing(clean), containers))
+        removed += [f"container {c.name}" for c in containers]
+        for net in self.client.networks.list(filters=flt):
+            _ignore_missing(lambda x: x.remove())(net)
+            removed.append(f"network {net.name}")
+        for vol in self.client.volumes.list(filters=flt):
+            _ignore_missing(lambda x: x.remove(force=True))(vol)
+            removed.append(f"volume {vol.name}")
+        if self.state_dir.exists():
+            images.remove_tree(self.state_dir)
+            removed.append(f"state {self.state_dir}")
+        return removed
+
+    def fault(self, node: int | str, kind: str, **opts) -> list[str]:
+        """Inject a fault (see faults.KINDS) on one node, or on every node with node="all"."""
+        from . import faults
+
+        targets = self.nodes() if node == "all" else [self.node(node)]
+        if not targets:
+            raise SimInputError(f"sim cluster {self.name!r} has no nodes")
+        return [faults.apply(self, n, kind, **opts) for n in targets]
+
+
+def ssh_banner(ip: str, port: int = 22, timeout: float = 2.0) -> str:
+    """Connect and read the server's SSH identification line (raise NotReady if there is none)."""
+    try:
+        with socket.create_connection((ip, port), timeout=timeout) as s:
+            line = s.recv(256)
+    except OSError as exc:
+        raise NotReady(f"ssh {ip}:{port}: {exc}") from exc
+    if not line.startswith(b"SSH-"):
+        raise NotReady(f"ssh {ip}:{port}: no SSH banner ({line[:40]!r})")
+    return line.decode(errors="replace").strip()
+
+
+def _logs(c, lines: int = 30) -> str:
+    """The node container's output plus the tails of its dockerd and sshd logs (best effort)."""
+    parts = []
+    try:
+        parts.append(c.logs(tail=lines).decode(errors="replace"))
+    except docker.errors.APIError:
+        pass
+    try:
+        code, extra = c.exec_run(["tail", "-n", str(lines), "/var/log/dockerd.log", "/var/log/sshd.log"])
+        if code == 0:
+            parts.append(extra.decode(errors="replace"))
+    except docker.errors.APIError:
+        pass  # the container is not running
+    return "".join(parts)
+
+
+def _ignore_missing(fn):
+    def run(obj):
+        try:
+            fn(obj)
+        except docker.errors.NotFound:
+            pass
+    return run
+
+
+# ---- module-level API (the CLI uses these) -----------------------------------------------------
+def up(name: str, nodes: int = 2, load_image_on: list[int] | tuple[int, ...] = (1,), **kw) -> SimCluster:
+    c = SimCluster(name)
+    c.up(nodes, load_image_on, **kw)
+    return c
+
+
+def down(name: str) -> list[str]:
+    return SimCluster(name).down()
+
+
+def fault(name: str, node: int | str, kind: str, **opts) -> list[str]:
+    return SimCluster(name).fault(node, kind, **opts)
+
+
+def nodes(name: str) -> list[NodeInfo]:
+    return SimCluster(name).nodes()
+
+
+def ls(client: docker.DockerClient | None = None) -> dict[str, dict]:
+    """Every sim cluster on this engine or in the state home: name -> {nodes, running, state_dir}."""
+    from .state import sim_home
+
+    client = client or docker_client()
+    out: dict[str, dict] = {}
+    for c in client.containers.list(all=True, filters={"label": LABEL}):
+        name = c.labels.get(LABEL, "")
+        if f"{LABEL}.index" not in c.labels:
+            continue
+        entry = out.setdefault(name, {"nodes": 0, "running": 0, "state_dir": None})
+        entry["nodes"] += 1
+        entry["running"] += c.status == "running"
+    home = sim_home()
+    if home.is_dir():
+        for d in home.iterdir():
+            if (d / "cluster.json").exists():
+                out.setdefault(d.name, {"nodes": 0, "running": 0, "state_dir": None})["state_dir"] = str(d)
+    return dict(sorted(out.items()))

@@ -1,0 +1,243 @@
+"""Faults injected into a simulated node: every one is a real change inside the node container.
+
+Options arrive as Python keyword arguments or as CLI ``key=value`` strings; each kind validates its own.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import socket
+import tarfile
+from collections.abc import Callable
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from .state import NODE_JIT_CACHE, SHARED_MOUNT, NodeInfo, SimError, SimInputError
+
+IFACE = "eth0"
+GPU_FILE = "/etc/sim-gpu.json"
+SHARED_JIT = f"{SHARED_MOUNT}/jit"
+
+
+class _Pending(Exception):
+    pass
+
+
+def _poll(check: Callable[[], None], timeout: float, what: str) -> None:
+    """Call check() until it stops raising _Pending, or fail after timeout seconds."""
+    try:
+        for attempt in Retrying(stop=stop_after_delay(timeout), reraise=True,
+                                wait=wait_exponential(multiplier=0.05, max=0.5),
+                                retry=retry_if_exception_type(_Pending)):
+            with attempt:
+                check()
+    except _Pending as exc:
+        raise SimError(f"{what}: still not true after {timeout:.0f}s ({exc})") from exc
+
+
+def _port_open(ip: str, port: int) -> bool:
+    try:
+        with socket.create_connection((ip, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _no_opts(kind: str, opts: dict) -> None:
+    if opts:
+        raise SimInputError(f"fault {kind} takes no options, got {sorted(opts)}")
+
+
+def _service(cluster, node: NodeInfo, action: str, svc: str, opts: dict) -> str:
+    _no_opts(f"{action}-{svc}", opts)
+    cluster.exec(node.index, ["sim-service", action, svc])
+    want_up = action == "start"
+    if svc == "sshd":
+        def check() -> None:
+            if _port_open(node.ip, 22) != want_up:
+                raise _Pending(f"port 22 {'closed' if want_up else 'open'}")
+    else:
+        def check() -> None:
+            ok = cluster.exec(node.index, ["docker", "info", "--format", "{{.ServerVersion}}"],
+                              check=False).code == 0
+            if ok != want_up:
+                raise _Pending(f"docker info {'fails' if want_up else 'answers'}")
+    _poll(check, 60, f"{action} {svc} on {node.name}")
+    return f"{node.name}: {svc} {'started' if want_up else 'stopped'}"
+
+
+def _peers(cluster, node: NodeInfo) -> list[NodeInfo]:
+    return [n for n in cluster.nodes() if n.index != node.index]
+
+
+def partition(cluster, node: NodeInfo, opts: dict) -> str:
+    _no_opts("partition", opts)
+    peers = _peers(cluster, node)
+    for p in peers:
+        cluster.exec(node.index, ["ip", "route", "replace", "blackhole", f"{p.ip}/32"])
+    return f"{node.name}: cut off from {', '.join(p.name for p in peers) or 'nobody'} (blackhole routes)"
+
+
+def heal(cluster, node: NodeInfo, opts: dict) -> str:
+    _no_opts("heal", opts)
+    routes = cluster.exec(node.index, ["ip", "-4", "route", "show", "type", "blackhole"]).stdout
+    for line in routes.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] == "blackhole":
+            cluster.exec(node.index, ["ip", "route", "del", "blackhole", fields[1]])
+    qdisc = cluster.exec(node.index, ["tc", "qdisc", "show", "dev", IFACE]).stdout
+    if re.search(r"qdisc (netem|tbf) ", qdisc):
+        cluster.exec(node.index, ["tc", "qdisc", "del", "dev", IFACE, "root"])
+    return f"{node.name}: network healed (blackholes and qdisc removed)"
+
+
+def _number(kind: str, key: str, value, lo: float, hi: float) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise SimInputError(f"fault {kind}: {key}={value!r} is not a number") from None
+    if not lo <= v <= hi:
+        raise SimInputError(f"fault {kind}: {key}={value} outside {lo}..{hi}")
+    return v
+
+
+def netem(cluster, node: NodeInfo, opts: dict) -> str:
+    unknown = set(opts) - {"delay", "jitter", "loss"}
+    if unknown or not opts:
+        raise SimInputError("fault netem takes delay=MS [jitter=MS] loss=PCT")
+    argv = ["tc", "qdisc", "replace", "dev", IFACE, "root", "netem"]
+    if "delay" in opts:
+        argv += ["delay", f"{_number('netem', 'delay', opts['delay'], 0, 60000):g}ms"]
+        if "jitter" in opts:
+            argv.append(f"{_number('netem', 'jitter', opts['jitter'], 0, 60000):g}ms")
+    if "loss" in opts:
+        argv += ["loss", f"{_number('netem', 'loss', opts['loss'], 0, 100):g}%"]
+    res = cluster.exec(node.index, argv, check=False)
+    if res.code != 0:
+        if "unknown" in (res.stderr + res.stdout).lower():
+            raise SimError("netem is not available: this kernel has no sch_netem "
+                           "(CONFIG_NET_SCH_NETEM is not set); `throttle rate=...` (tbf) is")
+        raise SimError(f"{node.name}: {' '.join(argv)} failed: {res.stderr.strip()}")
+    return f"{node.name}: netem {' '.join(argv[7:])} on {IFACE}"
+
+
+def throttle(cluster, node: NodeInfo, opts: dict) -> str:
+    unknown = set(opts) - {"rate"}
+    rate = str(opts.get("rate", "10mbit"))
+    if unknown or not re.fullmatch(r"\d+(\.\d+)?(bit|kbit|mbit|gbit)", rate):
+        raise SimInputError("fault throttle takes rate=<N>(bit|kbit|mbit|gbit), e.g. rate=10mbit")
+    cluster.exec(node.index, ["tc", "qdisc", "replace", "dev", IFACE, "root", "tbf", "rate", rate,
+                              "burst", "32kbit", "latency", "400ms"])
+    return f"{node.name}: {IFACE} limited to {rate} (tbf)"
+
+
+_GPU_KEYS = {"driver": ("driver", str), "clock": ("clock_mhz", int), "max_clock": ("max_clock_mhz", int),
+             "name": ("name", str), "memory_mib": ("memory_mib", int), "cuda": ("cuda", str),
+             "fail": ("fail", bool)}
+
+
+def _bool(v) -> bool:
+    if isinstance(v, bool):
+        return v
+    if str(v).lower() in ("1", "true", "yes", "on"):
+        return True
+    if str(v).lower() in ("0", "false", "no", "off"):
+        return False
+    raise SimInputError(f"not a boolean: {v!r}")
+
+
+def gpu(cluster, node: NodeInfo, opts: dict) -> str:
+    from .node_files import DEFAULT_GPU
+
+    unknown = set(opts) - set(_GPU_KEYS) - {"reset"}
+    if unknown or not opts:
+        raise SimInputError(f"fault gpu takes {', '.join(sorted(_GPU_KEYS))}=VALUE or reset=true")
+    if _bool(opts.get("reset", False)):
+        doc = dict(DEFAULT_GPU)
+    else:
+        doc = json.loads(cluster.exec(node.index, ["cat", GPU_FILE]).stdout)
+    for key, value in opts.items():
+        if key == "reset":
+            continue
+        field, typ = _GPU_KEYS[key]
+        try:
+            doc[field] = _bool(value) if typ is bool else typ(value)
+        except ValueError:
+            raise SimInputError(f"fault gpu: {key}={value!r} is not a {typ.__name__}") from None
+    data = (json.dumps(doc, indent=2) + "\n").encode()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(GPU_FILE.rsplit("/", 1)[1])
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
+    if not cluster.container(node.index).put_archive("/etc", buf.getvalue()):
+        raise SimError(f"{node.name}: writing {GPU_FILE} failed")
+    return f"{node.name}: gpu now {json.dumps(doc, sort_keys=True)}"
+
+
+def shared_jit(cluster, node: NodeInfo, opts: dict) -> str:
+    _no_opts("shared-jit", opts)
+    cluster.exec(node.index, ["mkdir", "-p", SHARED_JIT])
+    cluster.exec(node.index, ["rm", "-rf", "--", NODE_JIT_CACHE])
+    cluster.exec(node.index, ["ln", "-sfn", SHARED_JIT, NODE_JIT_CACHE])
+    return f"{node.name}: {NODE_JIT_CACHE} -> {SHARED_JIT} (shared by every node that has this fault)"
+
+
+def local_jit(cluster, node: NodeInfo, opts: dict) -> str:
+    _no_opts("local-jit", opts)
+    cluster.exec(node.index, ["sh", "-c", '[ -L "$1" ] && rm -f -- "$1"; mkdir -p -- "$1"', "sh",
+                              NODE_JIT_CACHE])
+    return f"{node.name}: {NODE_JIT_CACHE} is a local directory again"
+
+
+def _port(kind: str, opts: dict) -> int:
+    if set(opts) != {"port"}:
+        raise SimInputError(f"fault {kind} takes PORT (port=N)")
+    return int(_number(kind, "port", opts["port"], 1, 65535))
+
+
+def occupy_port(cluster, node: NodeInfo, opts: dict) -> str:
+    port = _port("occupy-port", opts)
+    script = ('echo $$ > /run/sim-port-"$1".pid; '
+              'exec python3 -m http.server --bind 0.0.0.0 "$1" >/var/log/sim-port-"$1".log 2>&1')
+    cluster.container(node.index).exec_run(["sh", "-c", script, "sh", str(port)], detach=True,
+                                           workdir="/tmp")
+
+    def check() -> None:
+        if not _port_open(node.ip, port):
+            raise _Pending(f"nothing listens on {node.ip}:{port}")
+
+    _poll(check, 15, f"occupy port {port} on {node.name}")
+    return f"{node.name}: port {port} taken by python3 -m http.server"
+
+
+def free_port(cluster, node: NodeInfo, opts: dict) -> str:
+    port = _port("free-port", opts)
+    cluster.exec(node.index, ["sh", "-c", 'f=/run/sim-port-"$1".pid; [ ! -s "$f" ] || '
+                              '{ kill "$(cat "$f")" 2>/dev/null; rm -f "$f"; }; true', "sh", str(port)])
+    return f"{node.name}: port {port} released"
+
+
+KINDS: dict[str, Callable] = {
+    "stop-sshd": lambda c, n, o: _service(c, n, "stop", "sshd", o),
+    "start-sshd": lambda c, n, o: _service(c, n, "start", "sshd", o),
+    "stop-dockerd": lambda c, n, o: _service(c, n, "stop", "dockerd", o),
+    "start-dockerd": lambda c, n, o: _service(c, n, "start", "dockerd", o),
+    "partition": partition,
+    "heal": heal,
+    "netem": netem,
+    "throttle": throttle,
+    "gpu": gpu,
+    "shared-jit": shared_jit,
+    "local-jit": local_jit,
+    "occupy-port": occupy_port,
+    "free-port": free_port,
+}
+
+
+def apply(cluster, node: NodeInfo, kind: str, **opts) -> str:
+    if kind not in KINDS:
+        raise SimInputError(f"unknown fault {kind!r}; kinds: {', '.join(KINDS)}")
+    return KINDS[kind](cluster, node, opts)

@@ -1,0 +1,148 @@
+"""What `sim up` puts on the nodes and in the state dir: SSH trust, image load, inventory, recipe."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+
+from .state import NODE_HF_CACHE, NODE_JIT_CACHE, NODE_STATE_DIR, NodeInfo, SimError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_RECIPE = REPO_ROOT / "recipes" / "sim-tiny.yaml"
+
+
+def generate_keypair(state: Path, comment: str) -> tuple[Path, bytes, bytes]:
+    """ed25519 key pair in OpenSSH format at <state>/id_ed25519(.pub); returns (path, private, public)."""
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                serialization.NoEncryption())
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                           serialization.PublicFormat.OpenSSH) + f" {comment}\n".encode()
+    path = state / "id_ed25519"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(private)
+    (state / "id_ed25519.pub").write_bytes(public)
+    return path, private, public
+
+
+def read_host_key(container) -> str:
+    """'<type> <base64>' of the node's own ed25519 host key, read over docker exec (trusted channel)."""
+    code, out = container.exec_run(["cat", "/etc/ssh/ssh_host_ed25519_key.pub"])
+    if code != 0:
+        raise SimError(f"cannot read host key of {container.name}: {out.decode(errors='replace')}")
+    fields = out.decode().split()
+    if len(fields) < 2 or fields[0] != "ssh-ed25519":
+        raise SimError(f"unexpected host key on {container.name}: {out[:80]!r}")
+    return f"{fields[0]} {fields[1]}"
+
+
+def known_hosts_lines(nodes: list[NodeInfo], host_keys: dict[str, str], with_names: bool) -> str:
+    lines = []
+    for n in nodes:
+        names = f"{n.name},{n.ip}" if with_names else n.ip
+        lines.append(f"{names} {host_keys[n.container]}\n")
+    return "".join(lines)
+
+
+def tar_files(files: dict[str, tuple[bytes, int]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, (content, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(content), mode
+            tar.addfile(info, io.BytesIO(content))
+    return buf.getvalue()
+
+
+def prepare_node(container, private: bytes, public: bytes, node_known_hosts: str) -> None:
+    """Node dirs, authorized key, and the node-to-node SSH identity + known_hosts."""
+    code, out = container.exec_run(
+        ["mkdir", "-p", NODE_HF_CACHE, NODE_JIT_CACHE, NODE_STATE_DIR, "/root/.ssh"])
+    if code != 0:
+        raise SimError(f"mkdir on {container.name} failed: {out.decode(errors='replace')}")
+    container.exec_run(["chmod", "700", "/root/.ssh"])
+    data = tar_files({
+        "authorized_keys": (public, 0o600),
+        "id_ed25519": (private, 0o600),
+        "id_ed25519.pub": (public, 0o644),
+        "known_hosts": (node_known_hosts.encode(), 0o644),
+    })
+    if not container.put_archive("/root/.ssh", data):
+        raise SimError(f"installing SSH files on {container.name} failed")
+
+
+def load_image(container_name: str, refs: list[str], expect_id: str) -> str:
+    """`docker save REFS | docker exec -i NODE docker load`, then check the node's ID equals the host's."""
+    save = subprocess.Popen(["docker", "save", *refs], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    load = subprocess.Popen(["docker", "exec", "-i", container_name, "docker", "load"],
+                            stdin=save.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert save.stdout is not None
+    save.stdout.close()  # load owns the read end now
+    load_out, load_err = load.communicate()
+    save_err = save.stderr.read() if save.stderr else b""
+    save.wait()
+    if save.returncode != 0 or load.returncode != 0:
+        raise SimError(f"docker save | docker load into {container_name} failed: "
+                       f"save rc={save.returncode} {save_err.decode(errors='replace').strip()} "
+                       f"load rc={load.returncode} {load_err.decode(errors='replace').strip()}")
+    got = subprocess.run(["docker", "exec", container_name, "docker", "image", "inspect",
+                          "--format", "{{.Id}}", refs[0]], capture_output=True, text=True)
+    node_id = got.stdout.strip()
+    if got.returncode != 0 or node_id != expect_id:
+        raise SimError(f"image {refs[0]} on {container_name} has ID {node_id or got.stderr.strip()!r}, "
+                       f"host has {expect_id}")
+    return node_id
+
+
+def _yaml() -> YAML:
+    y = YAML()
+    y.indent(mapping=2, sequence=4, offset=2)
+    y.default_flow_style = False
+    return y
+
+
+def write_inventory(path: Path, name: str, nodes: list[NodeInfo], key: Path, known_hosts: Path) -> None:
+    doc = CommentedMap()
+    doc["cluster"] = f"sim-{name}"
+    doc["head"] = nodes[0].name
+    doc["interconnect"] = CommentedMap(profile="tcp", socket_ifname="eth0")
+    doc["ssh"] = CommentedMap(user="root", port=22, key=str(key.resolve()),
+                              known_hosts=str(known_hosts.resolve()))
+    doc["nodes"] = [
+        CommentedMap(name=n.name, address=n.ip, fabric_ip=n.ip, gpus=1, jit_cache=NODE_JIT_CACHE,
+                     hf_cache=NODE_HF_CACHE, state_dir=NODE_STATE_DIR)
+        for n in nodes
+    ]
+    buf = io.StringIO()
+    _yaml().dump(doc, buf)
+    path.write_text("# generated by spark-deploy sim up\n" + buf.getvalue())
+
+
+def write_recipe(dest: Path, image_id: str, template: Path | None = None) -> Path | None:
+    """Copy the sim recipe with image.id pinned to the loaded image's ID; None if no template exists."""
+    src = template or Path(os.environ.get("SPARK_DEPLOY_SIM_RECIPE", DEFAULT_RECIPE))
+    if not src.is_file():
+        return None
+    y = YAML()  # round-trip: keeps the lead's comments and order
+    y.preserve_quotes = True
+    doc = y.load(src.read_text())
+    if not isinstance(doc, dict):
+        raise SimError(f"{src} is not a YAML mapping")
+    image = doc.get("image")
+    if image is None:
+        image = doc["image"] = CommentedMap()
+    elif not isinstance(image, dict):
+        raise SimError(f"{src}: 'image' is not a mapping")
+    image["id"] = image_id
+    with dest.open("w") as f:
+        y.dump(doc, f)
+    return src
