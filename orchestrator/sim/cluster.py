@@ -139,6 +139,7 @@ class SimCluster:
         if self.client.containers.list(all=True, filters=self._label_filter()):
             raise SimError(f"sim cluster {self.name!r} already exists; `spark-deploy sim down "
                            f"--name {self.name}` first")
+        self.down()  # leftovers of an interrupted run (network, volumes, state) would collide
         t0 = time.monotonic()
         built = images.ensure_images(self.client, self.console)
         t_images = time.monotonic() - t0

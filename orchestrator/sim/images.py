@@ -14,6 +14,8 @@ The mirror is read from the machine's apt sources and is deliberately NOT part o
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -185,20 +187,10 @@ def ensure_images(client: docker.DockerClient | None = None, console: Console | 
     hits = {k: _get(client, s.tag) for k, s in specs.items()}
     missing = [s for k, s in specs.items() if hits[k] is None]
     if missing:
-        need_base = [s for s in missing if _get(client, s.base_tag) is None]
-        if need_base:
-            mirror = apt_mirror()
-            with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                          TimeElapsedColumn(), console=console, transient=False) as progress:
-                with concurrent.futures.ThreadPoolExecutor(len(need_base)) as pool:
-                    futures = [pool.submit(_build_base, client, s, mirror, progress) for s in need_base]
-                    for fut in futures:
-                        fut.result()
-            built += [s.base_tag for s in need_base]
-        for s in missing:
-            hits[s.kind] = _build_final(client, s)
-            built.append(s.tag)
-            console.print(f"[green]built[/] {s.tag} ({hits[s.kind].id[:19]})")
+        with _build_lock():  # a concurrent run may be building the same thing: wait, then re-check
+            hits = {k: _get(client, s.tag) for k, s in specs.items()}
+            missing = [s for k, s in specs.items() if hits[k] is None]
+            built = _build_missing(client, console, missing, hits)
     for s in specs.values():
         image = hits[s.kind]
         for ref in s.extra_tags:
@@ -208,6 +200,38 @@ def ensure_images(client: docker.DockerClient | None = None, console: Console | 
         hits[s.kind] = client.images.get(s.tag)
         _prune_stale(client, s)
     return SimImages(node=hits["node"], vllm=hits["vllm"], built=built)
+
+
+def _build_missing(client: docker.DockerClient, console: Console, missing: list[ImageSpec],
+                   hits: dict) -> list[str]:
+    built: list[str] = []
+    need_base = [s for s in missing if _get(client, s.base_tag) is None]
+    if need_base:
+        mirror = apt_mirror()
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                      TimeElapsedColumn(), console=console, transient=False) as progress:
+            with concurrent.futures.ThreadPoolExecutor(len(need_base)) as pool:
+                futures = [pool.submit(_build_base, client, s, mirror, progress) for s in need_base]
+                for fut in futures:
+                    fut.result()
+        built += [s.base_tag for s in need_base]
+    for s in missing:
+        hits[s.kind] = _build_final(client, s)
+        built.append(s.tag)
+        console.print(f"[green]built[/] {s.tag} ({hits[s.kind].id[:19]})")
+    return built
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "build.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _sha(data: bytes) -> str:

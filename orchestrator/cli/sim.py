@@ -1,0 +1,158 @@
+"""`spark-deploy sim ...`: bring a simulated cluster up and down, inject faults. Thin: parse, call, print."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Annotated, Iterator, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from .common import BadInput, Failed, err, exit_codes, out
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  rich_markup_mode=None)
+
+NameOpt = Annotated[str, typer.Option("--name", "-n", envvar="SPARK_DEPLOY_SIM_NAME",
+                                      help="Name of the simulated cluster.")]
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Sim exceptions -> the CLI's exit codes (2 bad input, 1 failure)."""
+    import docker.errors
+
+    from ..sim.images import ImageBuildError
+    from ..sim.state import SimError, SimInputError
+
+    with exit_codes():
+        try:
+            yield
+        except SimInputError as exc:
+            raise BadInput(str(exc)) from None
+        except (SimError, ImageBuildError, docker.errors.DockerException) as exc:
+            raise Failed(str(exc)) from None
+
+
+@app.command()
+def up(
+    name: NameOpt = "demo",
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=16, help="Number of simulated Sparks.")] = 2,
+    load_image_on: Annotated[str, typer.Option(
+        "--load-image-on", help="Comma-separated node numbers that get the vllm-sim image.")] = "1",
+) -> None:
+    """Start NODES simulated Sparks (sshd + dockerd each) and write inventory.yaml and recipe.yaml.
+
+    Example: spark-deploy sim up --nodes 2
+    """
+    from ..sim.cluster import SimCluster
+
+    with _errors():
+        try:
+            load_on = [int(x) for x in load_image_on.split(",") if x.strip()]
+        except ValueError:
+            raise BadInput(f"--load-image-on wants numbers like 1,2, got {load_image_on!r}") from None
+        cluster = SimCluster(name)
+        doc = cluster.up(nodes=nodes, load_image_on=load_on)
+        table = Table("node", "address", "container", "vllm-sim image")
+        for n in doc["nodes"]:
+            table.add_row(n["name"], n["ip"], n["container"],
+                          "loaded" if n["name"] in doc["image_loaded_on"] else "-")
+        out.print(table)
+        p = doc["paths"]
+        out.print(f"sim cluster [bold]{escape(name)}[/] up in {doc['timings_s']['total']:.1f}s "
+                  f"(network {doc['network']} {doc['subnet']})")
+        out.print(f"  inventory   {escape(p['inventory'])}")
+        out.print(f"  recipe      {escape(p['recipe'] or '(not written)')}  image.id {doc['images']['vllm'][:19]}")
+        out.print(f"  ssh key     {escape(p['key'])}")
+        out.print(f"  known_hosts {escape(p['known_hosts'])}")
+        for w in doc["warnings"]:
+            err.print(f"[yellow]warning[/]: {escape(w)}")
+        first = doc["nodes"][0]["ip"]
+        out.print("Use it:")
+        lines = [f"ssh -i {p['key']} -o UserKnownHostsFile={p['known_hosts']} root@{first} nvidia-smi"]
+        if p["recipe"]:
+            lines.append(f"spark-deploy up {p['recipe']} -i {p['inventory']}")
+        lines += [f"spark-deploy sim fault spark-2 partition --name {name}",
+                  f"spark-deploy sim down --name {name}"]
+        for line in lines:
+            out.print(f"  {escape(line)}")
+
+
+@app.command()
+def down(name: NameOpt = "demo") -> None:
+    """Remove the cluster's containers, network, volumes and state dir (idempotent)."""
+    from ..sim.cluster import SimCluster
+
+    with _errors():
+        removed = SimCluster(name).down()
+        out.print(f"sim cluster {escape(name)}: " + (f"removed {len(removed)} item(s)" if removed
+                                                     else "nothing to remove"))
+        for item in removed:
+            out.print(f"  {escape(item)}")
+
+
+def _parse_fault_args(args: list[str]) -> dict:
+    opts: dict[str, str] = {}
+    for a in args:
+        if "=" in a:
+            k, _, v = a.partition("=")
+            if not k:
+                raise BadInput(f"bad fault argument {a!r}: want key=value")
+            opts[k.replace("-", "_")] = v
+        elif a.isdigit() and "port" not in opts:
+            opts["port"] = a  # `occupy-port 8000`
+        else:
+            raise BadInput(f"bad fault argument {a!r}: want key=value (or a port number)")
+    return opts
+
+
+@app.command()
+def fault(
+    node: Annotated[str, typer.Argument(help="Node: 1, spark-1, or 'all'.")],
+    kind: Annotated[str, typer.Argument(help="stop-sshd, start-sshd, stop-dockerd, start-dockerd, partition, "
+                                              "heal, netem, throttle, gpu, shared-jit, local-jit, "
+                                              "occupy-port, free-port")],
+    args: Annotated[Optional[list[str]], typer.Argument(help="key=value options, e.g. driver=575.57.08 clock=2200")] = None,
+    name: NameOpt = "demo",
+) -> None:
+    """Inject a fault into a node.
+
+    Examples: spark-deploy sim fault spark-2 partition;  sim fault 2 gpu clock=2200;  sim fault 1 occupy-port 8000
+    """
+    from ..sim.cluster import SimCluster
+
+    with _errors():
+        opts = _parse_fault_args(args or [])
+        for line in SimCluster(name).fault(node, kind, **opts):
+            out.print(escape(line))
+
+
+@app.command("ls")
+def ls_() -> None:
+    """List simulated clusters (containers on this engine and state dirs)."""
+    from ..sim.cluster import SimCluster, ls
+
+    with _errors():
+        clusters = ls()
+        if not clusters:
+            out.print("no simulated clusters")
+            return
+        table = Table("name", "nodes", "running", "addresses", "state dir")
+        for cname, info in clusters.items():
+            addrs = ", ".join(f"{n.name}={n.ip}" for n in SimCluster(cname).nodes()) if info["nodes"] else ""
+            table.add_row(cname, str(info["nodes"]), str(info["running"]), addrs, info["state_dir"] or "-")
+        out.print(table)
+
+
+@app.command()
+def images() -> None:
+    """Build (or find cached) the node and vllm-sim images without starting a cluster."""
+    from ..sim.images import ensure_images
+
+    with _errors():
+        res = ensure_images()
+        out.print(f"node  {res.node.tags[0] if res.node.tags else ''} {res.node.id[:19]}")
+        out.print(f"vllm  {', '.join(res.vllm.tags)} {res.vllm.id[:19]}")
+        out.print("built: " + (", ".join(res.built) if res.built else "nothing (cache hit)"))
