@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import config_cmds, deploy_cmds
+from . import config_cmds, demo, deploy_cmds
 
 app = typer.Typer(
     name="spark-deploy",
@@ -20,6 +20,7 @@ app.command()(deploy_cmds.up)
 app.command()(deploy_cmds.down)
 app.command()(deploy_cmds.status)
 app.command()(deploy_cmds.logs)
+app.command()(demo.demo)
 
 
 def _mount_optional() -> None:

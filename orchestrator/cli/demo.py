@@ -1,0 +1,71 @@
+"""`demo`: the whole main job on a machine with Docker and no Sparks — a simulated cluster, deployed."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from ..config.load import load_deployment
+from ..deploy import status as status_mod
+from ..deploy.endpoint import Endpoint
+from ..deploy.report import RichReporter
+from ..deploy.up import DeployFailed, UpOptions, up
+from .common import Failed, exit_codes, out
+
+
+def demo(
+    name: Annotated[str, typer.Option("--name", help="Name of the simulated cluster.")] = "demo",
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=8, help="Number of simulated Sparks.")] = 2,
+) -> None:
+    """Bring up a simulated cluster (real sshd + dockerd per node), deploy the sim recipe, show it serving.
+
+    Example: spark-deploy demo --nodes 2
+    """
+    from ..sim.cluster import SimCluster
+    from ..sim.state import SimError, SimInputError
+
+    with exit_codes():
+        cluster = SimCluster(name)
+        try:
+            if cluster.info() is None or not cluster.nodes():
+                out.print(f"[bold]1. simulated cluster[/] {escape(name)}: starting {nodes} node(s)")
+                cluster.up(nodes=nodes)
+            else:
+                out.print(f"[bold]1. simulated cluster[/] {escape(name)}: already up, reusing it")
+        except (SimError, SimInputError) as exc:
+            raise Failed(f"simulated cluster: {exc}") from None
+        inventory, recipe = cluster.inventory_path, cluster.recipe_path
+        dep = load_deployment(recipe, inventory)
+        if len(dep.inventory.nodes) != dep.recipe.vllm.tensor_parallel_size:
+            raise Failed(f"cluster {name} has {len(dep.inventory.nodes)} nodes but its recipe wants "
+                         f"{dep.recipe.vllm.tensor_parallel_size}; `spark-deploy sim down --name {name}` and retry")
+        out.print(f"[bold]2. spark-deploy up[/] {escape(str(recipe))} -i {escape(str(inventory))}")
+        reporter = RichReporter()
+        try:
+            result = up(dep, reporter, UpOptions())
+        except DeployFailed as exc:
+            raise Failed(str(exc)) from None
+        finally:
+            reporter.close()
+        out.print(f"[bold]3. status[/]")
+        report = status_mod.collect(dep.inventory, dep.recipe.name)
+        for row in report.rows:
+            out.print(f"  {row.node}: {row.container} {row.state}, rank {row.rank}, image {row.image_id[:19]}")
+        for e in report.endpoints:
+            out.print(f"  endpoint {e.url}: {'healthy' if e.healthy else 'NOT healthy'}, models {', '.join(e.models)}")
+        out.print(f"[bold]4. one completion[/]")
+        endpoint = Endpoint(dep.inventory.ranked[0].address, dep.recipe.serve.port)
+        answer = endpoint.complete(result.model, "Two DGX Sparks walk into a bar and", max_tokens=24)
+        usage = answer.get("usage", {})
+        out.print(f"  {escape(answer['choices'][0]['text'])!r}  ({usage.get('completion_tokens')} tokens)")
+        sd = f"spark-deploy"
+        out.print("\n[bold]Look around[/]:")
+        for line in (f"{sd} status -i {inventory}", f"{sd} logs -i {inventory} --tail 20",
+                     f"{sd} render {recipe} -i {inventory}",
+                     f"curl -s {endpoint.url}/v1/models", f"curl -s {endpoint.url}/metrics | grep spec_decode",
+                     f"{sd} sim fault spark-2 stop-dockerd --name {name}   # then try {sd} up again"):
+            out.print(f"  {escape(line)}")
+        out.print("[bold]Tear down[/]:")
+        out.print(f"  {escape(f'{sd} down -i {inventory} && {sd} sim down --name {name}')}")
