@@ -180,9 +180,9 @@ class SimCluster:
         with concurrent.futures.ThreadPoolExecutor(count) as pool:
             list(pool.map(prepare, containers.values()))
         vllm_id = built.vllm.id
-        refs = [images.VLLM_REFERENCE_TAG, images.vllm_spec().tag]
+        vllm_tags = [images.VLLM_REFERENCE_TAG] + _own_tags(built.vllm)
         for i in load_on:
-            provision.load_image(infos[i - 1].container, refs, vllm_id)
+            provision.load_image(infos[i - 1].container, vllm_id, vllm_tags)
         provision.write_inventory(self.inventory_path, self.name, infos, key, self.known_hosts_path)
         recipe_src = provision.write_recipe(self.recipe_path, vllm_id, recipe_template)
         warnings = []
@@ -196,9 +196,8 @@ class SimCluster:
             "shared_volume": shared.name,
             "nodes": [n.to_dict() | {"docker_volume": docker_volume_name(self.name, n.index)}
                       for n in infos],
-            "images": {"node": built.node.id, "node_tag": images.node_spec().tag,
-                       "vllm": vllm_id, "vllm_tag": images.vllm_spec().tag,
-                       "vllm_ref": images.VLLM_REFERENCE_TAG},
+            "images": {"node": built.node.id, "node_tags": _own_tags(built.node),
+                       "vllm": vllm_id, "vllm_tags": vllm_tags},
             "image_loaded_on": [infos[i - 1].name for i in load_on],
             "model": model_meta,
             "paths": {"state_dir": str(state), "key": str(key), "known_hosts": str(self.known_hosts_path),
@@ -337,6 +336,10 @@ def _logs(c, lines: int = 30) -> str:
     except docker.errors.APIError:
         pass  # the container is not running
     return "".join(parts)
+
+
+def _own_tags(image) -> list[str]:
+    return [t for t in image.tags if t.startswith(images.REPO_PREFIX + "/")]
 
 
 def _ignore_missing(fn):

@@ -13,6 +13,7 @@ The mirror is read from the machine's apt sources and is deliberately NOT part o
 
 from __future__ import annotations
 
+import calendar
 import concurrent.futures
 import contextlib
 import fcntl
@@ -24,6 +25,7 @@ import re
 import subprocess
 import tarfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -356,17 +358,33 @@ def _build_final(client: docker.DockerClient, spec: ImageSpec):
     return image
 
 
+STALE_AFTER_S = 3600  # another checkout/process may still be about to use a slightly older build
+
+
 def _prune_stale(client: docker.DockerClient, spec: ImageSpec) -> None:
-    """Drop older tags of this kind (and their bases) so rebuilds don't pile up; skip images in use."""
+    """Untag builds of this kind that other inputs made, once they are an hour old, so rebuilds don't
+    pile up (a final image is a few KB over its base; removing the last child also frees an untagged
+    base). Images in use by a container are kept."""
     keep = {spec.tag, spec.base_tag}
+    now = time.time()
     for repo in (f"{REPO_PREFIX}/{spec.kind}", f"{REPO_PREFIX}/{spec.kind}-base"):
         for image in client.images.list(name=repo):
+            if now - _created(image) < STALE_AFTER_S:
+                continue
             for ref in image.tags:
                 if ref.startswith(repo + ":") and ref not in keep:
                     try:
                         client.images.remove(ref, noprune=False)
                     except docker.errors.APIError:
-                        pass  # still used by a container (e.g. a running cluster): keep it
+                        pass  # in use (e.g. a running cluster) or already gone: keep it
+
+
+def _created(image) -> float:
+    stamp = str(image.attrs.get("Created", ""))
+    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", stamp)
+    if not m:
+        return time.time()  # unknown age: treat as fresh
+    return calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
 
 
 def remove_tree(path: Path) -> None:

@@ -80,26 +80,33 @@ def prepare_node(container, private: bytes, public: bytes, node_known_hosts: str
         raise SimError(f"installing SSH files on {container.name} failed")
 
 
-def load_image(container_name: str, refs: list[str], expect_id: str) -> str:
-    """`docker save REFS | docker exec -i NODE docker load`, then check the node's ID equals the host's."""
-    save = subprocess.Popen(["docker", "save", *refs], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def load_image(container_name: str, image_id: str, tags: list[str]) -> str:
+    """`docker save ID | docker exec -i NODE docker load`, tag it inside the node, and check that the
+    node's image ID equals the host's. Saving by ID is immune to a concurrent rebuild moving a tag."""
+    save = subprocess.Popen(["docker", "save", image_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     load = subprocess.Popen(["docker", "exec", "-i", container_name, "docker", "load"],
                             stdin=save.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert save.stdout is not None
     save.stdout.close()  # load owns the read end now
-    load_out, load_err = load.communicate()
+    _, load_err = load.communicate()
     save_err = save.stderr.read() if save.stderr else b""
     save.wait()
     if save.returncode != 0 or load.returncode != 0:
         raise SimError(f"docker save | docker load into {container_name} failed: "
                        f"save rc={save.returncode} {save_err.decode(errors='replace').strip()} "
                        f"load rc={load.returncode} {load_err.decode(errors='replace').strip()}")
+    for tag in tags:
+        res = subprocess.run(["docker", "exec", container_name, "docker", "tag", image_id, tag],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            raise SimError(f"docker tag {tag} on {container_name} failed: {res.stderr.strip()}")
+    ref = tags[0] if tags else image_id
     got = subprocess.run(["docker", "exec", container_name, "docker", "image", "inspect",
-                          "--format", "{{.Id}}", refs[0]], capture_output=True, text=True)
+                          "--format", "{{.Id}}", ref], capture_output=True, text=True)
     node_id = got.stdout.strip()
-    if got.returncode != 0 or node_id != expect_id:
-        raise SimError(f"image {refs[0]} on {container_name} has ID {node_id or got.stderr.strip()!r}, "
-                       f"host has {expect_id}")
+    if got.returncode != 0 or node_id != image_id:
+        raise SimError(f"image {ref} on {container_name} has ID {node_id or got.stderr.strip()!r}, "
+                       f"host has {image_id}")
     return node_id
 
 

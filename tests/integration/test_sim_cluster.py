@@ -61,22 +61,27 @@ TCP_PROBE = ("import socket, sys\n"
 
 
 # ---- images -----------------------------------------------------------------------------------
-def test_images_are_cached_by_their_inputs(docker_client, sim_images, monkeypatch):
-    assert images.node_spec().tag in sim_images.node.tags
-    assert images.vllm_spec().tag in sim_images.vllm.tags
+def test_images_are_cached_by_their_inputs(docker_client, sim_images, monkeypatch, tmp_path):
+    assert images.node_spec().base_tag.split(":")[0] == "spark-deploy-sim/node-base"
+    assert any(t.startswith("spark-deploy-sim/node:") for t in sim_images.node.tags)
     assert images.VLLM_REFERENCE_TAG in sim_images.vllm.tags
-    cfg = sim_images.vllm.attrs["Config"]
-    assert cfg["Entrypoint"] == ["vllm", "serve"]
+    assert sim_images.vllm.attrs["Config"]["Entrypoint"] == ["vllm", "serve"]
+    # freeze vllm_sim.py (it may be edited while this runs), then: no debootstrap, and a pure hit
+    frozen = tmp_path / "vllm_sim.py"
+    frozen.write_bytes(images.vllm_sim_source().read_bytes())
+    monkeypatch.setenv("SPARK_DEPLOY_SIM_VLLM_SIM", str(frozen))
 
     def no_debootstrap(*a, **k):
         raise AssertionError("a cached build must not debootstrap")
 
     monkeypatch.setattr(images, "_build_base", no_debootstrap)
+    first = images.ensure_images(docker_client)
     t0 = time.monotonic()
     again = images.ensure_images(docker_client)
     assert time.monotonic() - t0 < 5
     assert again.built == []
-    assert again.node.id == sim_images.node.id and again.vllm.id == sim_images.vllm.id
+    assert again.node.id == first.node.id == sim_images.node.id and again.vllm.id == first.vllm.id
+    assert images.vllm_spec().tag in again.vllm.tags
 
 
 def test_image_tag_follows_vllm_sim_content_but_not_the_mirror(tmp_path, monkeypatch):
@@ -155,6 +160,12 @@ def test_image_only_on_node1_and_gpu_run_works(sim_cluster_factory, sim_images):
     assert code == 0 and "usage" in (out + err).lower(), out + err
     code, _, err = ssh_run(cluster, n2, ["docker", "image", "inspect", image_id])
     assert code != 0 and "no such" in err.lower()
+    # node-to-node transfer over the nodes' own SSH trust keeps the ID
+    code, _, err = ssh_run(cluster, n1, ["sh", "-c", 'docker save "$1" | ssh -o BatchMode=yes spark-2 docker load',
+                                         "sh", "vllm-sim:latest"])
+    assert code == 0, err
+    code, out, _ = ssh_run(cluster, n2, ["docker", "image", "inspect", "--format", "{{.Id}}", "vllm-sim:latest"])
+    assert (code, out.strip()) == (0, image_id)
 
 
 def test_nvidia_smi_stub_and_gpu_fault(sim_cluster_factory):
