@@ -123,6 +123,17 @@ def test_two_nodes_up_with_ssh_through_known_hosts_only(sim_cluster_factory):
     finally:
         conn.close()
 
+    # sshd offers public-key auth only (no passwords, no keyboard-interactive)
+    transport = paramiko.Transport((n1.ip, 22))
+    try:
+        transport.start_client(timeout=10)
+        assert cluster.known_hosts_path.read_text().count(transport.get_remote_server_key().get_base64()) == 1
+        with pytest.raises(paramiko.BadAuthenticationType) as info:
+            transport.auth_none("root")
+        assert info.value.allowed_types == ["publickey"]
+    finally:
+        transport.close()
+
     # node-to-node SSH with the key and known_hosts installed in the nodes (no TOFU either)
     code, out, err = ssh_run(cluster, n1, ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
                                            "spark-2", "hostname"])
