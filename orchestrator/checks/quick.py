@@ -60,8 +60,8 @@ def gpu_visible(cluster: Cluster) -> CheckResult:
                        f"nvidia-smi sees no GPU on {', '.join(bad)}" if bad else "")
 
 
-def ports_free(cluster: Cluster, ports: list[int], allowed_containers: set[str]) -> CheckResult:
-    """The serve and master ports on the head must be free (ours from this same deployment is fine)."""
+def ports_free(cluster: Cluster, ports: list[int]) -> CheckResult:
+    """The serve and master ports on the head must be free (run after this recipe's old containers are gone)."""
     head = cluster.head
     evidence, taken = {}, []
     for port in ports:

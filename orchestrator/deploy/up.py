@@ -72,10 +72,11 @@ def up(dep: Deployment, reporter: Reporter, opts: UpOptions = UpOptions()) -> Up
                 cluster.open()
             except GroupError as exc:
                 raise DeployFailed("connect", str(exc)) from None
+        _preflight(cluster, dep, reporter)
         existing = _existing(cluster, dep, endpoint, reporter, opts)
         if existing is not None:
             return existing
-        _preflight(cluster, dep, plan, reporter)
+        _ports(cluster, dep, plan, reporter)
         _image(cluster, dep, reporter, opts)
         _secrets(cluster, dep, plan, reporter)
         return _launch(cluster, dep, plan, endpoint, reporter, opts)
@@ -117,18 +118,26 @@ def _existing(cluster: Cluster, dep: Deployment, endpoint: Endpoint, reporter: R
     return None
 
 
-def _preflight(cluster: Cluster, dep: Deployment, plan: list[NodeLaunch], reporter: Reporter) -> None:
+def _judge(phase: str, results: list[quick.CheckResult], reporter: Reporter) -> None:
+    for result in results:
+        reporter.note(f"{result.name}: {result.status} — " + "; ".join(f"{k}: {v}" for k, v in result.evidence.items()))
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise DeployFailed(phase, "; ".join(
+            f"{r.name} failed ({'; '.join(f'{k}: {v}' for k, v in r.evidence.items())}). {r.fix}" for r in failed))
+
+
+def _preflight(cluster: Cluster, dep: Deployment, reporter: Reporter) -> None:
     nodes = {n.name: n for n in dep.inventory.nodes}
+    with reporter.phase("preflight", "docker, GPU, JIT cache"):
+        _judge("preflight", [quick.docker_answers(cluster), quick.gpu_visible(cluster),
+                             quick.jit_cache_local(cluster, nodes)], reporter)
+
+
+def _ports(cluster: Cluster, dep: Deployment, plan: list[NodeLaunch], reporter: Reporter) -> None:
     ports = [dep.recipe.serve.port] + ([dep.recipe.vllm.master_port] if len(plan) > 1 else [])
-    with reporter.phase("preflight", "docker, GPU, ports, JIT cache"):
-        results = [quick.docker_answers(cluster), quick.gpu_visible(cluster),
-                   quick.ports_free(cluster, ports, set()), quick.jit_cache_local(cluster, nodes)]
-        failed = [r for r in results if not r.ok]
-        for result in results:
-            reporter.note(f"{result.name}: {result.status} — " + "; ".join(f"{k}: {v}" for k, v in result.evidence.items()))
-        if failed:
-            raise DeployFailed("preflight", "; ".join(
-                f"{r.name} failed ({'; '.join(f'{k}: {v}' for k, v in r.evidence.items())}). {r.fix}" for r in failed))
+    with reporter.phase("ports", ", ".join(f"{cluster.head.name}:{p}" for p in ports)):
+        _judge("ports", [quick.ports_free(cluster, ports)], reporter)
 
 
 def _image(cluster: Cluster, dep: Deployment, reporter: Reporter, opts: UpOptions) -> None:

@@ -15,6 +15,7 @@ from ..engine.containers import inspect_container
 from ..transport.node import NodeConnection
 from .signatures import explain_exit, match
 
+SIGNATURE_GRACE = 1.0  # seconds a process has to exit after logging a known failure line
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+Z) ?")
 
 
@@ -82,6 +83,7 @@ class ContainerWatch:
                  on_line: Callable[[str, str], None] | None):
         self.conn, self.container, self.monitor, self.on_line = conn, container, monitor, on_line
         self.lines: list[str] = []  # log text without the docker timestamp
+        self.signature_line: str | None = None  # the first known failure line seen
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"watch-{conn.name}", daemon=True)
 
@@ -108,9 +110,19 @@ class ContainerWatch:
         if self.on_line:
             self.on_line(self.conn.name, text)
         signature = match(text)
-        if signature and signature.fatal:
-            self.monitor.fail(Failure(self.conn.name, f"{self.container} logged: {text.strip()}",
-                                      signature.explanation, self.excerpt()))
+        if signature and signature.fatal and self.signature_line is None:
+            self.signature_line = text.strip()
+            # Most failure lines are followed by the process exiting: give it a moment so the report carries
+            # the exit code too; a process that logs the line and stays up (ring-buffer stall) fails anyway.
+            failure = Failure(self.conn.name, f"{self.container} logged: {text.strip()}", signature.explanation)
+            timer = threading.Timer(SIGNATURE_GRACE, self._fail_with_excerpt, args=(failure,))
+            timer.daemon = True
+            timer.start()
+
+    def _fail_with_excerpt(self, failure: Failure) -> None:
+        if not self._stop.is_set():
+            failure.excerpt = self.excerpt()
+            self.monitor.fail(failure)
 
     def _run(self) -> None:
         try:
@@ -136,5 +148,7 @@ class ContainerWatch:
             why = known.explanation if known else "the container disappeared while starting"
         else:
             cause = f"{self.container} exited with code {state.exit_code}"
+            if self.signature_line:
+                cause += f" after logging: {self.signature_line}"
             why = known.explanation if known else explain_exit(state.exit_code, state.oom_killed)
         self.monitor.fail(Failure(self.conn.name, cause, why, self.excerpt()))

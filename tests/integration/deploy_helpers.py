@@ -1,0 +1,77 @@
+"""Helpers for the deploy integration tests: run the real CLI, vary the sim recipe, look at the nodes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ruamel.yaml import YAML
+
+from orchestrator.sim.cluster import SimCluster
+
+_names = itertools.count(1)
+
+CLI = [sys.executable, "-c", "from orchestrator.cli.main import run; run()"]
+
+
+def spark_deploy(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The real command line, in a subprocess: real exit codes, real stdout/stderr."""
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def recipe_variant(cluster: SimCluster, dest: Path, *, env: dict | None = None, extra: dict | None = None,
+                   vllm: dict | None = None, nodes: int | None = None) -> Path:
+    """A copy of the cluster's pinned sim recipe with some values changed."""
+    yaml = YAML()
+    doc = yaml.load(cluster.recipe_path.read_text())
+    for key, value in (env or {}).items():
+        doc["env"][key] = value
+    for key, value in (extra or {}).items():
+        doc["vllm"]["extra"][key] = value
+    for key, value in (vllm or {}).items():
+        doc["vllm"][key] = value
+    if nodes is not None:
+        doc["vllm"]["tensor_parallel_size"] = nodes
+    with dest.open("w") as handle:
+        yaml.dump(doc, handle)
+    return dest
+
+
+def node_docker(cluster: SimCluster, node: int | str, *argv: str, check: bool = False):
+    return cluster.exec(node, ["docker", *argv], check=check)
+
+
+def our_containers(cluster: SimCluster) -> dict[str, list[str]]:
+    """Every spark-deploy container on every node, running or not."""
+    found = {}
+    for info in cluster.nodes():
+        result = node_docker(cluster, info.index, "ps", "--all", "--format", "{{.Names}}",
+                             "--filter", "label=spark-deploy.managed=true")
+        found[info.name] = [line for line in result.stdout.splitlines() if line]
+    return found
+
+
+def assert_nothing_left(cluster: SimCluster) -> None:
+    left = {node: names for node, names in our_containers(cluster).items() if names}
+    assert not left, f"containers left behind: {left}"
+
+
+def image_inspect(cluster: SimCluster, node: int | str, ref: str) -> dict | None:
+    result = node_docker(cluster, node, "image", "inspect", ref)
+    if result.code != 0:
+        return None
+    return json.loads(result.stdout)[0]
+
+
+def pinned_id(cluster: SimCluster) -> str:
+    return YAML(typ="safe").load(cluster.recipe_path.read_text())["image"]["id"]
+
+
+def unique_name() -> str:
+    """Cluster names unique per process, so two test runs never collide."""
+    return f"d{os.getpid()}x{next(_names)}"

@@ -1,0 +1,227 @@
+"""`spark-deploy up / status / down` end to end on the simulated cluster (real sshd, dockerd, images)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import urllib.request
+
+import pytest
+
+from orchestrator.sim.cluster import SimCluster
+
+from deploy_helpers import (
+    CLI,
+    assert_nothing_left,
+    image_inspect,
+    node_docker,
+    our_containers,
+    pinned_id,
+    recipe_variant,
+    spark_deploy,
+    unique_name,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def pair(docker_client, sim_images, sim_home):
+    """One 2-node cluster for this module; every test leaves it as it found it (no containers of ours)."""
+    cluster = SimCluster(unique_name(), client=docker_client)
+    try:
+        cluster.up(2)
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.fixture
+def clean(pair):
+    yield pair
+    spark_deploy("down", "-i", pair.inventory_path)
+    assert_nothing_left(pair)
+
+
+def test_up_moves_the_image_serves_and_down_removes_everything(clean):
+    cluster = clean
+    image_id = pinned_id(cluster)
+    assert image_inspect(cluster, 1, image_id) is not None
+    assert image_inspect(cluster, 2, image_id) is None, "the stand-in image must start on node 1 only"
+
+    result = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path, "--json")
+    assert result.returncode == 0, result.stderr + result.stdout
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    final = events[-1]
+    assert final["event"] == "result" and final["ok"] is True
+    assert {e["name"]: e["status"] for e in final["expectations"]} == {"moe-backend": "ok", "cuda-graph-profile": "ok"}
+
+    for node in (1, 2):
+        data = image_inspect(cluster, node, image_id)
+        assert data is not None and data["Id"] == image_id
+        assert data["RepoDigests"] == []
+    for node, name in ((1, "sd-sim-tiny-r0"), (2, "sd-sim-tiny-r1")):
+        config_image = node_docker(cluster, node, "inspect", "--format", "{{.Config.Image}}", name, check=True)
+        assert config_image.stdout.strip() == image_id, "containers must start by image ID"
+
+    url = final["endpoint"]
+    body = json.dumps({"model": "tiny", "prompt": "hello", "max_tokens": 5}).encode()
+    request = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer = json.loads(response.read())
+    assert answer["usage"]["completion_tokens"] == 5
+
+    status = spark_deploy("status", "-i", cluster.inventory_path, "--json")
+    assert status.returncode == 0, status.stderr
+    report = json.loads(status.stdout)
+    assert sorted((c["node"], c["rank"], c["state"]) for c in report["containers"]) == [
+        ("spark-1", "0", "running"), ("spark-2", "1", "running")]
+    assert report["endpoints"][0]["healthy"] and report["endpoints"][0]["models"] == ["tiny"]
+
+    again = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
+    assert again.returncode == 0 and "already serving" in again.stdout
+    ids_before = node_docker(cluster, 1, "ps", "-q", check=True).stdout
+    assert node_docker(cluster, 1, "ps", "-q", check=True).stdout == ids_before
+
+    down = spark_deploy("down", "-i", cluster.inventory_path)
+    assert down.returncode == 0, down.stderr
+    assert "removed spark-2: sd-sim-tiny-r1" in down.stdout
+    assert down.stdout.index("spark-2") < down.stdout.index("spark-1"), "peers go down before the head"
+    assert_nothing_left(cluster)
+
+
+def _fails(cluster, recipe, *, expect: list[str], extra_args=(), env=None):
+    result = spark_deploy("up", recipe, "-i", cluster.inventory_path, *extra_args, env=env)
+    assert result.returncode == 1, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    for text in expect:
+        assert text in result.stderr, f"{text!r} not in:\n{result.stderr}"
+    ours = [line for line in result.stderr.splitlines() if not line.lstrip().startswith("|")]
+    assert not any("Traceback" in line for line in ours), "a traceback of ours (not the container's) leaked"
+    assert_nothing_left(cluster)
+    return result
+
+
+def test_unknown_vllm_flag_fails_fast_naming_the_head(clean, tmp_path):
+    recipe = recipe_variant(clean, tmp_path / "r.yaml", extra={"bogus-flag": 1})
+    _fails(clean, recipe, expect=["spark-1", "unrecognized arguments: --bogus-flag 1", "exited with code 2"])
+
+
+def test_peer_jit_assertion_fails_naming_the_peer(clean, tmp_path):
+    recipe = recipe_variant(clean, tmp_path / "r.yaml", env={"SIM_FAULT_JIT_ASSERT": "1"})
+    _fails(clean, recipe, expect=["spark-2", "runtime != nullptr", "JIT"])
+
+
+def test_moe_backend_not_the_expected_one(clean, tmp_path):
+    recipe = recipe_variant(clean, tmp_path / "r.yaml", vllm={"moe_backend": "auto"})
+    result = _fails(clean, recipe, expect=["log checks", "moe-backend", "expected 'B12X'", "DEEPGEMM_MXFP4"])
+    assert "spark-2" in result.stderr
+
+
+def test_cuda_graph_profile_differing(clean, tmp_path):
+    recipe = recipe_variant(clean, tmp_path / "r.yaml", env={"SIM_FAULT_CUDA_GRAPH_RANK": "1"})
+    _fails(clean, recipe, expect=["cuda-graph-profile", "nodes disagree", "spark-1:", "spark-2:"])
+
+
+def test_enforce_eager_makes_the_profile_check_not_applicable(clean, tmp_path):
+    recipe = recipe_variant(clean, tmp_path / "r.yaml", vllm={"enforce_eager": True})
+    result = spark_deploy("up", recipe, "-i", clean.inventory_path, "--json")
+    assert result.returncode == 0, result.stderr
+    final = json.loads(result.stdout.splitlines()[-1])
+    assert {e["name"]: e["status"] for e in final["expectations"]}["cuda-graph-profile"] == "not applicable"
+
+
+def test_shared_jit_directory_is_caught_before_launch(clean):
+    try:
+        clean.fault(1, "shared-jit")
+        clean.fault(2, "shared-jit")
+        result = _fails(clean, clean.recipe_path, expect=["preflight", "jit-cache", "shared with"])
+        assert "head" not in [line.split()[1] for line in result.stdout.splitlines() if line.startswith("→")]
+    finally:
+        clean.fault(1, "local-jit")
+        clean.fault(2, "local-jit")
+
+
+def test_node_with_sshd_down(clean):
+    try:
+        clean.fault(2, "stop-sshd")
+        _fails(clean, clean.recipe_path, expect=["connect", "spark-2", "cannot reach"])
+    finally:
+        clean.fault(2, "start-sshd")
+
+
+def test_node_with_dockerd_down(clean):
+    try:
+        clean.fault(2, "stop-dockerd")
+        _fails(clean, clean.recipe_path, expect=["preflight", "docker failed", "spark-2"])
+    finally:
+        clean.fault(2, "start-dockerd")
+
+
+def test_head_port_taken_by_something_else(clean):
+    try:
+        clean.fault(1, "occupy-port", port=8000)
+        _fails(clean, clean.recipe_path, expect=["ports", "spark-1:8000", "python3"])
+    finally:
+        clean.fault(1, "free-port", port=8000)
+
+
+def test_different_image_under_the_same_reference_is_refused_then_synced(clean):
+    import_cmd = 'tar -C /etc -cf - hostname | docker import - vllm-sim:latest'
+    clean.exec(2, ["sh", "-c", import_cmd])
+    try:
+        result = _fails(clean, clean.recipe_path, expect=["image", "different image under the same reference",
+                                                          "spark-2", "--sync"])
+        impostor = image_inspect(clean, 2, "vllm-sim:latest")
+        assert impostor is not None and impostor["Id"] != pinned_id(clean), "refusal must change nothing"
+        synced = spark_deploy("up", clean.recipe_path, "-i", clean.inventory_path, "--sync")
+        assert synced.returncode == 0, synced.stderr
+        assert image_inspect(clean, 2, "vllm-sim:latest")["Id"] == pinned_id(clean)
+    finally:
+        node_docker(clean, 2, "rm", "-f", "sd-sim-tiny-r1")
+
+
+def test_ctrl_c_during_the_wait_removes_everything(clean, tmp_path):
+    recipe = recipe_variant(clean, tmp_path / "r.yaml", env={"SIM_LOAD_SECONDS": "60"})
+    proc = subprocess.Popen([*CLI, "up", str(recipe), "-i", str(clean.inventory_path), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            event = json.loads(line)
+            if event["event"] == "phase-start" and event["phase"] == "ready":
+                break
+        assert sum(len(v) for v in our_containers(clean).values()) == 2, "both ranks should be running by now"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, stderr
+    assert "interrupted" in stderr and "ready" in stderr
+    assert_nothing_left(clean)
+
+
+def test_unknown_host_key_is_refused(clean, tmp_path):
+    known = clean.known_hosts_path.read_text().splitlines()
+    node2 = clean.nodes()[1].ip
+    trimmed = tmp_path / "known_hosts"
+    trimmed.write_text("\n".join(line for line in known if not line.startswith(node2)) + "\n")
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(clean.inventory_path.read_text().replace(str(clean.known_hosts_path), str(trimmed)))
+    result = spark_deploy("up", clean.recipe_path, "-i", inventory)
+    assert result.returncode == 1
+    assert "spark-2" in result.stderr and "not in" in result.stderr and "known_hosts" in result.stderr
+    assert_nothing_left(clean)
+
+
+def test_four_nodes(sim_cluster_factory, tmp_path):
+    cluster = sim_cluster_factory(nodes=4)
+    recipe = recipe_variant(cluster, tmp_path / "r.yaml", nodes=4)
+    result = spark_deploy("up", recipe, "-i", cluster.inventory_path, "--json")
+    assert result.returncode == 0, result.stderr + result.stdout
+    status = json.loads(spark_deploy("status", "-i", cluster.inventory_path, "--json").stdout)
+    assert sorted(c["rank"] for c in status["containers"]) == ["0", "1", "2", "3"]
+    image_id = pinned_id(cluster)
+    assert all(image_inspect(cluster, n, image_id)["Id"] == image_id for n in (1, 2, 3, 4))
+    assert spark_deploy("down", "-i", cluster.inventory_path).returncode == 0
+    assert_nothing_left(cluster)
