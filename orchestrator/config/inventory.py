@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from .types import AbsPath, EnvName, Host, IPAddress, Name, NodeName, Port, Text
+from .types import SECRET_NAME, TOKEN_VALUE, AbsPath, EnvName, Host, IPAddress, Name, NodeName, Port, Text
 
 
 class Model(BaseModel):
@@ -45,16 +45,20 @@ class Interconnect(Model):
 
     profile: Literal["roce", "tcp"]
     socket_ifname: Text
-    hca: Text | None = None
-    gid_index: int | None = Field(default=None, ge=0, le=255)
+    hca: Text | None = Field(default=None, validate_default=True)
+    gid_index: int | None = Field(default=None, ge=0, le=255, validate_default=True)
 
-    @model_validator(mode="after")
-    def _roce_needs_hca(self) -> "Interconnect":
-        if self.profile == "roce" and (self.hca is None or self.gid_index is None):
-            raise ValueError("profile roce needs hca and gid_index (NCCL_IB_HCA, NCCL_IB_GID_INDEX)")
-        if self.profile == "tcp" and (self.hca is not None or self.gid_index is not None):
-            raise ValueError("profile tcp takes no hca or gid_index (NCCL_IB_DISABLE=1)")
-        return self
+    @field_validator("hca", "gid_index")
+    @classmethod
+    def _fits_profile(cls, value, info: ValidationInfo):
+        """Checked per field (not per model) so the error names the offending key's own line."""
+        variable = {"hca": "NCCL_IB_HCA", "gid_index": "NCCL_IB_GID_INDEX"}[info.field_name]
+        profile = info.data.get("profile")
+        if profile == "roce" and value is None:
+            raise ValueError(f"profile roce needs {info.field_name} ({variable})")
+        if profile == "tcp" and value is not None:
+            raise ValueError(f"profile tcp takes no {info.field_name} (NCCL_IB_DISABLE=1)")
+        return value
 
 
 class Inventory(Model):
@@ -81,6 +85,11 @@ class Inventory(Model):
         return sum(n.gpus for n in self.nodes)
 
 
+def _within(path: str, directory: str) -> bool:
+    """`path` is `directory` or below it (paths are normalised: absolute, no trailing '/', except '/')."""
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
 def inventory_problems(inv: Inventory) -> list[tuple[tuple, str]]:
     """Cross-field problems as (location, message); the loader turns locations into file:line."""
     problems: list[tuple[tuple, str]] = []
@@ -91,8 +100,12 @@ def inventory_problems(inv: Inventory) -> list[tuple[tuple, str]]:
             first = seen.setdefault((field, value), i)
             if first != i:
                 problems.append((("nodes", i, field), f"duplicate {field} {value!r} (also nodes[{first}])"))
-        if node.jit_cache == node.hf_cache or node.jit_cache.startswith(node.hf_cache + "/") or node.hf_cache.startswith(node.jit_cache + "/"):
+        if _within(node.jit_cache, node.hf_cache) or _within(node.hf_cache, node.jit_cache):
             problems.append((("nodes", i, "jit_cache"), "the JIT cache must be its own directory, not the HF cache or inside it (field note 2)"))
+        for key, value in node.env.items():
+            if SECRET_NAME.search(key) or TOKEN_VALUE.match(value):
+                problems.append((("nodes", i, "env", key), f"{key} looks like a secret given as a literal value: "
+                                                           "remove it and list its name under the recipe's `secrets:`"))
     if inv.head not in {n.name for n in inv.nodes}:
         problems.append((("head",), f"head {inv.head!r} is not one of the nodes"))
     return problems

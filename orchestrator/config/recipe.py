@@ -5,13 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .types import (
+    CONTROL,
     SECRET_FLAGS,
     SECRET_NAME,
+    TOKEN_VALUE,
     AbsPath,
     EnvName,
     FlagName,
@@ -42,6 +44,18 @@ OWNED_FLAGS = {
     "served-model-name": "serve.served_model_name", "revision": "model.revision",
     "tp": "vllm.tensor_parallel_size", "pp": "vllm.pipeline_parallel_size",
 }
+
+
+def _not_owned(flag: str) -> str:
+    """A `vllm.extra` key check: it runs per key, so the error points at that key's own line."""
+    if flag in OWNED_FLAGS:
+        raise ValueError(f"--{flag} is set by {OWNED_FLAGS[flag]}, not by vllm.extra")
+    if flag in SECRET_FLAGS:
+        raise ValueError(f"--{flag} carries a secret: list its variable under `secrets:` instead")
+    return flag
+
+
+ExtraFlag = Annotated[FlagName, AfterValidator(_not_owned)]
 
 
 class Model(BaseModel):
@@ -77,7 +91,7 @@ class SpeculativeConfig(BaseModel):
     @model_validator(mode="after")
     def _scalars_only(self) -> "SpeculativeConfig":
         for key, value in (self.model_extra or {}).items():
-            if not isinstance(value, (str, int, float, bool)) or (isinstance(value, str) and re.search(r"[\x00-\x1f]", value)):
+            if not isinstance(value, (str, int, float, bool)) or (isinstance(value, str) and CONTROL.search(value)):
                 raise ValueError(f"speculative_config.{key} must be a plain scalar")
         return self
 
@@ -94,7 +108,7 @@ class VllmArgs(Model):
     enable_prefix_caching: bool | None = None
     enforce_eager: bool = False
     speculative_config: SpeculativeConfig | None = None
-    extra: dict[FlagName, Scalar] = {}
+    extra: dict[ExtraFlag, Scalar] = {}
 
     @field_validator("gpu_memory_utilization")
     @classmethod
@@ -102,16 +116,6 @@ class VllmArgs(Model):
         if value is not None and not 0 < value <= 0.95:
             raise ValueError(f"{value} is outside (0, 0.95]: unified memory needs headroom, 0.95 rebooted a Spark (field note 8)")
         return value
-
-    @field_validator("extra")
-    @classmethod
-    def _not_owned(cls, extra: dict) -> dict:
-        for flag in extra:
-            if flag in OWNED_FLAGS:
-                raise ValueError(f"--{flag} is set by {OWNED_FLAGS[flag]}, not by vllm.extra")
-            if flag in SECRET_FLAGS:
-                raise ValueError(f"--{flag} carries a secret: list its variable under `secrets:` instead")
-        return extra
 
 
 class BindMount(Model):
@@ -221,17 +225,17 @@ class Recipe(Model):
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
-_TOKEN_VALUE = re.compile(r"^(hf_|sk-|ghp_|github_pat_)[A-Za-z0-9_]{8,}")
-
-
 def recipe_problems(recipe: Recipe) -> list[tuple[tuple, str]]:
     """Secrets written inline, as (location, message). The value itself is never repeated back."""
     problems = []
     for key, value in recipe.env.items():
-        if SECRET_NAME.search(key) or _TOKEN_VALUE.match(value):
+        if SECRET_NAME.search(key) or TOKEN_VALUE.match(value):
             problems.append((("env", key), f"{key} looks like a secret given as a literal value: "
                                             "remove it and list its name under `secrets:`"))
     for flag, value in recipe.vllm.extra.items():
-        if isinstance(value, str) and _TOKEN_VALUE.match(value):
+        if isinstance(value, str) and TOKEN_VALUE.match(value):
             problems.append((("vllm", "extra", flag), f"--{flag} looks like a secret given as a literal value"))
+    for i, name in enumerate(recipe.secrets):
+        if TOKEN_VALUE.match(name):
+            problems.append((("secrets", i), "this looks like a secret's value: list the variable's name (e.g. HF_TOKEN)"))
     return problems

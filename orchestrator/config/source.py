@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -9,6 +10,9 @@ from typing import Any, Iterable
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.reader import ReaderError
+
+from .types import redact
 
 
 @dataclass
@@ -19,6 +23,10 @@ class ConfigIssue:
     line: int | None
     key: str
     message: str
+
+    def __post_init__(self) -> None:
+        # Messages quote offending values; a credential-shaped one must never be repeated back.
+        self.key, self.message = redact(self.key), redact(self.message)
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
@@ -34,6 +42,12 @@ class ConfigError(Exception):
         super().__init__("\n".join(str(i) for i in self.issues))
 
 
+def _first_line(tree: Any) -> int:
+    """Where a parsed document's content starts (after leading comments); 1 for an empty file or a scalar."""
+    lc = getattr(tree, "lc", None)
+    return lc.line + 1 if lc is not None and lc.line is not None else 1
+
+
 @dataclass
 class Document:
     """A parsed YAML file: plain data plus the ruamel tree that knows line numbers."""
@@ -43,7 +57,7 @@ class Document:
 
     def line_of(self, loc: tuple[Any, ...]) -> int | None:
         """1-based line of the deepest key of `loc` that exists in the file."""
-        node, line = self.tree, 1 if self.tree is not None else None
+        node, line = self.tree, _first_line(self.tree)
         for part in loc:
             if isinstance(node, CommentedMap) and part in node:
                 line = node.lc.key(part)[0] + 1
@@ -60,6 +74,9 @@ class Document:
         return ConfigIssue(self.path, self.line_of(loc), key, message)
 
 
+_DUPLICATE_VALUES = re.compile(r' with value ".*?" \(original value: ".*?"\)$', re.DOTALL)
+
+
 def _yaml() -> YAML:
     yaml = YAML(typ="rt")
     yaml.allow_duplicate_keys = False
@@ -70,22 +87,33 @@ def read_document(path: str | Path) -> Document:
     """Parse one YAML file; unreadable or malformed files raise ConfigError with the position."""
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError([ConfigIssue(name, None, "", f"cannot read file: {exc.strerror or exc}")]) from None
-    except UnicodeDecodeError:
-        raise ConfigError([ConfigIssue(name, None, "", "file is not UTF-8 text")]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError([ConfigIssue(name, line, "", f"file is not UTF-8 text (byte 0x{raw[exc.start]:02x})")]) from None
     try:
         tree = _yaml().load(text)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
-        problem = " ".join(str(p) for p in (exc.context, exc.problem) if p)
-        raise ConfigError([ConfigIssue(name, line, "", f"invalid YAML: {problem}")]) from None
+        context = exc.context or ""
+        if context and exc.context_mark and mark is not exc.context_mark and exc.context_mark.line + 1 != line:
+            context += f" (from line {exc.context_mark.line + 1})"  # e.g. where an unclosed '[' opened
+        problem = _DUPLICATE_VALUES.sub("", str(exc.problem or ""))  # the values may be secrets
+        message = ": ".join(p for p in (context, problem) if p)
+        raise ConfigError([ConfigIssue(name, line, "", f"invalid YAML: {message}")]) from None
+    except ReaderError as exc:  # a character YAML does not allow (a raw control character)
+        line = text[: exc.position].count("\n") + 1 if isinstance(exc.position, int) else None
+        what = f"character #x{exc.character:04x}" if isinstance(exc.character, int) else "a character"
+        raise ConfigError([ConfigIssue(name, line, "", f"invalid YAML: {what} ({exc.reason})")]) from None
     except YAMLError as exc:
         raise ConfigError([ConfigIssue(name, None, "", f"invalid YAML: {exc}")]) from None
     if not isinstance(tree, CommentedMap):
-        raise ConfigError([ConfigIssue(name, 1, "", "the top level must be a mapping of keys")])
+        raise ConfigError([ConfigIssue(name, _first_line(tree), "", "the top level must be a mapping of keys")])
     return Document(name, tree)
 
 

@@ -12,11 +12,12 @@ from typing import Annotated, Union
 
 from pydantic import AfterValidator, Field
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0, DEL and C1 (U+0080-U+009F: NEL, and CSI that terminals read as an escape sequence).
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _text(value: str) -> str:
-    if _CONTROL.search(value):
+    if CONTROL.search(value):
         raise ValueError("must not contain control characters (newline, tab, NUL...)")
     return value
 
@@ -66,3 +67,11 @@ Scalar = Union[bool, int, float, Text]
 # Names that say "this holds a credential": such values belong under `secrets:`, never inline.
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|PRIVATE_KEY|CREDENTIAL)", re.IGNORECASE)
 SECRET_FLAGS = frozenset({"api-key", "hf-token"})
+# Values shaped like a credential (Hugging Face, OpenAI-style, GitHub tokens).
+TOKEN_VALUE = re.compile(r"^(hf_|sk-|ghp_|github_pat_)[A-Za-z0-9_]{8,}")
+_TOKEN_ANYWHERE = re.compile(r"(?<![A-Za-z0-9])(hf_|sk-|ghp_|github_pat_)[A-Za-z0-9_]{8,}")
+
+
+def redact(text: str) -> str:
+    """`text` with every credential-shaped substring replaced, so no error message repeats a secret."""
+    return _TOKEN_ANYWHERE.sub("<redacted>", text)
