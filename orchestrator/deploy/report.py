@@ -54,7 +54,7 @@ class Reporter:
 
 @dataclass
 class RichReporter(Reporter):
-    console: Console = field(default_factory=lambda: Console(highlight=False, soft_wrap=True))
+    console: Console = field(default_factory=lambda: Console(highlight=False, soft_wrap=True, emoji=False))
     _bar: Progress | None = None
     _tasks: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)

@@ -167,6 +167,15 @@ def _revision(argv, sentinel, stored):
     return argv[:at + 1] + [stored] + argv[at + 2:]
 
 
+def _extra_value(argv, sentinel, stored):
+    """`--flag value`, except a value that looks like an option stays attached: `--flag=value`."""
+    at = argv.index("--zq-flag")
+    assert argv[at + 1] == sentinel
+    if stored.startswith("-"):
+        return argv[:at] + [f"--zq-flag={stored}"] + argv[at + 2:]
+    return argv[:at + 1] + [stored] + argv[at + 2:]
+
+
 def _image_id(argv, sentinel, stored):
     ref = BASE_RECIPE["image"]["ref"]
     return [stored if t == ref else t for t in argv]
@@ -200,7 +209,8 @@ SLOTS = [
          key=True, avoid={"zq-switch"}),
     Slot("vllm.extra.<switch flag>", R, [("vllm", "extra", "zq-switch")], ["trust-remote-code"], key=True,
          avoid={"zq-flag"}),
-    Slot("vllm.extra.<value>", R, [("vllm", "extra", "zq-flag")], ["deepseek_v4", "a b", "--x", "$(id)", ""]),
+    Slot("vllm.extra.<value>", R, [("vllm", "extra", "zq-flag")], ["deepseek_v4", "a b", "--x", "$(id)", ""],
+         expect=_extra_value),
     Slot("env.<key>", R, [("env", "ZQ_ENV_KEY")], ["VLLM_USE_X", "_x1"], key=True, avoid=RENDERED_ENV_KEYS),
     Slot("env.<value>", R, [("env", "ZQ_ENV_KEY")], ["1", "a b=c $(id) `x` 'q' ;", ""]),
     Slot("secrets[0]", R, [("secrets", 0)], ["HF_TOKEN", "OTHER_SECRET"], rendered=False),
