@@ -94,26 +94,31 @@ def _phase_guard(reporter: Reporter, fn, *args):
 
 
 def _existing(cluster: Cluster, dep: Deployment, endpoint: Endpoint, reporter: Reporter, opts: UpOptions) -> UpResult | None:
-    """Already serving this exact recipe: say so and change nothing. Stale containers of ours are cleared."""
+    """Already serving this exact recipe on every rank: say so and change nothing. Otherwise clear ours."""
     recipe = dep.recipe
     with reporter.phase("current state"):
         found = _phase_guard(reporter, ours, cluster, recipe.name)
         if not any(found.values()):
             reporter.note("no container of this recipe on any node")
             return None
-        head_name = render_plan(dep)[0].container
-        state = inspect_container(cluster.head, head_name) if head_name in found.get(cluster.head.name, []) else None
-        same = state is not None and state.labels.get(LABEL_HASH) == recipe.digest()
-        if state is not None and state.running and same and not opts.force and endpoint.healthy():
-            reporter.note(f"{recipe.name} ({recipe.digest()}) is already serving at {endpoint.url}: nothing changed "
-                          "(--force redeploys)")
+        states = {}
+        for launch in render_plan(dep):
+            conn = cluster[launch.node.name]
+            present = launch.container in found.get(conn.name, [])
+            states[conn.name] = _phase_guard(reporter, inspect_container, conn, launch.container) if present else None
+        running = all(s is not None and s.running for s in states.values())
+        same = all(s is not None and s.labels.get(LABEL_HASH) == recipe.digest() for s in states.values())
+        if running and same and not opts.force and endpoint.healthy():
+            reporter.note(f"{recipe.name} ({recipe.digest()}) is already serving at {endpoint.url} on every rank: "
+                          "nothing changed (--force redeploys)")
             return UpResult(endpoint.url, recipe.served_name, already_serving=True)
-        if state is not None and state.running and not same and not opts.force:
-            raise DeployFailed("current state", f"{recipe.name} is running on {cluster.head.name} with another "
-                               f"configuration (hash {state.labels.get(LABEL_HASH)}, this recipe {recipe.digest()}); "
-                               "use --force to replace it")
-        what = ", ".join(f"{n}: {', '.join(c)}" for n, c in found.items() if c)
-        reporter.note(f"removing earlier containers of this recipe ({what})")
+        if running and not same and not opts.force:
+            hashes = sorted({s.labels.get(LABEL_HASH) for s in states.values()})
+            raise DeployFailed("current state", f"{recipe.name} is running with another configuration (hash "
+                               f"{', '.join(hashes)}; this recipe {recipe.digest()}): use --force to replace it")
+        shown = ", ".join(f"{n}: {s.status if s else 'missing'}" for n, s in states.items())
+        reason = "--force" if opts.force else f"not a healthy deployment ({shown})"
+        reporter.note(f"replacing earlier containers of this recipe: {reason}")
         _phase_guard(reporter, remove_ranked, cluster, found)
     return None
 

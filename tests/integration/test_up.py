@@ -225,3 +225,25 @@ def test_four_nodes(sim_cluster_factory, tmp_path):
     assert all(image_inspect(cluster, n, image_id)["Id"] == image_id for n in (1, 2, 3, 4))
     assert spark_deploy("down", "-i", cluster.inventory_path).returncode == 0
     assert_nothing_left(cluster)
+
+
+def test_logs_and_a_half_dead_deployment_is_replaced_not_reported_as_serving(clean):
+    cluster = clean
+    assert spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path).returncode == 0
+    merged = spark_deploy("logs", "-i", cluster.inventory_path, "--tail", "5")
+    assert merged.returncode == 0
+    prefixes = {line.split("|", 1)[0].strip() for line in merged.stdout.splitlines() if "|" in line}
+    assert prefixes == {"spark-1", "spark-2"}
+    only = spark_deploy("logs", "-i", cluster.inventory_path, "--node", "spark-2")
+    assert {line.split("|", 1)[0].strip() for line in only.stdout.splitlines() if "|" in line} == {"spark-2"}
+    assert "Profiling CUDA graph memory" in only.stdout
+    bad = spark_deploy("logs", "-i", cluster.inventory_path, "--node", "spark-9")
+    assert bad.returncode == 2 and "spark-9" in bad.stderr
+
+    node_docker(cluster, 2, "kill", "sd-sim-tiny-r1", check=True)  # the peer dies; the head stays "up"
+    status = spark_deploy("status", "-i", cluster.inventory_path, "--json")
+    states = {c["node"]: c["state"] for c in json.loads(status.stdout)["containers"]}
+    assert states["spark-1"] == "running" and states["spark-2"].startswith("exited")
+    again = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
+    assert again.returncode == 0, again.stderr
+    assert "already serving" not in again.stdout and "not a healthy deployment" in again.stdout
