@@ -78,8 +78,13 @@ def up(dep: Deployment, reporter: Reporter, opts: UpOptions = UpOptions()) -> Up
             return existing
         _ports(cluster, dep, plan, reporter)
         _image(cluster, dep, reporter, opts)
-        _secrets(cluster, dep, plan, reporter)
-        return _launch(cluster, dep, plan, endpoint, reporter, opts)
+        try:
+            _secrets(cluster, dep, plan, reporter)
+            return _launch(cluster, dep, plan, endpoint, reporter, opts)
+        finally:
+            _forget_secrets(cluster, plan)
+    except KeyboardInterrupt:
+        raise DeployFailed(reporter.current, "interrupted (Ctrl-C) before any container was started") from None
     finally:
         cluster.close()
 
@@ -199,6 +204,17 @@ def _secrets(cluster: Cluster, dep: Deployment, plan: list[NodeLaunch], reporter
 
         _phase_guard(reporter, cluster.each, put)
         reporter.note(f"wrote {len(names)} secret(s) to {plan[0].env_file} on every node")
+
+
+def _forget_secrets(cluster: Cluster, plan: list[NodeLaunch]) -> None:
+    """`docker run` reads the env-file once; it need not stay on the node's disk after the launch."""
+    files = {launch.node.name: launch.env_file for launch in plan if launch.env_file}
+    if not files:
+        return
+    try:
+        cluster.each(lambda conn: conn.run(["rm", "-f", files[conn.name]], timeout=30))
+    except GroupError:
+        pass  # best effort: the file is mode 0600 in the node's state dir
 
 
 def _launch(cluster: Cluster, dep: Deployment, plan: list[NodeLaunch], endpoint: Endpoint, reporter: Reporter,

@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..transport.group import on_all
 from ..transport.node import NodeConnection, NodeError
 from .images import ImageIdentity, image_size, inspect_image, taggable
 
@@ -44,8 +45,6 @@ class SyncPlan:
 
 def survey(conns: list[NodeConnection], image_id: str, ref: str) -> SyncPlan:
     """Ask every node (in parallel) what it has under the pinned ID and under the reference."""
-    from ..transport.group import on_all
-
     def look(conn: NodeConnection) -> NodeImage:
         pinned = inspect_image(conn, image_id)
         by_ref = inspect_image(conn, ref) if taggable(ref) else None

@@ -140,10 +140,6 @@ class NodeConnection:
         For pipes and redirections only; `script` must be a constant written in this code base."""
         return self.run(["bash", "-c", script, "bash", *args], **kwargs)
 
-    def fabric_run(self, argv: Sequence[str], **kwargs):
-        """The same through Fabric's runner (used where its echo/watchers help)."""
-        return self._conn.run(shlex.join(argv), hide=True, warn=True, in_stream=False, **kwargs)
-
     def stream(self, argv: Sequence[str], on_line: Callable[[str], None], stop: threading.Event | None = None) -> int:
         """Run a long command (e.g. `docker logs -f`), calling `on_line` for each stdout/stderr line.
 

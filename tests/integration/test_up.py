@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import urllib.request
@@ -247,3 +248,37 @@ def test_logs_and_a_half_dead_deployment_is_replaced_not_reported_as_serving(cle
     again = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
     assert again.returncode == 0, again.stderr
     assert "already serving" not in again.stdout and "not a healthy deployment" in again.stdout
+
+
+def test_secret_reaches_the_container_by_env_file_only(clean, tmp_path):
+    import secrets as pysecrets
+
+    from ruamel.yaml import YAML
+
+    cluster = clean
+    recipe = recipe_variant(cluster, tmp_path / "r.yaml")
+    yaml = YAML()
+    doc = yaml.load(recipe.read_text())
+    doc["secrets"] = ["HF_TOKEN"]
+    with recipe.open("w") as handle:
+        yaml.dump(doc, handle)
+
+    without = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    missing = subprocess.run([*CLI, "up", str(recipe), "-i", str(cluster.inventory_path)], capture_output=True,
+                             text=True, timeout=300, env=without)
+    assert missing.returncode == 1 and "HF_TOKEN not set" in missing.stderr
+    assert_nothing_left(cluster)
+
+    token = "hf_" + pysecrets.token_hex(16)
+    result = spark_deploy("up", recipe, "-i", cluster.inventory_path, "--json", env={"HF_TOKEN": token})
+    assert result.returncode == 0, result.stderr
+    assert token not in result.stdout + result.stderr
+    for node, name in ((1, "sd-sim-tiny-r0"), (2, "sd-sim-tiny-r1")):
+        args = node_docker(cluster, node, "inspect", "--format", "{{json .Args}} {{json .Path}}", name, check=True)
+        assert token not in args.stdout, "a secret must never be in argv"
+        env = node_docker(cluster, node, "inspect", "--format", "{{json .Config.Env}}", name, check=True)
+        assert f"HF_TOKEN={token}" in env.stdout, "the container did not get the secret"
+        leftover = cluster.exec(node, ["sh", "-c", "cat /var/lib/spark-deploy/secrets/*.env 2>/dev/null; true"])
+        assert token not in leftover.stdout, "the env-file must not outlive the launch"
+    logs = spark_deploy("logs", "-i", cluster.inventory_path)
+    assert token not in logs.stdout
