@@ -184,7 +184,7 @@ class SimCluster:
         for i in load_on:
             provision.load_image(infos[i - 1].container, vllm_id, vllm_tags)
         provision.write_inventory(self.inventory_path, self.name, infos, key, self.known_hosts_path)
-        recipe_src = provision.write_recipe(self.recipe_path, vllm_id, recipe_template)
+        recipe_src = provision.write_recipe(self.recipe_path, vllm_id, recipe_template, nodes=count)
         warnings = []
         if recipe_src is None:
             warnings.append(f"no recipe template at {provision.DEFAULT_RECIPE}: recipe.yaml not written")

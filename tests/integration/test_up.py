@@ -217,8 +217,7 @@ def test_unknown_host_key_is_refused(clean, tmp_path):
 
 def test_four_nodes(sim_cluster_factory, tmp_path):
     cluster = sim_cluster_factory(nodes=4)
-    recipe = recipe_variant(cluster, tmp_path / "r.yaml", nodes=4)
-    result = spark_deploy("up", recipe, "-i", cluster.inventory_path, "--json")
+    result = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path, "--json")
     assert result.returncode == 0, result.stderr + result.stdout
     status = json.loads(spark_deploy("status", "-i", cluster.inventory_path, "--json").stdout)
     assert sorted(c["rank"] for c in status["containers"]) == ["0", "1", "2", "3"]
