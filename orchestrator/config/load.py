@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 from pydantic import ValidationError
 
@@ -34,28 +35,25 @@ def _issues_from(exc: ValidationError, doc: Document) -> list[ConfigIssue]:
     return issues
 
 
-def load_model(path: str | Path, model: type):
+def load_model(path: str | Path, model: type, problems: Callable[[Any], list[tuple[tuple, str]]]):
+    """Parse, validate against `model`, then run the cross-field `problems` check; all as file:line issues."""
     doc = read_document(path)
     try:
-        return model.model_validate(plain(doc.tree)), doc
+        value = model.model_validate(plain(doc.tree))
     except ValidationError as exc:
         raise ConfigError(_issues_from(exc, doc)) from None
+    found = problems(value)
+    if found:
+        raise ConfigError([doc.issue(loc, msg) for loc, msg in found])
+    return value, doc
 
 
 def load_inventory(path: str | Path) -> tuple[Inventory, Document]:
-    inventory, doc = load_model(path, Inventory)
-    problems = inventory_problems(inventory)
-    if problems:
-        raise ConfigError([doc.issue(loc, msg) for loc, msg in problems])
-    return inventory, doc
+    return load_model(path, Inventory, inventory_problems)
 
 
 def load_recipe(path: str | Path) -> tuple[Recipe, Document]:
-    recipe, doc = load_model(path, Recipe)
-    problems = recipe_problems(recipe)
-    if problems:
-        raise ConfigError([doc.issue(loc, msg) for loc, msg in problems])
-    return recipe, doc
+    return load_model(path, Recipe, recipe_problems)
 
 
 @dataclass(frozen=True)
