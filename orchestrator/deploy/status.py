@@ -61,18 +61,9 @@ def _rows(conn: NodeConnection, recipe: str | None) -> list[ContainerRow]:
 def collect(inventory: Inventory, recipe: str | None = None) -> StatusReport:
     """Ask every reachable node; an unreachable one is reported, not fatal."""
     cluster = Cluster(inventory)
-    unreachable: dict[str, str] = {}
     try:
-        try:
-            cluster.open()
-            alive = cluster.nodes
-        except GroupError as exc:
-            unreachable.update({n: str(e) for n, e in exc.failures.items()})
-            cluster = Cluster(inventory)
-            alive = []
-            for conn in cluster.nodes:
-                if conn.name not in unreachable:
-                    alive.append(conn.open())
+        alive, failures = cluster.open_reachable()
+        unreachable = {node: str(exc) for node, exc in failures.items()}
         try:
             found = cluster.each(lambda c: _rows(c, recipe), alive)
         except GroupError as exc:

@@ -53,6 +53,16 @@ class Cluster:
             raise
         return self
 
+    def open_reachable(self) -> tuple[list[NodeConnection], dict[str, BaseException]]:
+        """Open every node; for reports that go on without the ones that do not answer.
+
+        Returns (open connections in rank order, {node: why it is unreachable})."""
+        try:
+            on_all(self.nodes, lambda c: c.open(), lambda c: c.name)
+            return list(self.nodes), {}
+        except GroupError as exc:
+            return [c for c in self.nodes if c.name not in exc.failures], dict(exc.failures)
+
     @property
     def head(self) -> NodeConnection:
         return self.nodes[0]

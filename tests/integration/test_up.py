@@ -281,3 +281,14 @@ def test_secret_reaches_the_container_by_env_file_only(clean, tmp_path):
         assert token not in leftover.stdout, "the env-file must not outlive the launch"
     logs = spark_deploy("logs", "-i", cluster.inventory_path)
     assert token not in logs.stdout
+
+
+def test_status_names_an_unreachable_node_and_still_reports_the_others(clean):
+    try:
+        clean.fault(2, "stop-sshd")
+        result = spark_deploy("status", "-i", clean.inventory_path, "--json")
+        assert result.returncode == 1
+        report = json.loads(result.stdout)
+        assert list(report["unreachable"]) == ["spark-2"] and "cannot reach" in report["unreachable"]["spark-2"]
+    finally:
+        clean.fault(2, "start-sshd")
