@@ -184,3 +184,36 @@ def test_cuda_graph_line_differs_with_the_fault(by_hand, pair, tmp_path):
         log = hand.wait_for(launch, "Profiling CUDA graph memory")
         lines.append(next(l for l in log.splitlines() if "Profiling CUDA graph memory" in l).split("] ", 1)[1])
     assert lines[0] != lines[1]
+
+
+def test_speculative_stream_through_the_cluster_and_its_true_rate(by_hand, pair, tmp_path):
+    rate = 200.0
+    hand = by_hand(recipe_variant(pair, tmp_path / "r.yaml", env={"SIM_DECODE_TPS": str(rate)}))
+    head, peer = hand.plan
+    hand.start(head)
+    hand.start(peer)
+    hand.wait_for(head, "Application startup complete.")
+    url = f"http://{head.node.address}:{hand.dep.recipe.serve.port}/v1/completions"
+    body = {"model": "tiny", "prompt": "Write a long story about two machines.", "max_tokens": 400,
+            "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    chunks, stamps, usage, texts = 0, [], None, []
+    with urllib.request.urlopen(request, timeout=60) as response:
+        for raw in response:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if event["choices"]:
+                chunks += 1
+                stamps.append(time.monotonic())
+                texts.append(event["choices"][0]["text"])
+            elif event.get("usage"):
+                usage = event["usage"]
+    assert usage is not None and usage["completion_tokens"] == 400
+    assert chunks < usage["completion_tokens"], "speculative steps must carry several tokens per chunk"
+    tokenized = _post(f"http://{head.node.address}:{hand.dep.recipe.serve.port}/tokenize",
+                      {"model": "tiny", "prompt": texts[0]})
+    first = tokenized["count"]
+    measured = (usage["completion_tokens"] - first) / (stamps[-1] - stamps[0])
+    assert abs(measured - rate) / rate < 0.03, f"decode rate {measured:.1f} tok/s vs configured {rate}"
