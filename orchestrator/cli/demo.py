@@ -49,18 +49,18 @@ def demo(
             raise Failed(str(exc)) from None
         finally:
             reporter.close()
-        out.print(f"[bold]3. status[/]")
+        out.print("[bold]3. status[/]")
         report = status_mod.collect(dep.inventory, dep.recipe.name)
         for row in report.rows:
             out.print(f"  {row.node}: {row.container} {row.state}, rank {row.rank}, image {row.image_id[:19]}")
         for e in report.endpoints:
             out.print(f"  endpoint {e.url}: {'healthy' if e.healthy else 'NOT healthy'}, models {', '.join(e.models)}")
-        out.print(f"[bold]4. one completion[/]")
+        out.print("[bold]4. one completion[/]")
         endpoint = Endpoint(dep.inventory.ranked[0].address, dep.recipe.serve.port)
         answer = endpoint.complete(result.model, "Two DGX Sparks walk into a bar and", max_tokens=24)
         usage = answer.get("usage", {})
         out.print(f"  {escape(answer['choices'][0]['text'])!r}  ({usage.get('completion_tokens')} tokens)")
-        sd = f"spark-deploy"
+        sd = "spark-deploy"
         out.print("\n[bold]Look around[/]:")
         for line in (f"{sd} status -i {inventory}", f"{sd} logs -i {inventory} --tail 20",
                      f"{sd} render {recipe} -i {inventory}",

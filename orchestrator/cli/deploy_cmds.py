@@ -119,14 +119,15 @@ def status(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("invent
         else:
             table = Table(title="spark-deploy containers")
             for column in ("node", "container", "state", "started", "image", "recipe", "hash", "rank"):
-                table.add_column(column)
+                table.add_column(column, overflow="fold")
             for r in report.rows:
-                table.add_row(r.node, r.container, r.state, r.started_at[:19], r.image_id[:19], r.recipe, r.recipe_hash, r.rank)
+                table.add_row(r.node, r.container, r.state, r.started_at[:19].replace("T", " "),
+                              r.image_id.removeprefix("sha256:")[:12], r.recipe, r.recipe_hash, r.rank)
             out.print(table)
             for e in report.endpoints:
                 health = "[green]healthy[/]" if e.healthy else "[red]not healthy[/]"
                 out.print(f"endpoint {escape(e.url)}: {health}, models: {escape(', '.join(e.models) or '-')}")
-            for node, why in report.unreachable.items():
+            for why in report.unreachable.values():
                 err.print(f"[red]unreachable[/] {escape(why)}")
         if report.unreachable or any(not e.healthy for e in report.endpoints):
             raise typer.Exit(1)

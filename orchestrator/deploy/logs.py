@@ -6,7 +6,7 @@ import re
 import threading
 from typing import Callable
 
-from ..transport.group import Cluster, GroupError
+from ..transport.group import Cluster
 from ..transport.node import NodeConnection
 from .teardown import ours
 

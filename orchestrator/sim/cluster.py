@@ -18,7 +18,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
-from docker.types import EndpointConfig, IPAMConfig, IPAMPool
+from docker.types import IPAMConfig, IPAMPool
 from rich.console import Console
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Generic, Iterable, TypeVar
+from typing import Callable, Iterable, TypeVar
 
 from ..config.inventory import Inventory
 from .node import NodeConnection, NodeError, SSHTarget

@@ -12,7 +12,7 @@ import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import paramiko
 from fabric import Connection

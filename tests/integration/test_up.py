@@ -171,7 +171,7 @@ def test_different_image_under_the_same_reference_is_refused_then_synced(clean):
     import_cmd = 'tar -C /etc -cf - hostname | docker import - vllm-sim:latest'
     clean.exec(2, ["sh", "-c", import_cmd])
     try:
-        result = _fails(clean, clean.recipe_path, expect=["image", "different image under the same reference",
+        _fails(clean, clean.recipe_path, expect=["image", "different image under the same reference",
                                                           "spark-2", "--sync"])
         impostor = image_inspect(clean, 2, "vllm-sim:latest")
         assert impostor is not None and impostor["Id"] != pinned_id(clean), "refusal must change nothing"
