@@ -16,7 +16,8 @@ from ..config.source import ConfigError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
-out = Console(highlight=False, soft_wrap=True, emoji=False)
+# Piped output is read by people later (logs, CI): do not squeeze it into 80 columns.
+out = Console(highlight=False, soft_wrap=True, emoji=False, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 InventoryOpt = Annotated[
