@@ -490,6 +490,8 @@ class Rendezvous:
     def __init__(self, args, timeout: float, life: Life):
         self.args, self.timeout, self.life = args, timeout, life
         self.conns: list[socket.socket] = []
+        self.ready_peers = 0
+        self.ready_cond = threading.Condition()
 
     def listen(self) -> socket.socket:
         srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -579,12 +581,29 @@ class Rendezvous:
         conn.settimeout(None)
         self.conns.append(conn)
 
+    def report_ready(self) -> None:
+        """Rank > 0: tell the head this worker finished profiling and warm-up."""
+        for conn in self.conns:
+            try:
+                conn.sendall(b"READY\n")
+            except OSError:
+                pass
+
+    def wait_peers_ready(self) -> None:
+        """Rank 0: the engine serves only once every worker is warmed up (a dead peer keeps it waiting)."""
+        with self.ready_cond:
+            while self.ready_peers < len(self.conns) and not self.life.stop.is_set():
+                self.ready_cond.wait(0.5)
+
     def watch(self, on_lost) -> None:
-        """Call on_lost() once per connection that reaches EOF or errors."""
+        """Call on_lost() once per connection that reaches EOF or errors; count READY messages."""
         def _watch(conn):
             try:
-                while conn.recv(64):
-                    pass
+                while data := conn.recv(64):
+                    if b"READY" in data:
+                        with self.ready_cond:
+                            self.ready_peers += 1
+                            self.ready_cond.notify_all()
             except OSError:
                 pass
             if not self.life.stop.is_set():
@@ -1067,6 +1086,8 @@ class Node:
             os.kill(os.getpid(), signal.SIGKILL)  # what the OOM killer does: no last words
         self._jit_compile()
         self._profile_and_allocate(hf, spec)
+        if args.nnodes > 1:
+            rdzv.wait_peers_ready() if self.head else rdzv.report_ready()
         if self.head:
             log.info("EngineCore_DP0", "core.py:210",
                      f"init engine (profile, create kv cache, warmup model) took {time.monotonic() - t_start:.2f} s")

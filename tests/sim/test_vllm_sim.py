@@ -658,14 +658,14 @@ def assert_half_dead(head: SimProc, peer: SimProc, port: int) -> None:
     assert peer.wait_exit() == 1
     assert peer.lines[-1].endswith(
         "RuntimeError: Assertion error (/workspace/DeepGEMM/csrc/jit/compiler.hpp:147): runtime != nullptr")
-    started(head)
     head.wait_for(r"No available shared memory broadcast block found in 60 seconds\. This typically happens "
                   r"when some processes are hanging or doing some time-consuming work \(e\.g\. compilation, "
                   r"weight/kv cache quantization\)\.$", count=3, timeout=10)
     assert head.proc.poll() is None
-    assert http(port, "/health")[0] == 200
-    with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
-        http(port, "/v1/completions", {"prompt": "anyone?", "max_tokens": 2}, timeout=1.0)
+    # The peer died during warm-up, so the engine never finished initialising: no API server yet.
+    assert not any("Application startup complete" in line for line in head.lines)
+    with pytest.raises((OSError, urllib.error.URLError)):
+        http(port, "/health", timeout=1.0)
 
 
 def test_jit_assert_fault_half_kills_the_cluster(env, spawn):
@@ -716,3 +716,16 @@ def test_peer_without_head_gives_up(env, spawn):
     assert peer.wait_exit() == 1
     assert peer.matching(r"DistNetworkError: The client socket has timed out after 1000ms while trying to "
                          r"connect to \('127\.0\.0\.1', \d+\)\.$")
+
+
+def test_peer_dying_after_start_leaves_a_head_that_answers_health_but_not_completions(env, spawn):
+    """The other half-dead shape: serving had begun, then a peer died (playbooks PR #104)."""
+    head, peer, port = start_cluster(spawn, {**env, "SIM_RINGBUFFER_INTERVAL": "0.3"}, env)
+    started(head)
+    assert http(port, "/v1/completions", {"prompt": "hi", "max_tokens": 2})[0] == 200
+    peer.proc.kill()
+    head.wait_for(r"No available shared memory broadcast block found", count=2, timeout=10)
+    assert head.proc.poll() is None
+    assert http(port, "/health")[0] == 200
+    with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
+        http(port, "/v1/completions", {"prompt": "anyone?", "max_tokens": 2}, timeout=1.0)
