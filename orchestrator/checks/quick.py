@@ -63,15 +63,13 @@ def gpu_visible(cluster: Cluster) -> CheckResult:
 def ports_free(cluster: Cluster, ports: list[int]) -> CheckResult:
     """The serve and master ports on the head must be free (run after this recipe's old containers are gone)."""
     head = cluster.head
+    listeners = head.run(["ss", "-Hltnp"], timeout=20, check=True).stdout.splitlines()
     evidence, taken = {}, []
     for port in ports:
-        r = head.run(["ss", "-Hltnp", f"sport = :{port}"], timeout=20, check=True)
-        listeners = [line for line in r.stdout.splitlines() if line.strip()]
-        if listeners:
+        holders = [line for line in listeners if len(line.split()) > 3 and line.split()[3].rsplit(":", 1)[-1] == str(port)]
+        evidence[f"{head.name}:{port}"] = " ".join(holders[0].split()[3:]) if holders else "free"
+        if holders:
             taken.append(port)
-            evidence[f"{head.name}:{port}"] = " ".join(listeners[0].split()[3:])
-        else:
-            evidence[f"{head.name}:{port}"] = "free"
     return CheckResult("ports", "fail" if taken else "ok", evidence,
                        f"port(s) {', '.join(map(str, taken))} on {head.name} are taken by another process: stop it or "
                        "change serve.port / vllm.master_port" if taken else "")
@@ -89,28 +87,23 @@ def jit_cache_local(cluster: Cluster, nodes: dict[str, Node]) -> CheckResult:
         return r.ok, (f"{path} writable" if r.ok else f"{path} missing or not writable")
 
     evidence, bad = _per_node(cluster, write)
-    try:
-        if bad:
-            return CheckResult("jit-cache", "fail", evidence, f"create a local JIT directory on {', '.join(bad)}: "
-                                                              "mkdir -p <jit_cache> (local disk, not NFS)")
+    if bad:
+        _per_node(cluster, lambda conn: (conn.run(["rm", "-f", f"{nodes[conn.name].jit_cache}/{token[conn.name]}"],
+                                                  timeout=20).ok, ""))
+        return CheckResult("jit-cache", "fail", evidence, f"create a local JIT directory on {', '.join(bad)}: "
+                                                          "mkdir -p <jit_cache> (local disk, not NFS)")
 
-        def look(conn: NodeConnection):
-            path = nodes[conn.name].jit_cache
-            others = [t for name, t in token.items() if name != conn.name]
-            r = conn.run_script('cd "$1" && for t in "${@:2}"; do test -e "$t" && echo "$t"; done; true',
-                                path, *others, timeout=20, check=True)
-            seen = [name for name, t in token.items() if t in r.stdout.split()]
-            return not seen, (f"{path}: shared with {', '.join(seen)}" if seen else f"{path}: local")
+    def look_and_clean(conn: NodeConnection):
+        """Every node wrote before any node looks. Of nodes sharing a directory, the first to look still sees
+        the others' tokens (each removes its own only after looking), so sharing is always caught once."""
+        path = nodes[conn.name].jit_cache
+        others = [t for name, t in token.items() if name != conn.name]
+        r = conn.run_script('cd "$1" || exit 1; for t in "${@:3}"; do test -e "$t" && echo "$t"; done; rm -f "$2"',
+                            path, token[conn.name], *others, timeout=20, check=True)
+        seen = [name for name, t in token.items() if t in r.stdout.split()]
+        return not seen, (f"{path}: shared with {', '.join(seen)}" if seen else f"{path}: local")
 
-        evidence, bad = _per_node(cluster, look)
-        return CheckResult("jit-cache", "fail" if bad else "ok", evidence,
-                           "each node needs its own local JIT directory: two ranks compiling into one directory kill "
-                           "the peer (field note 2)" if bad else "")
-    finally:
-        def clean(conn: NodeConnection):
-            conn.run(["rm", "-f", f"{nodes[conn.name].jit_cache}/{token[conn.name]}"], timeout=20)
-            return True
-        try:
-            cluster.each(clean)
-        except GroupError:
-            pass
+    evidence, bad = _per_node(cluster, look_and_clean)
+    return CheckResult("jit-cache", "fail" if bad else "ok", evidence,
+                       "each node needs its own local JIT directory: two ranks compiling into one directory kill "
+                       "the peer (field note 2)" if bad else "")

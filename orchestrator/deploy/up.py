@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..checks import quick
@@ -140,8 +141,11 @@ def _judge(phase: str, results: list[quick.CheckResult], reporter: Reporter) -> 
 def _preflight(cluster: Cluster, dep: Deployment, reporter: Reporter) -> None:
     nodes = {n.name: n for n in dep.inventory.nodes}
     with reporter.phase("preflight", "docker, GPU, JIT cache"):
-        _judge("preflight", [quick.docker_answers(cluster), quick.gpu_visible(cluster),
-                             quick.jit_cache_local(cluster, nodes)], reporter)
+        checks = [lambda: quick.docker_answers(cluster), lambda: quick.gpu_visible(cluster),
+                  lambda: quick.jit_cache_local(cluster, nodes)]
+        with ThreadPoolExecutor(len(checks)) as pool:
+            results = list(pool.map(lambda check: check(), checks))
+        _judge("preflight", results, reporter)
 
 
 def _ports(cluster: Cluster, dep: Deployment, plan: list[NodeLaunch], reporter: Reporter) -> None:
@@ -165,8 +169,8 @@ def _image(cluster: Cluster, dep: Deployment, reporter: Reporter, opts: UpOption
         todo = {n.conn.name: n for n in survey.missing + survey.conflicts}
         if not todo:
             reporter.note(f"every node holds {image.id[:19]}: nothing to move")
-        for target in todo.values():
-            _phase_guard(reporter, _transfer, cluster, dep, survey.source, target.conn, reporter)
+        _phase_guard(reporter, cluster.each, lambda conn: _transfer(cluster, dep, survey.source, conn, reporter),
+                     [n.conn for n in todo.values()])
         for node in survey.nodes:
             if node.conn.name in todo or node.by_ref is None:
                 _phase_guard(reporter, sync.tag, node.conn, image.id, image.ref)
@@ -288,7 +292,8 @@ def _listening(conn: NodeConnection, port: int) -> bool:
 
 
 def _ready(endpoint: Endpoint, model: str, monitor: Monitor, head: str, opts: UpOptions) -> str:
-    wait_until(endpoint.healthy, monitor, timeout=opts.ready_timeout, interval=max(opts.poll, 0.2),
+    # Polled every 0.5 s and re-checked on every new log line, so "Application startup complete" is seen at once.
+    wait_until(endpoint.healthy, monitor, timeout=opts.ready_timeout, interval=0.5,
                what=f"{endpoint.url}/health", node=head)
 
     def model_listed() -> bool:

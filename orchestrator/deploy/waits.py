@@ -11,12 +11,13 @@ from .watch import Failure, FailureSeen, Monitor
 
 def wait_until(condition: Callable[[], bool], monitor: Monitor, *, timeout: float, interval: float, what: str,
                node: str) -> None:
-    """Poll `condition` every `interval` s until true; fail at once if a watched container fails."""
+    """Check `condition` every `interval` s (and on every new log line) until true; fail at once if a
+    watched container fails, even while a check is blocked in I/O."""
     monitor.check()
     retrying = Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(interval),
                         retry=retry_if_result(lambda ok: not ok), sleep=monitor.sleep)
     try:
-        retrying(condition)
+        retrying(lambda: monitor.call(condition))
     except RetryError:
         watch = monitor.watches.get(node)
         raise FailureSeen(Failure(node, f"timed out after {timeout:.0f} s waiting for {what}",

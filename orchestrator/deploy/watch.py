@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, TypeVar
 
 from ..engine.containers import inspect_container
 from ..transport.node import NodeConnection
 from .signatures import explain_exit, match
 
+T = TypeVar("T")
+MIN_RECHECK = 0.05  # a burst of log lines re-checks a condition at most this often
 SIGNATURE_GRACE = 1.0  # seconds a process has to exit after logging a known failure line
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+Z) ?")
 
@@ -46,24 +49,61 @@ class Monitor:
 
     def __init__(self) -> None:
         self.failure: Failure | None = None
-        self._event = threading.Event()
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()  # notified on a failure and on every new log line
         self.watches: dict[str, ContainerWatch] = {}
 
     def fail(self, failure: Failure) -> None:
-        with self._lock:
+        with self._changed:
             if self.failure is None:
                 self.failure = failure
-                self._event.set()
+            self._changed.notify_all()
+
+    def activity(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
 
     def check(self) -> None:
         if self.failure is not None:
             raise FailureSeen(self.failure)
 
     def sleep(self, seconds: float) -> None:
-        """For tenacity: wait `seconds` unless a failure arrives first, then raise it."""
-        self._event.wait(seconds)
+        """For tenacity: wait up to `seconds`, waking early on a new log line (e.g. "Application startup
+        complete") so the caller re-checks at once; raise as soon as a failure arrives."""
+        deadline = time.monotonic() + seconds
+        earliest = time.monotonic() + MIN_RECHECK
+        with self._changed:
+            while self.failure is None:
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                woken = self._changed.wait(deadline - now)
+                if woken and time.monotonic() >= earliest:
+                    break
         self.check()
+
+    def call(self, probe: Callable[[], T]) -> T:
+        """Run a blocking probe (an HTTP request, an SSH command) in a thread and return its result,
+        but raise at once if a watched container fails meanwhile: a probe never hides a crash."""
+        box: dict = {}
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box["value"] = probe()
+            except Exception as exc:  # re-raised in the caller's thread
+                box["error"] = exc
+            finally:
+                done.set()
+                self.activity()
+
+        threading.Thread(target=run, name="probe", daemon=True).start()
+        with self._changed:
+            while not done.is_set() and self.failure is None:
+                self._changed.wait()
+        self.check()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
 
     def watch(self, conn: NodeConnection, container: str, on_line: Callable[[str, str], None] | None = None) -> "ContainerWatch":
         watch = ContainerWatch(conn, container, self, on_line)
@@ -107,6 +147,7 @@ class ContainerWatch:
     def _line(self, raw: str) -> None:
         text = _TIMESTAMP.sub("", raw, count=1)
         self.lines.append(text)
+        self.monitor.activity()
         if self.on_line:
             self.on_line(self.conn.name, text)
         signature = match(text)

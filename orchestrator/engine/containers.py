@@ -51,8 +51,8 @@ def managed_containers(conn: NodeConnection, recipe: str | None = None) -> list[
 
 def remove_container(conn: NodeConnection, name: str, stop_timeout: int = 10) -> bool:
     """Stop (SIGTERM, then SIGKILL after stop_timeout) and remove; True when something was removed."""
-    conn.run(["docker", "stop", "--time", str(stop_timeout), name], timeout=stop_timeout + 30)
-    result = conn.run(["docker", "rm", "--force", name], timeout=60)
+    result = conn.run_script('docker stop --time "$2" "$1" >/dev/null 2>&1; docker rm --force "$1"',
+                             name, str(stop_timeout), timeout=stop_timeout + 60)
     return result.ok
 
 

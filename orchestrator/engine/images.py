@@ -28,12 +28,20 @@ class ImageIdentity:
 
 def inspect_image(conn: NodeConnection, ref: str) -> ImageIdentity | None:
     """Similar to `docker image inspect REF`; None when the node does not have it."""
-    result = conn.run(["docker", "image", "inspect", "--format", "{{json .}}", ref], timeout=30)
-    if not result.ok:
-        if "No such" in result.stderr or "no such" in result.stderr.lower():
-            return None
-        result.check()
-    data = json.loads(result.stdout)
+    return inspect_images(conn, [ref])[0]
+
+
+def inspect_images(conn: NodeConnection, refs: list[str]) -> list[ImageIdentity | None]:
+    """`docker image inspect` of each ref in one round trip; None where the node does not have it."""
+    script = ('for r in "$@"; do out=$(docker image inspect --format "{{json .}}" "$r" 2>&1) && echo "$out" && continue; '
+              'case "$out" in *"No such"*|*"no such"*) echo null ;; *) echo "$out" >&2; exit 1 ;; esac; done')
+    result = conn.run_script(script, *refs, timeout=30, check=True)
+    return [_identity(json.loads(line)) for line in result.stdout.splitlines() if line.strip()]
+
+
+def _identity(data: dict | None) -> ImageIdentity | None:
+    if data is None:
+        return None
     return ImageIdentity(
         id=data["Id"],
         diff_ids=tuple((data.get("RootFS") or {}).get("Layers") or ()),

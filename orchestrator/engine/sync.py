@@ -13,7 +13,7 @@ from typing import Callable
 
 from ..transport.group import on_all
 from ..transport.node import NodeConnection, NodeError
-from .images import ImageIdentity, image_size, inspect_image, taggable
+from .images import ImageIdentity, image_size, inspect_image, inspect_images, taggable
 
 CHUNK = 1 << 20
 
@@ -46,9 +46,9 @@ class SyncPlan:
 def survey(conns: list[NodeConnection], image_id: str, ref: str) -> SyncPlan:
     """Ask every node (in parallel) what it has under the pinned ID and under the reference."""
     def look(conn: NodeConnection) -> NodeImage:
-        pinned = inspect_image(conn, image_id)
-        by_ref = inspect_image(conn, ref) if taggable(ref) else None
-        return NodeImage(conn, pinned, by_ref)
+        refs = [image_id, ref] if taggable(ref) else [image_id]
+        found = inspect_images(conn, refs)
+        return NodeImage(conn, found[0], found[1] if len(found) > 1 else None)
 
     found = on_all(conns, look, lambda c: c.name)
     plan = SyncPlan(image_id, ref, [found[c.name] for c in conns])
