@@ -73,12 +73,12 @@ def up(dep: Deployment, reporter: Reporter, opts: UpOptions = UpOptions()) -> Up
                 cluster.open()
             except GroupError as exc:
                 raise DeployFailed("connect", str(exc)) from None
-        _preflight(cluster, dep, reporter)
-        existing = _existing(cluster, dep, endpoint, reporter, opts)
+        look = _preflight(cluster, dep, plan, reporter)
+        existing = _existing(cluster, dep, endpoint, reporter, opts, look)
         if existing is not None:
             return existing
-        _ports(cluster, dep, plan, reporter)
-        _image(cluster, dep, reporter, opts)
+        _ports(cluster, dep, plan, reporter, look)
+        _image(cluster, dep, reporter, opts, look)
         try:
             _secrets(cluster, dep, plan, reporter)
             return _launch(cluster, dep, plan, endpoint, reporter, opts)
@@ -99,11 +99,12 @@ def _phase_guard(reporter: Reporter, fn, *args):
         raise DeployFailed(reporter.current, str(exc)) from None
 
 
-def _existing(cluster: Cluster, dep: Deployment, endpoint: Endpoint, reporter: Reporter, opts: UpOptions) -> UpResult | None:
+def _existing(cluster: Cluster, dep: Deployment, endpoint: Endpoint, reporter: Reporter, opts: UpOptions,
+              look: "Look") -> UpResult | None:
     """Already serving this exact recipe on every rank: say so and change nothing. Otherwise clear ours."""
     recipe = dep.recipe
     with reporter.phase("current state"):
-        found = _phase_guard(reporter, ours, cluster, recipe.name)
+        found = look.found
         if not any(found.values()):
             reporter.note("no container of this recipe on any node")
             return None
@@ -126,6 +127,7 @@ def _existing(cluster: Cluster, dep: Deployment, endpoint: Endpoint, reporter: R
         reason = "--force" if opts.force else f"not a healthy deployment ({shown})"
         reporter.note(f"replacing earlier containers of this recipe: {reason}")
         _phase_guard(reporter, remove_ranked, cluster, found)
+        look.removed = True
     return None
 
 
@@ -138,26 +140,58 @@ def _judge(phase: str, results: list[quick.CheckResult], reporter: Reporter) -> 
             f"{r.name} failed ({'; '.join(f'{k}: {v}' for k, v in r.evidence.items())}). {r.fix}" for r in failed))
 
 
-def _preflight(cluster: Cluster, dep: Deployment, reporter: Reporter) -> None:
+@dataclass
+class Look:
+    """What preflight saw on every node, read in parallel before anything is changed."""
+
+    checks: list[quick.CheckResult]
+    found: dict[str, list[str]]  # this recipe's containers per node
+    ports: quick.CheckResult
+    image: sync.SyncPlan
+    removed: bool = False  # earlier containers were removed since: the ports must be looked at again
+
+
+def _preflight(cluster: Cluster, dep: Deployment, plan: list[NodeLaunch], reporter: Reporter) -> Look:
+    """Every read-only look at once: engines, GPUs, JIT directories, our containers, head ports, image."""
     nodes = {n.name: n for n in dep.inventory.nodes}
-    with reporter.phase("preflight", "docker, GPU, JIT cache"):
-        checks = [lambda: quick.docker_answers(cluster), lambda: quick.gpu_visible(cluster),
-                  lambda: quick.jit_cache_local(cluster, nodes)]
-        with ThreadPoolExecutor(len(checks)) as pool:
-            results = list(pool.map(lambda check: check(), checks))
-        _judge("preflight", results, reporter)
+    image = dep.recipe.image
+    tasks = {
+        "docker": lambda: quick.docker_answers(cluster), "gpu": lambda: quick.gpu_visible(cluster),
+        "jit": lambda: quick.jit_cache_local(cluster, nodes),
+        "ports": lambda: quick.ports_free(cluster, _ports_of(dep, plan)),
+        "found": lambda: ours(cluster, dep.recipe.name),
+        "image": lambda: sync.survey(cluster.nodes, image.id, image.ref),
+    }
+    with reporter.phase("preflight", "docker, GPU, JIT cache; containers, ports and image on every node"):
+        with ThreadPoolExecutor(len(tasks)) as pool:
+            futures = {name: pool.submit(task) for name, task in tasks.items()}
+        outcome = {name: (f.exception() or f.result()) for name, f in futures.items()}
+        checks = [outcome[name] for name in ("docker", "gpu", "jit")]
+        for name, value in outcome.items():
+            if isinstance(value, Exception) and name in ("docker", "gpu", "jit"):
+                raise DeployFailed("preflight", f"{name} check could not run: {value}")
+        _judge("preflight", checks, reporter)  # a dead engine is named here, before its side effects below
+        for name in ("ports", "found", "image"):
+            if isinstance(outcome[name], Exception):
+                raise DeployFailed("preflight", str(outcome[name]))
+        return Look(checks, outcome["found"], outcome["ports"], outcome["image"])
 
 
-def _ports(cluster: Cluster, dep: Deployment, plan: list[NodeLaunch], reporter: Reporter) -> None:
-    ports = [dep.recipe.serve.port] + ([dep.recipe.vllm.master_port] if len(plan) > 1 else [])
+def _ports_of(dep: Deployment, plan: list[NodeLaunch]) -> list[int]:
+    return [dep.recipe.serve.port] + ([dep.recipe.vllm.master_port] if len(plan) > 1 else [])
+
+
+def _ports(cluster: Cluster, dep: Deployment, plan: list[NodeLaunch], reporter: Reporter, look: Look) -> None:
+    ports = _ports_of(dep, plan)
     with reporter.phase("ports", ", ".join(f"{cluster.head.name}:{p}" for p in ports)):
-        _judge("ports", [quick.ports_free(cluster, ports)], reporter)
+        result = _phase_guard(reporter, quick.ports_free, cluster, ports) if look.removed else look.ports
+        _judge("ports", [result], reporter)
 
 
-def _image(cluster: Cluster, dep: Deployment, reporter: Reporter, opts: UpOptions) -> None:
+def _image(cluster: Cluster, dep: Deployment, reporter: Reporter, opts: UpOptions, look: Look) -> None:
     image = dep.recipe.image
     with reporter.phase("image", f"{image.id[:19]} ({image.ref})"):
-        survey = _phase_guard(reporter, sync.survey, cluster.nodes, image.id, image.ref)
+        survey = look.image
         if survey.source is None:
             raise DeployFailed("image", f"no node holds image {image.id} ({image.ref}): load it on one node first "
                                "(docker load / docker pull), then run up again")
@@ -307,7 +341,7 @@ def _ready(endpoint: Endpoint, model: str, monitor: Monitor, head: str, opts: Up
 
     def completes() -> bool:
         try:
-            answer.update(endpoint.complete(model, "The DGX Spark cluster is", max_tokens=8, timeout=30))
+            answer.update(endpoint.complete(model, "The DGX Spark cluster is", max_tokens=1, timeout=30))
             return bool(answer.get("choices"))
         except Exception:
             return False
