@@ -46,7 +46,7 @@ class UpOptions:
     listen_timeout: float = 600.0
     ready_timeout: float = 5400.0  # 167 GB over NFS took 69 minutes to serve (field note 13)
     expect_timeout: float = 60.0
-    poll: float = 0.1
+    poll: float = 0.05  # LISTEN probe interval: one short SSH exec each
 
 
 @dataclass
