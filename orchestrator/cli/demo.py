@@ -62,7 +62,7 @@ def demo(
         answer = endpoint.complete(result.model, "Two DGX Sparks walk into a bar and", max_tokens=24)
         usage = answer.get("usage", {})
         out.print(f"  {escape(answer['choices'][0]['text'])!r}  ({usage.get('completion_tokens')} tokens)")
-        sd = "spark-deploy"
+        sd = "spark-deploy" if shutil.which("spark-deploy") else sys.argv[0]  # what this shell can run
         out.print("\n[bold]Look around[/]:")
         for line in (f"{sd} status -i {inventory}", f"{sd} logs -i {inventory} --tail 20",
                      f"{sd} render {recipe} -i {inventory}",
