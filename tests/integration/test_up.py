@@ -292,3 +292,14 @@ def test_status_names_an_unreachable_node_and_still_reports_the_others(clean):
         assert list(report["unreachable"]) == ["spark-2"] and "cannot reach" in report["unreachable"]["spark-2"]
     finally:
         clean.fault(2, "start-sshd")
+
+
+def test_image_is_relayed_through_the_controller_when_nodes_cannot_ssh_to_each_other(sim_cluster_factory):
+    cluster = sim_cluster_factory(nodes=2)
+    cluster.exec(1, ["mv", "/root/.ssh/known_hosts", "/root/.ssh/known_hosts.off"])  # node 1 trusts no peer now
+    result = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
+    assert result.returncode == 0, result.stderr
+    assert "relayed through this machine" in result.stdout
+    image_id = pinned_id(cluster)
+    assert image_inspect(cluster, 2, image_id)["Id"] == image_id
+    assert spark_deploy("down", "-i", cluster.inventory_path).returncode == 0
