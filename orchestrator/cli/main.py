@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import config_cmds, demo, deploy_cmds
+from . import config_cmds, demo, deploy_cmds, pin_cmd
 
 app = typer.Typer(
     name="spark-deploy",
@@ -16,6 +16,7 @@ app = typer.Typer(
 )
 app.command()(config_cmds.validate)
 app.command()(config_cmds.render)
+app.command()(pin_cmd.pin)
 app.command()(deploy_cmds.up)
 app.command()(deploy_cmds.down)
 app.command()(deploy_cmds.status)

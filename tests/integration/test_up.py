@@ -303,3 +303,31 @@ def test_image_is_relayed_through_the_controller_when_nodes_cannot_ssh_to_each_o
     image_id = pinned_id(cluster)
     assert image_inspect(cluster, 2, image_id)["Id"] == image_id
     assert spark_deploy("down", "-i", cluster.inventory_path).returncode == 0
+
+
+def test_pin_writes_the_image_id_keeping_comments(clean, tmp_path):
+    from ruamel.yaml import YAML
+
+    recipe = tmp_path / "r.yaml"
+    text = clean.recipe_path.read_text()
+    doc = YAML(typ="safe").load(text)
+    pinned = doc["image"]["id"]
+    recipe.write_text("# my notes stay\n" + text.replace(pinned, "null"))
+    assert spark_deploy("up", recipe, "-i", clean.inventory_path).returncode == 2, "an unpinned recipe is bad input"
+
+    missing = spark_deploy("pin", recipe, "-i", clean.inventory_path, "--node", "spark-2")
+    assert missing.returncode == 1 and "spark-2 has no image vllm-sim:latest" in missing.stderr
+
+    done = spark_deploy("pin", recipe, "-i", clean.inventory_path)
+    assert done.returncode == 0, done.stderr
+    assert YAML(typ="safe").load(recipe.read_text())["image"]["id"] == pinned
+    assert recipe.read_text().startswith("# my notes stay")
+    again = spark_deploy("pin", recipe, "-i", clean.inventory_path)
+    assert again.returncode == 0 and "already pinned" in again.stdout
+
+    other = recipe.read_text().replace(pinned, "sha256:" + "0" * 64)
+    recipe.write_text(other)
+    refused = spark_deploy("pin", recipe, "-i", clean.inventory_path)
+    assert refused.returncode == 1 and "--replace" in refused.stderr
+    assert recipe.read_text() == other, "a refused pin changes nothing"
+    assert spark_deploy("pin", recipe, "-i", clean.inventory_path, "--replace").returncode == 0
