@@ -1,7 +1,8 @@
 """Watch every started container while waiting: a known failure line or an exit fails the wait at once.
 
 Readiness checks that do not first ask "is it still alive?" lie (field note 5): every wait in `up`
-sleeps on the monitor's failure event, so a crash interrupts it instead of waiting for a timeout.
+sleeps on the monitor, and every probe runs under it, so a crash interrupts the wait at once instead of
+after a timeout.
 """
 
 from __future__ import annotations
@@ -137,13 +138,6 @@ class ContainerWatch:
     def excerpt(self, count: int = 15) -> list[str]:
         return self.lines[-count:]
 
-    def first(self, pattern: re.Pattern) -> re.Match | None:
-        for line in list(self.lines):
-            found = pattern.search(line)
-            if found:
-                return found
-        return None
-
     def _line(self, raw: str) -> None:
         text = _TIMESTAMP.sub("", raw, count=1)
         self.lines.append(text)
@@ -183,7 +177,7 @@ class ContainerWatch:
             error = None
         if state is not None and state.running:
             return  # the log stream ended but the container lives (docker restarted?): nothing to report here
-        known = next((match(line) for line in reversed(self.lines) if match(line)), None)
+        known = next((sig for sig in map(match, reversed(self.lines)) if sig), None)
         if state is None:
             cause = f"{self.container} is gone" + (f" ({error})" if error else "")
             why = known.explanation if known else "the container disappeared while starting"
