@@ -315,6 +315,7 @@ def test_pin_writes_the_image_id_keeping_comments(clean, tmp_path):
     recipe.write_text("# my notes stay\n" + text.replace(pinned, "null"))
     assert spark_deploy("up", recipe, "-i", clean.inventory_path).returncode == 2, "an unpinned recipe is bad input"
 
+    node_docker(clean, 2, "rmi", "--force", pinned)  # earlier tests in this module may have synced it there
     missing = spark_deploy("pin", recipe, "-i", clean.inventory_path, "--node", "spark-2")
     assert missing.returncode == 1 and "spark-2 has no image vllm-sim:latest" in missing.stderr
 
