@@ -82,7 +82,10 @@ def up(
 
 @app.command()
 def down(name: NameOpt = "demo") -> None:
-    """Remove the cluster's containers, network, volumes and state dir (idempotent)."""
+    """Remove the cluster's containers, network, volumes and state dir (idempotent).
+
+    Example: spark-deploy sim down --name demo
+    """
     from ..sim.cluster import SimCluster
 
     with _errors():
@@ -131,7 +134,10 @@ def fault(
 
 @app.command("ls")
 def ls_() -> None:
-    """List simulated clusters (containers on this engine and state dirs)."""
+    """List simulated clusters (containers on this engine and state dirs).
+
+    Example: spark-deploy sim ls
+    """
     from ..sim.cluster import SimCluster, ls
 
     with _errors():
@@ -148,7 +154,10 @@ def ls_() -> None:
 
 @app.command()
 def images() -> None:
-    """Build (or find cached) the node and vllm-sim images without starting a cluster."""
+    """Build (or find cached) the node and vllm-sim images without starting a cluster.
+
+    Example: spark-deploy sim images
+    """
     from ..sim.images import ensure_images
 
     with _errors():
