@@ -1,0 +1,28 @@
+"""Every command's --help shows an example (issue 2), and the exit-code contract holds for usage errors."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli.main import app
+
+COMMANDS = [["validate"], ["render"], ["pin"], ["up"], ["down"], ["status"], ["logs"], ["demo"],
+            ["sim", "up"], ["sim", "down"], ["sim", "fault"], ["sim", "ls"], ["sim", "images"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_help_shows_an_example(command):
+    result = CliRunner().invoke(app, [*command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Example" in result.output
+
+
+def test_every_registered_command_is_covered():
+    top = {c.name or c.callback.__name__ for c in app.registered_commands}
+    assert top == {c[0] for c in COMMANDS if len(c) == 1}
+
+
+def test_unknown_option_is_bad_input():
+    result = CliRunner().invoke(app, ["render", "recipes/sim-tiny.yaml", "--bogus"])
+    assert result.exit_code == 2
