@@ -332,3 +332,20 @@ def test_pin_writes_the_image_id_keeping_comments(clean, tmp_path):
     assert refused.returncode == 1 and "--replace" in refused.stderr
     assert recipe.read_text() == other, "a refused pin changes nothing"
     assert spark_deploy("pin", recipe, "-i", clean.inventory_path, "--replace").returncode == 0
+
+
+def test_model_missing_on_the_peer(clean):
+    clean.exec(2, ["mv", "/srv/hf-cache/hub", "/srv/hf-cache/hub.off"])
+    try:
+        _fails(clean, clean.recipe_path, expect=["spark-2", "exited with code 1", "not in this node's HF cache"])
+    finally:
+        clean.exec(2, ["mv", "/srv/hf-cache/hub.off", "/srv/hf-cache/hub"])
+
+
+def test_missing_jit_directory_is_caught_before_launch(clean):
+    clean.exec(2, ["mv", "/var/cache/vllm-jit", "/var/cache/vllm-jit.off"])
+    try:
+        _fails(clean, clean.recipe_path, expect=["preflight", "jit-cache", "spark-2", "missing or not writable",
+                                                 "mkdir -p"])
+    finally:
+        clean.exec(2, ["mv", "/var/cache/vllm-jit.off", "/var/cache/vllm-jit"])
