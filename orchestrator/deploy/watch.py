@@ -19,6 +19,7 @@ from .signatures import explain_exit, match
 
 T = TypeVar("T")
 MIN_RECHECK = 0.05  # a burst of log lines re-checks a condition at most this often
+MAX_REFOLLOW = 5  # times a log stream that ends while its container runs is followed again
 SIGNATURE_GRACE = 1.0  # seconds a process has to exit after logging a known failure line
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+Z) ?")
 
@@ -125,6 +126,7 @@ class ContainerWatch:
         self.conn, self.container, self.monitor, self.on_line = conn, container, monitor, on_line
         self.lines: list[str] = []  # log text without the docker timestamp
         self.signature_line: str | None = None  # the first known failure line seen
+        self.last_stamp: str | None = None  # docker's timestamp of the last line, to resume a broken stream
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"watch-{conn.name}", daemon=True)
 
@@ -139,6 +141,9 @@ class ContainerWatch:
         return self.lines[-count:]
 
     def _line(self, raw: str) -> None:
+        stamp = _TIMESTAMP.match(raw)
+        if stamp:
+            self.last_stamp = stamp.group(1)
         text = _TIMESTAMP.sub("", raw, count=1)
         self.lines.append(text)
         self.monitor.activity()
@@ -160,23 +165,33 @@ class ContainerWatch:
             self.monitor.fail(failure)
 
     def _run(self) -> None:
-        try:
-            self.conn.stream(["docker", "logs", "--follow", "--timestamps", self.container], self._line, self._stop)
-        except Exception as exc:  # the SSH session itself went away
-            if not self._stop.is_set():
-                self.monitor.fail(Failure(self.conn.name, f"lost the connection while watching {self.container}: {exc}",
-                                          "the node or its sshd went down", self.excerpt()))
-            return
-        if self._stop.is_set():
-            return
-        try:
-            state = inspect_container(self.conn, self.container)
-        except Exception as exc:
-            state, error = None, exc
+        since: list[str] = []
+        for _ in range(MAX_REFOLLOW + 1):
+            try:
+                self.conn.stream(["docker", "logs", "--follow", "--timestamps", *since, self.container],
+                                 self._line, self._stop)
+            except Exception as exc:  # the SSH session itself went away
+                if not self._stop.is_set():
+                    self.monitor.fail(Failure(self.conn.name, f"lost the connection while watching {self.container}: "
+                                                              f"{exc}", "the node or its sshd went down", self.excerpt()))
+                return
+            if self._stop.is_set():
+                return
+            try:
+                state = inspect_container(self.conn, self.container)
+            except Exception as exc:
+                state, error = None, exc
+            else:
+                error = None
+            if state is None or not state.running:
+                break
+            # The stream ended but the container lives (its engine restarted?): follow again from where we were.
+            since = ["--since", self.last_stamp] if self.last_stamp else []
         else:
-            error = None
-        if state is not None and state.running:
-            return  # the log stream ended but the container lives (docker restarted?): nothing to report here
+            self.monitor.fail(Failure(self.conn.name, f"cannot follow the log of {self.container}",
+                                      "`docker logs --follow` keeps ending while the container runs (logging driver?)",
+                                      self.excerpt()))
+            return
         known = next((sig for sig in map(match, reversed(self.lines)) if sig), None)
         if state is None:
             cause = f"{self.container} is gone" + (f" ({error})" if error else "")

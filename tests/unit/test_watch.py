@@ -1,0 +1,67 @@
+"""ContainerWatch logic with a fake node: resuming a broken log stream, and what a failure reports."""
+
+from __future__ import annotations
+
+import threading
+
+from orchestrator.deploy import watch as watch_mod
+from orchestrator.deploy.watch import Monitor
+from orchestrator.engine.containers import ContainerState
+
+
+class FakeNode:
+    """Serves scripted `docker logs` streams; records the argv of each call."""
+
+    name = "spark-2"
+
+    def __init__(self, streams: list[list[str]]):
+        self.streams, self.calls = list(streams), []
+
+    def stream(self, argv, on_line, stop):
+        self.calls.append(list(argv))
+        for line in self.streams.pop(0):
+            on_line(line)
+        return 0
+
+
+def _state(running: bool, code: int = 0) -> ContainerState:
+    return ContainerState("sd-x-r1", "running" if running else "exited", code, False, "", "sha256:x", {})
+
+
+def test_a_stream_that_ends_while_the_container_runs_is_followed_again_from_the_last_line(monkeypatch):
+    states = iter([_state(True), _state(False, 1)])
+    monkeypatch.setattr(watch_mod, "inspect_container", lambda conn, name: next(states))
+    node = FakeNode([["2026-12-01T01:00:00.5Z first"],
+                     ["2026-12-01T01:00:01.5Z RuntimeError: Assertion error (x/jit/compiler.hpp:147): runtime != nullptr"]])
+    monitor = Monitor()
+    w = monitor.watch(node, "sd-x-r1")
+    w._thread.join(5)
+    assert node.calls[1][-3:] == ["--since", "2026-12-01T01:00:00.5Z", "sd-x-r1"]
+    assert w.lines == ["first", "RuntimeError: Assertion error (x/jit/compiler.hpp:147): runtime != nullptr"]
+    failure = monitor.failure
+    assert failure is not None and failure.node == "spark-2"
+    assert "exited with code 1 after logging: RuntimeError" in failure.cause
+    assert "JIT" in failure.explanation
+
+
+def test_a_stream_that_keeps_ending_is_a_failure_not_a_busy_loop(monkeypatch):
+    monkeypatch.setattr(watch_mod, "inspect_container", lambda conn, name: _state(True))
+    node = FakeNode([[] for _ in range(watch_mod.MAX_REFOLLOW + 1)])
+    monitor = Monitor()
+    monitor.watch(node, "sd-x-r1")._thread.join(5)
+    assert len(node.calls) == watch_mod.MAX_REFOLLOW + 1
+    assert monitor.failure is not None and "cannot follow the log" in monitor.failure.cause
+
+
+def test_monitor_call_returns_early_when_a_container_fails():
+    monitor = Monitor()
+    release = threading.Event()
+    threading.Timer(0.1, lambda: monitor.fail(watch_mod.Failure("spark-2", "exited with code 1", ""))).start()
+    try:
+        monitor.call(lambda: release.wait(30))
+    except watch_mod.FailureSeen as exc:
+        assert exc.failure.node == "spark-2"
+    else:
+        raise AssertionError("a blocked probe hid the failure")
+    finally:
+        release.set()
