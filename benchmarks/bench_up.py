@@ -333,7 +333,7 @@ def image_sync(sim: SimCluster, dep: Deployment, launcher: NaiveLauncher, runs: 
         res["in_sync"] = plan.in_sync
         res["missing"] = [n.conn.name for n in plan.missing]
         reporter = SilentReporter()
-        look = up_mod.Look(checks=[], found={}, ports=None, image=plan)  # what up's preflight would have read
+        look = up_mod.Look(found={}, ports=None, image=plan)  # what up's preflight would have read
         with reporter.phase("image"):
             up_mod._image(cluster, dep, reporter, UpOptions(), look)
         res["image_phase_in_sync_seconds"] = time.monotonic() - t0

@@ -74,7 +74,7 @@ def up(dep: Deployment, reporter: Reporter, opts: UpOptions = UpOptions()) -> Up
             except GroupError as exc:
                 raise DeployFailed("connect", str(exc)) from None
         look = _preflight(cluster, dep, plan, reporter)
-        existing = _existing(cluster, dep, endpoint, reporter, opts, look)
+        existing = _existing(cluster, dep, plan, endpoint, reporter, opts, look)
         if existing is not None:
             return existing
         _ports(cluster, dep, plan, reporter, look)
@@ -99,8 +99,8 @@ def _phase_guard(reporter: Reporter, fn, *args):
         raise DeployFailed(reporter.current, str(exc)) from None
 
 
-def _existing(cluster: Cluster, dep: Deployment, endpoint: Endpoint, reporter: Reporter, opts: UpOptions,
-              look: "Look") -> UpResult | None:
+def _existing(cluster: Cluster, dep: Deployment, plan: list[NodeLaunch], endpoint: Endpoint, reporter: Reporter,
+              opts: UpOptions, look: "Look") -> UpResult | None:
     """Already serving this exact recipe on every rank: say so and change nothing. Otherwise clear ours."""
     recipe = dep.recipe
     with reporter.phase("current state"):
@@ -109,7 +109,7 @@ def _existing(cluster: Cluster, dep: Deployment, endpoint: Endpoint, reporter: R
             reporter.note("no container of this recipe on any node")
             return None
         states = {}
-        for launch in render_plan(dep):
+        for launch in plan:
             conn = cluster[launch.node.name]
             present = launch.container in found.get(conn.name, [])
             states[conn.name] = _phase_guard(reporter, inspect_container, conn, launch.container) if present else None
@@ -144,7 +144,6 @@ def _judge(phase: str, results: list[quick.CheckResult], reporter: Reporter) -> 
 class Look:
     """What preflight saw on every node, read in parallel before anything is changed."""
 
-    checks: list[quick.CheckResult]
     found: dict[str, list[str]]  # this recipe's containers per node
     ports: quick.CheckResult
     image: sync.SyncPlan
@@ -174,7 +173,7 @@ def _preflight(cluster: Cluster, dep: Deployment, plan: list[NodeLaunch], report
         for name in ("ports", "found", "image"):
             if isinstance(outcome[name], Exception):
                 raise DeployFailed("preflight", str(outcome[name]))
-        return Look(checks, outcome["found"], outcome["ports"], outcome["image"])
+        return Look(outcome["found"], outcome["ports"], outcome["image"])
 
 
 def _ports_of(dep: Deployment, plan: list[NodeLaunch]) -> list[int]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..transport.group import on_all
-from ..transport.node import NodeConnection, NodeError
+from ..transport.node import NodeConnection, NodeError, drain
 from .images import ImageIdentity, image_size, inspect_image, inspect_images, taggable
 
 CHUNK = 1 << 20
@@ -94,8 +94,8 @@ def transfer_relay(src: NodeConnection, dst: NodeConnection, image_id: str,
         if data.strip():
             errors.append(f"{who}: {data.decode(errors='replace').strip()}")
 
-    watchers = [threading.Thread(target=collect_stderr, args=(save, src.name), daemon=True)]
-    watchers[0].start()
+    save_errors = threading.Thread(target=collect_stderr, args=(save, src.name), daemon=True)
+    save_errors.start()
     moved = 0
     try:
         while chunk := save.recv(CHUNK):
@@ -104,14 +104,8 @@ def transfer_relay(src: NodeConnection, dst: NodeConnection, image_id: str,
             if progress:
                 progress(moved, total)
         load.shutdown_write()
-        load_out = b""
-        while chunk := load.recv(65536):
-            load_out += chunk
-        load_err = b""
-        while chunk := load.recv_stderr(65536):
-            load_err += chunk
-        for t in watchers:
-            t.join(10)
+        _, load_err = drain(load)
+        save_errors.join(10)
         save_code, load_code = save.recv_exit_status(), load.recv_exit_status()
     finally:
         save.close()

@@ -86,7 +86,6 @@ class NodeConnection:
         if target.key:
             kwargs["key_filename"] = target.key
         self._conn = Connection(host=target.host, user=target.user, port=target.port, connect_kwargs=kwargs)
-        self._lock = threading.Lock()
 
     def open(self) -> "NodeConnection":
         """Connect now (not lazily), so an unreachable node is named before anything starts."""
@@ -113,7 +112,7 @@ class NodeConnection:
             raise NodeUnreachable(self.name, "the SSH connection is closed")
         return transport
 
-    def run(self, argv: Sequence[str], *, timeout: float | None = 60, check: bool = False, stdin: bytes | None = None) -> Result:
+    def run(self, argv: Sequence[str], *, timeout: float | None = 60, check: bool = False) -> Result:
         """Run one command (argv, quoted here) and collect its output."""
         command = shlex.join(argv)
         try:
@@ -123,11 +122,9 @@ class NodeConnection:
         with channel:
             channel.settimeout(timeout)
             channel.exec_command(command)
-            if stdin is not None:
-                channel.sendall(stdin)
             channel.shutdown_write()
             try:
-                stdout, stderr = _drain(channel)
+                stdout, stderr = drain(channel)
             except socket.timeout:
                 raise NodeError(self.name, f"`{command}` did not finish within {timeout} s") from None
             code = channel.recv_exit_status()
@@ -188,7 +185,7 @@ class NodeConnection:
         self._conn.close()
 
 
-def _drain(channel: paramiko.Channel) -> tuple[bytes, bytes]:
+def drain(channel: paramiko.Channel) -> tuple[bytes, bytes]:
     """Read stdout and stderr until both end; stderr in a thread so neither window can fill and block."""
     err = bytearray()
 
