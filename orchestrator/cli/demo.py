@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from ..config.load import load_deployment
 from ..deploy import status as status_mod
-from ..deploy.endpoint import Endpoint
+from ..http_api.endpoint import Endpoint
 from ..deploy.report import RichReporter
 from ..deploy.up import DeployFailed, UpOptions, up
 from .common import Failed, exit_codes, out

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from ..config.edit import set_image_id
 from ..config.load import load_recipe, load_inventory
-from ..engine.images import inspect_image
+from ..docker_cli.images import inspect_image
 from ..transport.node import NodeConnection, NodeError, SSHTarget
 from .common import BadInput, Failed, InventoryOpt, RecipeArg, err, exit_codes, out
 

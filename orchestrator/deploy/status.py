@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..config.inventory import Inventory
-from ..engine.containers import inspect_container, managed_containers
+from ..docker_cli.containers import inspect_container, managed_containers
 from ..render.launch import LABEL_HASH, LABEL_MODEL, LABEL_PORT, LABEL_RANK, LABEL_RECIPE
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
-from .endpoint import Endpoint
+from ..http_api.endpoint import Endpoint
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..engine.containers import managed_containers, remove_container
+from ..docker_cli.containers import managed_containers, remove_container
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
 

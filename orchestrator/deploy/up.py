@@ -11,14 +11,14 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ..checks import quick
+from ..checks import basics as quick
 from ..config.load import Deployment
-from ..engine import sync
-from ..engine.containers import inspect_container
+from ..docker_cli import image_sync as sync
+from ..docker_cli.containers import inspect_container
 from ..render.launch import LABEL_HASH, NodeLaunch, render_plan
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection, NodeError
-from .endpoint import Endpoint
+from ..http_api.endpoint import Endpoint
 from .expectations import ExpectationResult, evaluate
 from .report import Reporter
 from .teardown import ours, remove_ranked

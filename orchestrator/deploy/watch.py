@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
-from ..engine.containers import inspect_container
+from ..docker_cli.containers import inspect_container
 from ..transport.node import NodeConnection
 from .signatures import explain_exit, match
 

@@ -1,21 +1,21 @@
-"""Jinja2 templates that emit one JSON-encoded argv token per line; this turns them into lists."""
+"""Jinja2 templates that emit one JSON-encoded argv token per line; this turns them into lists.
+
+The templates are package data (`orchestrator/render/templates/`), loaded with a PackageLoader so a
+non-editable install renders exactly what a checkout does.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 from functools import lru_cache
-from pathlib import Path
 
 import jinja2
-
-TEMPLATE_DIR = Path(os.environ.get("SPARK_DEPLOY_TEMPLATES", Path(__file__).resolve().parents[2] / "templates"))
 
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        loader=jinja2.PackageLoader("orchestrator.render", "templates"),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -15,8 +15,7 @@ from ruamel.yaml.comments import CommentedMap
 
 from .state import NODE_HF_CACHE, NODE_JIT_CACHE, NODE_STATE_DIR, NodeInfo, SimError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_RECIPE = REPO_ROOT / "recipes" / "sim-tiny.yaml"
+DEFAULT_RECIPE = Path(__file__).resolve().parent / "recipes" / "sim-tiny.yaml"
 
 
 def generate_keypair(state: Path, comment: str) -> tuple[Path, bytes, bytes]:

@@ -24,5 +24,5 @@ def test_every_registered_command_is_covered():
 
 
 def test_unknown_option_is_bad_input():
-    result = CliRunner().invoke(app, ["render", "recipes/sim-tiny.yaml", "--bogus"])
+    result = CliRunner().invoke(app, ["render", "orchestrator/sim/recipes/sim-tiny.yaml", "--bogus"])
     assert result.exit_code == 2

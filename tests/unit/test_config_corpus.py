@@ -21,7 +21,7 @@ from orchestrator.cli.main import app
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / "corpus"
 GOOD_INVENTORY = CORPUS / "good-inventory.yaml"
-GOOD_RECIPE = REPO / "recipes" / "sim-tiny.yaml"
+GOOD_RECIPE = REPO / "orchestrator" / "sim" / "recipes" / "sim-tiny.yaml"
 CASES = YAML(typ="safe").load((CORPUS / "expected.yaml").read_text(encoding="utf-8"))["cases"]
 SPARK_DEPLOY = str(Path(sys.executable).parent / "spark-deploy")
 LITERAL_SECRET = "hf_CorpusLiteralValue0123456789"  # the token the secret cases write inline

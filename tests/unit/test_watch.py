@@ -6,7 +6,7 @@ import threading
 
 from orchestrator.deploy import watch as watch_mod
 from orchestrator.deploy.watch import Monitor
-from orchestrator.engine.containers import ContainerState
+from orchestrator.docker_cli.containers import ContainerState
 
 
 class FakeNode:
