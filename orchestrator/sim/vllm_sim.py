@@ -17,8 +17,13 @@ Simulation knobs (environment, defaults in brackets):
   SIM_AUTO_BACKEND [DEEPGEMM_MXFP4]  what `--moe-backend auto` picks
 Faults: SIM_FAULT_JIT_ASSERT, SIM_FAULT_CRASH_AT_START, SIM_FAULT_HANG_LOAD, SIM_FAULT_OOM,
 SIM_FAULT_COMPLETIONS_HANG (=1), SIM_FAULT_CUDA_GRAPH_RANK (=<rank>).
+SIM_FAULT_OOM=1: after "Model loading took", the server really allocates memory in 8 MiB steps.
+In a container with a memory limit below SIM_FAULT_OOM_MIB [128] the kernel's OOM killer kills it
+(Docker: OOMKilled=true); otherwise the supervisor (the process's parent, PID 1 in a container)
+SIGKILLs it once its RSS passes SIM_FAULT_OOM_MIB. Either way no last words and exit 137.
+SIM_FAULT_OOM_RANK=<rank> limits the fault to one rank.
 Exit codes: 0 after SIGTERM/SIGINT, 1 on a startup/runtime failure, 2 on bad flags, 137 (SIGKILL)
-for the OOM fault.
+for the OOM fault; in general 128+N when the server dies by signal N.
 
 Where real vLLM differs from a naive reading, the real shape wins: tqdm shard lines and uvicorn lines
 carry only the `(<proc> pid=N)` prefix (no `INFO <date> [file:line]`), the headless launch line has no
@@ -1082,8 +1087,8 @@ class Node:
         self._select_moe_backend()
         n_shards = max(1, len(glob.glob(os.path.join(model_dir, "*.safetensors"))))
         self._load_weights(n_shards, env_float(env, "SIM_LOAD_SECONDS", 2.0))
-        if env.get("SIM_FAULT_OOM") == "1":
-            os.kill(os.getpid(), signal.SIGKILL)  # what the OOM killer does: no last words
+        if oom_fault_applies(env, self.rank):
+            exhaust_memory(env, self.life)  # until the kernel or the supervisor kills this process
         self._jit_compile()
         self._profile_and_allocate(hf, spec)
         if args.nnodes > 1:
@@ -1249,8 +1254,89 @@ def _mmss(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60:02d}:{s % 60:02d}"
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_cli(sys.argv[1:] if argv is None else argv)
+def oom_fault_applies(env, rank: int) -> bool:
+    """SIM_FAULT_OOM=1 hits every rank, or only SIM_FAULT_OOM_RANK when that is set."""
+    only = env.get("SIM_FAULT_OOM_RANK", "")
+    return env.get("SIM_FAULT_OOM") == "1" and only in ("", str(rank))
+
+
+def oom_limit_bytes(env) -> int:
+    return int(env_float(env, "SIM_FAULT_OOM_MIB", 128.0) * 2**20)
+
+
+def exhaust_memory(env, life: "Life") -> None:
+    """Really allocate (and touch) memory in steps, as a KV-cache allocation past what is free would.
+
+    In a container with a memory limit the kernel's OOM killer ends this (Docker: OOMKilled=true);
+    otherwise the supervisor does when the RSS passes SIM_FAULT_OOM_MIB. The hard cap is a guard.
+    """
+    held, cap, step = [], oom_limit_bytes(env) + 256 * 2**20, 8 * 2**20
+    while len(held) * step < cap:
+        held.append(b"\x01" * step)
+        life.sleep(0.005)
+    life.stop.wait()
+    raise Stopped()
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _die_with_parent() -> None:
+    """The server must not outlive its supervisor (outside a container nothing else would kill it)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def supervise(serve, watch_oom: bool, limit: int) -> int:
+    """PID 1 of the container: run the server as a child, forward SIGTERM/SIGINT, return its status.
+
+    A process cannot SIGKILL itself as PID 1 of its namespace (the kernel ignores it), and a real OOM
+    kill comes from outside the process anyway; with `watch_oom`, this parent plays the OOM killer:
+    it SIGKILLs the child once its RSS passes `limit`. A child killed by signal N gives 128 + N
+    (137 for SIGKILL), what Docker shows for a vLLM killed by the kernel.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()
+    if child == 0:
+        _die_with_parent()
+        serve()  # never returns: os._exit
+        os._exit(1)
+
+    def forward(signum, frame) -> None:
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    while True:
+        pid, status = os.waitpid(-1, os.WNOHANG if watch_oom else 0)  # -1: PID 1 reaps orphans too
+        if pid == child:
+            break
+        if watch_oom and pid == 0:
+            if _rss_bytes(child) > limit:
+                os.kill(child, signal.SIGKILL)
+            time.sleep(0.01)
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def serve_forever(args: argparse.Namespace) -> None:
+    """The server process: run one rank until a signal or a failure, then exit with its code."""
     node = Node(args)
     signal.signal(signal.SIGTERM, node.on_signal)
     signal.signal(signal.SIGINT, node.on_signal)
@@ -1271,6 +1357,14 @@ def main(argv: list[str] | None = None) -> None:
         node.cleanup()
     sys.stdout.flush()
     os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_cli(sys.argv[1:] if argv is None else argv)  # bad flags: exit 2 before any fork
+    env = os.environ
+    watch = oom_fault_applies(env, args.node_rank)
+    limit = oom_limit_bytes(env) if watch else 0
+    os._exit(supervise(lambda: serve_forever(args), watch, limit))
 
 
 if __name__ == "__main__":

@@ -441,10 +441,45 @@ def test_hung_load_stops_progress_and_never_listens(env, spawn):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 
 
-def test_oom_fault_is_a_silent_sigkill(env, spawn):
-    p = spawn(serve_args(free_port()), {**env, "SIM_FAULT_OOM": "1"})
-    assert p.wait_exit() == -signal.SIGKILL
-    assert p.lines[-1].split("] ", 1)[-1].startswith("Model loading took")
+def server_pid(proc: SimProc) -> int:
+    """The serving process's pid, from its log prefix: a child of the supervisor we started."""
+    line = proc.wait_for(r"\(\w+ pid=\d+\)")[0]
+    return int(re.search(r"pid=(\d+)", line).group(1))
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    return int(re.search(r"^PPid:\s+(\d+)", status, re.M).group(1))
+
+
+def test_oom_fault_is_a_silent_sigkill_from_outside_exit_137(env, spawn):
+    p = spawn(serve_args(free_port()), {**env, "SIM_FAULT_OOM": "1", "SIM_FAULT_OOM_MIB": "64"})
+    server = server_pid(p)
+    assert server != p.proc.pid and parent_of(server) == p.proc.pid  # the server is the child
+    assert p.wait_exit() == 137  # the supervisor's verdict: 128 + SIGKILL, as Docker shows it
+    assert p.lines[-1].split("] ", 1)[-1].startswith("Model loading took")  # no last words
+    assert parent_of(server) is None
+
+
+def test_oom_fault_can_target_one_rank(env, spawn):
+    other = spawn(serve_args(free_port()), {**env, "SIM_FAULT_OOM": "1", "SIM_FAULT_OOM_RANK": "1"})
+    started(other)  # rank 0 is not the target: it serves
+    assert other.proc.poll() is None
+
+
+def test_server_dies_with_its_supervisor(env, spawn):
+    p = spawn(serve_args(free_port()), env)
+    started(p)
+    server = server_pid(p)
+    p.proc.kill()
+    p.proc.wait(10)
+    deadline = time.monotonic() + 5
+    while parent_of(server) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert parent_of(server) is None
 
 
 def test_sigterm_exits_zero_and_releases_the_jit_lock(env, spawn, tmp_path):
@@ -452,9 +487,9 @@ def test_sigterm_exits_zero_and_releases_the_jit_lock(env, spawn, tmp_path):
     p = spawn(serve_args(free_port()), {**env, "VLLM_CACHE_ROOT": str(cache)})
     started(p)
     lock = cache / "deep_gemm" / "rank-0.lock"
-    assert json.loads(lock.read_text())["pid"] == p.proc.pid
+    assert json.loads(lock.read_text())["pid"] == server_pid(p)
     t0 = time.monotonic()
-    assert p.stop() == 0
+    assert p.stop() == 0  # SIGTERM to the supervisor reaches the server, whose 0 is passed on
     assert time.monotonic() - t0 < 3
     assert not lock.exists()
 
