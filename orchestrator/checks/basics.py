@@ -60,14 +60,35 @@ def gpu_visible(cluster: Cluster) -> CheckResult:
                        f"nvidia-smi sees no GPU on {', '.join(bad)}" if bad else "")
 
 
+@dataclass(frozen=True)
+class Listener:
+    port: int
+    local: str  # address:port as ss prints it
+    process: str  # ss -p's users:(...) column, or ""
+
+
+def parse_listeners(stdout: str) -> list[Listener]:
+    """`ss -Hltnp` lines (State Recv-Q Send-Q Local Peer [Process]) -> listening sockets."""
+    found = []
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) < 5:
+            continue
+        local = parts[3]
+        port = local.rsplit(":", 1)[-1]
+        if port.isdigit():
+            found.append(Listener(int(port), local, " ".join(parts[5:])))
+    return found
+
+
 def ports_free(cluster: Cluster, ports: list[int]) -> CheckResult:
     """The serve and master ports on the head must be free (run after this recipe's old containers are gone)."""
     head = cluster.head
-    listeners = head.run(["ss", "-Hltnp"], timeout=20, check=True).stdout.splitlines()
+    listeners = parse_listeners(head.run(["ss", "-Hltnp"], timeout=20, check=True).stdout)
     evidence, taken = {}, []
     for port in ports:
-        holders = [line for line in listeners if len(line.split()) > 3 and line.split()[3].rsplit(":", 1)[-1] == str(port)]
-        evidence[f"{head.name}:{port}"] = " ".join(holders[0].split()[3:]) if holders else "free"
+        holders = [item for item in listeners if item.port == port]
+        evidence[f"{head.name}:{port}"] = f"{holders[0].local} {holders[0].process}".strip() if holders else "free"
         if holders:
             taken.append(port)
     return CheckResult("ports", "fail" if taken else "ok", evidence,

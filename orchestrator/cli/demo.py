@@ -12,9 +12,11 @@ from rich.markup import escape
 from ..config.load import load_deployment
 from ..deploy import status as status_mod
 from ..http_api.endpoint import Endpoint
-from ..deploy.report import RichReporter
 from ..deploy.up import DeployFailed, UpOptions, up
+from ..runner.events import Events
+from ..runner.sinks import TerminalSink
 from .common import Failed, exit_codes, out
+from .extras import require_sim
 
 
 def demo(
@@ -25,6 +27,7 @@ def demo(
 
     Example: spark-deploy demo --nodes 2
     """
+    require_sim("demo")
     from ..sim.cluster import SimCluster
     from ..sim.state import SimError, SimInputError
 
@@ -44,13 +47,13 @@ def demo(
             raise Failed(f"cluster {name} has {len(dep.inventory.nodes)} nodes but its recipe wants "
                          f"{dep.recipe.vllm.tensor_parallel_size}; `spark-deploy sim down --name {name}` and retry")
         out.print(f"[bold]2. spark-deploy up[/] {escape(str(recipe))} -i {escape(str(inventory))}")
-        reporter = RichReporter()
+        events = Events(TerminalSink(out))
         try:
-            result = up(dep, reporter, UpOptions())
+            result = up(dep, events, UpOptions())
         except DeployFailed as exc:
             raise Failed(str(exc)) from None
         finally:
-            reporter.close()
+            events.close()
         out.print("[bold]3. status[/]")
         report = status_mod.collect(dep.inventory, dep.recipe.name)
         for row in report.rows:

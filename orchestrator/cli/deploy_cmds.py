@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import signal
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Iterator, Optional
 
 import typer
 from rich.markup import escape
@@ -14,57 +15,72 @@ from rich.table import Table
 from ..config.load import load_deployment, load_inventory
 from ..deploy import logs as logs_mod
 from ..deploy import status as status_mod
-from ..deploy.report import JsonReporter, RichReporter
-from ..deploy.teardown import ours, remove_ranked
+from ..deploy import down as down_mod
 from ..deploy.up import DeployFailed, UnpinnedImage, UpOptions, up as run_up
+from ..runner.events import Events
+from ..runner.runner import raise_interrupted
+from ..runner.sinks import JsonSink, TerminalSink
 from ..transport.group import Cluster, GroupError
 from .common import BadInput, Failed, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
 
 OptionalRecipe = Annotated[Optional[Path], typer.Argument(help="Limit to this recipe's containers.", show_default=False)]
 
 
+def _events(as_json: bool) -> Events:
+    return Events(JsonSink() if as_json else TerminalSink(out))
+
+
+@contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl-C (undo, then exit 1) and is named as what it was."""
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, raise_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def up(
     recipe: RecipeArg,
     inventory: InventoryOpt = Path("inventory.yaml"),
-    force: Annotated[bool, typer.Option("--force", help="Redeploy even if this recipe is already serving.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Redeploy even if this exact plan is already serving.")] = False,
     keep_on_failure: Annotated[bool, typer.Option("--keep-on-failure", help="Leave containers for debugging.")] = False,
     sync_image: Annotated[bool, typer.Option("--sync", help="Replace a different image held under the same reference.")] = False,
     ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the API to serve.")] = 5400.0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Deploy a recipe: preflight, image sync, head, wait LISTEN, peers, readiness, log checks.
+    """Deploy a recipe: preflight, image sync, stop the previous (kept), head, wait LISTEN, peers, ready, log checks.
 
     Example: spark-deploy up recipes/dspark-0731-b12x.yaml -i inventory.yaml
     """
     with exit_codes():
         dep = load_deployment(recipe, inventory)
-        reporter = JsonReporter() if as_json else RichReporter()
-        previous = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM cleans up like Ctrl-C
+        events = _events(as_json)
+        opts = UpOptions(force=force, keep_on_failure=keep_on_failure, replace_image=sync_image,
+                         ready_timeout=ready_timeout)
         try:
-            result = run_up(dep, reporter, UpOptions(force=force, keep_on_failure=keep_on_failure,
-                                                     replace_image=sync_image, ready_timeout=ready_timeout))
+            with _signals_unwind():
+                result = run_up(dep, events, opts)
         except UnpinnedImage as exc:
             raise BadInput(str(exc)) from None
         except DeployFailed as exc:
-            reporter.close()
-            if as_json:
-                reporter.event("result", ok=False, phase=exc.phase, error=str(exc))
+            events.result(False, phase=str(exc.phase) if exc.phase else None, nodes=exc.nodes, error=str(exc))
+            events.close()
             raise Failed(str(exc)) from None
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-        reporter.close()
-        timings = {p.name: round(p.seconds, 3) for p in reporter.phases}
+        timings = {str(p.phase): round(p.seconds, 3) for p in events.phases}
+        events.result(True, endpoint=result.endpoint, model=result.model, plan_hash=result.plan_hash,
+                      run=result.run_id, already_serving=result.already_serving, phases=timings,
+                      expectations=[{"name": r.name, "status": r.status, "per_node": r.per_node}
+                                    for r in result.expectations])
+        events.close()
         if as_json:
-            reporter.event("result", ok=True, endpoint=result.endpoint, model=result.model,
-                           already_serving=result.already_serving, phases=timings,
-                           expectations=[{"name": r.name, "status": r.status, "per_node": r.per_node}
-                                         for r in result.expectations])
             return
         if result.already_serving:
-            out.print(f"[green]already serving[/] {escape(result.model)} at {escape(result.endpoint)}")
+            out.print(f"[green]already serving[/] {escape(result.model)} at {escape(result.endpoint)} "
+                      f"(plan {result.plan_hash})")
             return
-        out.print(f"[bold green]serving[/] {escape(result.model)} at {escape(result.endpoint)}/v1")
+        out.print(f"[bold green]serving[/] {escape(result.model)} at {escape(result.endpoint)}/v1 (plan {result.plan_hash})")
         out.print("  " + ", ".join(f"{name} {seconds:.2f}s" for name, seconds in timings.items()))
 
 
@@ -83,26 +99,21 @@ def _recipe_name(recipe: Path | None, inventory: Path) -> str | None:
 
 
 def down(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventory.yaml")) -> None:
-    """Stop and remove this tool's containers (peers first, then the head). Nothing else is touched.
+    """Stop and remove this tool's containers (peers first, then the head) on every node it can reach.
 
     Example: spark-deploy down recipes/dspark-0731-b12x.yaml
     """
     with exit_codes():
         name = _recipe_name(recipe, inventory)
-        cluster, _ = _cluster(inventory)
-        try:
-            found = ours(cluster, name)
-            if not any(found.values()):
-                out.print("nothing to remove: no container of spark-deploy" + (f" for {name}" if name else ""))
-                return
-            removed = remove_ranked(cluster, found)
-        except GroupError as exc:
-            raise Failed(str(exc)) from None
-        finally:
-            cluster.close()
-        for node, names in removed.items():
-            for container in names:
-                out.print(f"removed {escape(node)}: {escape(container)}")
+        inv, _ = load_inventory(inventory)
+        events = Events(TerminalSink(out))
+        result = down_mod.down(inv, name, events)
+        events.close()
+        if not result.removed and result.ok:
+            out.print("nothing to remove: no container of spark-deploy" + (f" for {name}" if name else ""))
+        if not result.ok:
+            raise Failed("not everything was removed:\n" + "\n".join(
+                f"  {node}: {why}" for node, why in result.failed.items()))
 
 
 def status(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventory.yaml"), as_json: JsonOpt = False) -> None:
@@ -118,11 +129,11 @@ def status(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("invent
             emit_json(report.as_dict())
         else:
             table = Table(title="spark-deploy containers")
-            for column in ("node", "container", "state", "started", "image", "recipe", "hash", "rank"):
+            for column in ("node", "container", "state", "started", "image", "recipe", "plan", "rank"):
                 table.add_column(column, overflow="fold")
             for r in report.rows:
                 table.add_row(r.node, r.container, r.state, r.started_at[:19].replace("T", " "),
-                              r.image_id.removeprefix("sha256:")[:12], r.recipe, r.recipe_hash, r.rank)
+                              r.image_id.removeprefix("sha256:")[:12], r.recipe, r.plan_hash, r.rank)
             out.print(table)
             for e in report.endpoints:
                 health = "[green]healthy[/]" if e.healthy else "[red]not healthy[/]"

@@ -8,10 +8,9 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from ..config.edit import set_image_id
-from ..config.load import load_recipe, load_inventory
-from ..docker_cli.images import inspect_image
-from ..transport.node import NodeConnection, NodeError, SSHTarget
+from ..config.load import load_inventory, load_recipe
+from ..deploy.pin import PinOutcome, PinRefused, pin as pin_image
+from ..transport.node import NodeError
 from .common import BadInput, Failed, InventoryOpt, RecipeArg, err, exit_codes, out
 
 
@@ -31,31 +30,19 @@ def pin(
         name = node or inv.head
         if name not in {n.name for n in inv.nodes}:
             raise BadInput(f"--node {name!r} is not in {inventory}")
-        conn = NodeConnection(SSHTarget.of(inv, inv.node(name)))
         try:
-            conn.open()
-            found = inspect_image(conn, spec.image.ref)
-        except NodeError as exc:
+            result = pin_image(recipe, spec, inv, name, replace)
+        except (NodeError, PinRefused) as exc:
             raise Failed(str(exc)) from None
-        finally:
-            conn.close()
-        if found is None:
-            raise Failed(f"{name} has no image {spec.image.ref}: pull or load it there first")
+        found = result.found
         out.print(f"{escape(name)}: {escape(spec.image.ref)} is {found.id}")
         out.print(f"  layers (DiffIDs): {len(found.diff_ids)}; RepoDigests: {', '.join(found.repo_digests) or 'none'}")
-        if "@sha256:" in spec.image.ref:
-            if spec.image.ref in found.repo_digests:
-                out.print("  [green]verified[/]: this image is the one the registry digest in image.ref names")
-            else:
-                raise Failed(f"{name}'s copy does not carry the registry digest {spec.image.ref.split('@', 1)[1]} "
-                             "(a loaded image has no RepoDigests): pin from a node that pulled it")
+        if result.digest_verified:
+            out.print("  [green]verified[/]: this image is the one the registry digest in image.ref names")
         else:
             err.print(f"[yellow]note[/]: {escape(spec.image.ref)} is a tag, not a digest: the ID is what {escape(name)} "
                       "holds under that tag today")
-        if spec.image.id == found.id:
+        if result.outcome is PinOutcome.ALREADY:
             out.print(f"already pinned: {escape(str(recipe))} image.id is {found.id}")
-            return
-        if spec.image.id is not None and not replace:
-            raise Failed(f"{recipe} is pinned to {spec.image.id}, {name} holds {found.id}: use --replace to re-pin")
-        set_image_id(recipe, found.id)
-        out.print(f"[green]pinned[/] {escape(str(recipe))}: image.id = {found.id}")
+        else:
+            out.print(f"[green]pinned[/] {escape(str(recipe))}: image.id = {found.id}")

@@ -8,7 +8,7 @@ from typing import Callable
 
 from ..transport.group import Cluster
 from ..transport.node import NodeConnection
-from .teardown import ours
+from ..docker_cli.containers import ours as ours_on
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ?(.*)$")
 
@@ -27,7 +27,7 @@ def _argv(container: str, since: str | None, follow: bool, tail: str | None) -> 
 def merged(cluster: Cluster, nodes: list[NodeConnection], recipe: str | None, since: str | None,
            tail: str | None) -> list[tuple[str, str, str]]:
     """(timestamp, node, line) for every container of ours on `nodes`, sorted by time."""
-    containers = ours(cluster, recipe)
+    containers = current(cluster, nodes, recipe)
 
     def read(conn: NodeConnection) -> list[tuple[str, str, str]]:
         out = []
@@ -43,6 +43,11 @@ def merged(cluster: Cluster, nodes: list[NodeConnection], recipe: str | None, si
     return sorted((row for rows in found.values() for row in rows), key=lambda r: r[0])
 
 
+def current(cluster: Cluster, nodes: list[NodeConnection], recipe: str | None) -> dict[str, list[str]]:
+    """Names of our current containers per node (not the previous ones `up` keeps stopped)."""
+    return cluster.each(lambda c: [x.name for x in ours_on(c, recipe) if not x.kept], nodes)
+
+
 def _sortable(stamp: str) -> str:
     """Docker trims trailing zeros of the fraction; pad it so string order is time order."""
     if "." in stamp:
@@ -54,7 +59,7 @@ def _sortable(stamp: str) -> str:
 def follow(cluster: Cluster, nodes: list[NodeConnection], recipe: str | None, since: str | None, tail: str | None,
            emit: Callable[[str, str], None], stop: threading.Event) -> None:
     """Stream every container's log until all end or `stop` is set; emit(node, line) as lines arrive."""
-    containers = ours(cluster, recipe)
+    containers = current(cluster, nodes, recipe)
     threads = []
     for conn in nodes:
         for name in containers.get(conn.name, []):

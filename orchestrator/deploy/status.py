@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..config.inventory import Inventory
-from ..docker_cli.containers import inspect_container, managed_containers
-from ..render.launch import LABEL_HASH, LABEL_MODEL, LABEL_PORT, LABEL_RANK, LABEL_RECIPE
+from ..docker_cli.containers import ours
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
 from ..http_api.endpoint import Endpoint
@@ -21,6 +20,7 @@ class ContainerRow:
     image_id: str
     recipe: str
     recipe_hash: str
+    plan_hash: str
     rank: str
     serve_port: str
     served_model: str
@@ -47,14 +47,13 @@ class StatusReport:
 
 def _rows(conn: NodeConnection, recipe: str | None) -> list[ContainerRow]:
     rows = []
-    for name in managed_containers(conn, recipe):
-        state = inspect_container(conn, name)
-        if state is None:
-            continue
-        rows.append(ContainerRow(conn.name, name, state.status if state.status != "exited" else f"exited ({state.exit_code})",
-                                 state.started_at, state.image, state.labels.get(LABEL_RECIPE, ""),
-                                 state.labels.get(LABEL_HASH, ""), state.labels.get(LABEL_RANK, ""),
-                                 state.labels.get(LABEL_PORT, ""), state.labels.get(LABEL_MODEL, "")))
+    for c in ours(conn, recipe):
+        if c.kept:
+            continue  # a previous deployment's container, stopped by `up` and kept for undo/rollback
+        labels = c.ours
+        rows.append(ContainerRow(conn.name, c.name, c.status if c.status != "exited" else f"exited ({c.exit_code})",
+                                 c.started_at, c.image, labels.recipe, labels.recipe_digest, labels.plan_hash,
+                                 str(labels.rank), str(labels.serve_port), labels.served_model))
     return rows
 
 

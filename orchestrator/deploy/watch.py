@@ -108,14 +108,25 @@ class Monitor:
         return box["value"]
 
     def watch(self, conn: NodeConnection, container: str, on_line: Callable[[str, str], None] | None = None) -> "ContainerWatch":
+        """Follow `container` (an ID) on `conn`; keyed by node, one watched container per node."""
         watch = ContainerWatch(conn, container, self, on_line)
         self.watches[conn.name] = watch
         watch.start()
         return watch
 
-    def stop(self) -> None:
-        for watch in self.watches.values():
-            watch.stop()
+    def stop(self, containers: list[str] | None = None) -> None:
+        """Stop watching (these containers, or all): their remote `docker logs -f` ends too."""
+        for watch in list(self.watches.values()):
+            if containers is None or watch.container in containers:
+                watch.stop()
+
+    def newest(self) -> tuple[str, str, float] | None:
+        """(node, text, age in s) of the newest log line of any watched container."""
+        seen = [(w.last_at, w.conn.name, w.lines[-1]) for w in self.watches.values() if w.lines and w.last_at]
+        if not seen:
+            return None
+        at, node, text = max(seen)
+        return node, text, time.monotonic() - at
 
 
 class ContainerWatch:
@@ -127,6 +138,7 @@ class ContainerWatch:
         self.lines: list[str] = []  # log text without the docker timestamp
         self.signature_line: str | None = None  # the first known failure line seen
         self.last_stamp: str | None = None  # docker's timestamp of the last line, to resume a broken stream
+        self.last_at: float | None = None  # monotonic time the last line arrived
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"watch-{conn.name}", daemon=True)
 
@@ -146,6 +158,7 @@ class ContainerWatch:
             self.last_stamp = stamp.group(1)
         text = _TIMESTAMP.sub("", raw, count=1)
         self.lines.append(text)
+        self.last_at = time.monotonic()
         self.monitor.activity()
         if self.on_line:
             self.on_line(self.conn.name, text)

@@ -31,7 +31,7 @@ from typer.testing import CliRunner
 from orchestrator.cli.main import app
 from orchestrator.config.load import load_deployment
 from orchestrator.config.source import ConfigError
-from orchestrator.render.launch import render_plan
+from orchestrator.render.plan import render_plan
 
 BASE_RECIPE = {
     "name": "zq-recipe",
@@ -281,8 +281,11 @@ def _carried(data: dict, path: Path) -> bool:
     return YAML(typ="rt").load(path.read_text(encoding="utf-8")) == data
 
 
+HASH_LABELS = ("spark-deploy.recipe-hash=", "spark-deploy.plan-hash=")  # every value changes them, by design
+
+
 def _masked(argv) -> list[str]:
-    return ["spark-deploy.recipe-hash=<masked>" if t.startswith("spark-deploy.recipe-hash=") else t for t in argv]
+    return [t.split("=", 1)[0] + "=<masked>" if t.startswith(HASH_LABELS) else t for t in argv]
 
 
 class Harness:
@@ -365,7 +368,7 @@ def test_any_string_in_any_field_is_refused_or_rendered_intact(slot, tmp_path):
 
 def test_the_harness_sees_a_broken_renderer(tmp_path, monkeypatch):
     """If rendering glued a value into the wrong token or split it, the check must notice."""
-    import orchestrator.render.launch as launch
+    import orchestrator.render.spec as launch
 
     harness = Harness(tmp_path)
     original = launch.render_tokens
@@ -380,11 +383,11 @@ def test_the_harness_sees_a_broken_renderer(tmp_path, monkeypatch):
 
 
 def test_the_harness_sees_a_printed_command_that_is_not_the_argv(tmp_path, monkeypatch):
-    import orchestrator.render.launch as launch
+    import orchestrator.render.plan as launch
 
     harness = Harness(tmp_path)
     assert harness.check(SLOTS_BY_NAME["env.<value>"], "a b") == "accepted"
-    monkeypatch.setattr(launch.NodeLaunch, "printed", property(lambda self: " ".join(self.argv)))
+    monkeypatch.setattr(launch.RankLaunch, "printed", property(lambda self: " ".join(self.argv)))
     with pytest.raises(AssertionError, match="printed command"):
         harness.check(SLOTS_BY_NAME["env.<value>"], "a b")
 

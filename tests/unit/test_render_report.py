@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from ruamel.yaml import YAML
 from orchestrator.config.inventory import Inventory, Node
 from orchestrator.config.load import load_deployment, load_inventory, load_recipe
 from orchestrator.config.recipe import Recipe
-from orchestrator.render.launch import render_plan
+from orchestrator.render.plan import render_plan
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = "recipes/dspark-0731-b12x.yaml"
@@ -171,6 +172,7 @@ def test_head_command_holds_the_whole_report_command_and_adds_only_the_tool_part
         assert ours.image == report.image
 
     # What ours adds, exactly.
+    plan_hash = re.search(r"spark-deploy\.plan-hash=([0-9a-f]{16})", " ".join(t for pair in ours.options for t in pair if t)).group(1)
     secrets_file = f"{head.state_dir}/secrets/{recipe.name}.env"
     assert ours.options - report.options == Counter({
         ("--detach", None): 1,
@@ -182,6 +184,9 @@ def test_head_command_holds_the_whole_report_command_and_adds_only_the_tool_part
         ("--label", "spark-deploy.rank=0"): 1,
         ("--label", f"spark-deploy.node={head.name}"): 1,
         ("--label", f"spark-deploy.serve-port={recipe.serve.port}"): 1,
+        ("--label", f"spark-deploy.master-port={recipe.vllm.master_port}"): 1,
+        ("--label", f"spark-deploy.plan-hash={plan_hash}"): 1,  # identity of this exact launch
+        ("--label", "spark-deploy.run=preview"): 1,  # `up` puts its run ID here
         ("--label", f"spark-deploy.served-model={recipe.serve.served_model_name}"): 1,
         ("--volume", f"{head.jit_cache}:/jitcache"): 1,  # the per-node local JIT cache (field note 2)
         ("--env", "VLLM_CACHE_ROOT=/jitcache"): 1,

@@ -25,7 +25,7 @@ class FakeNode:
 
 
 def _state(running: bool, code: int = 0) -> ContainerState:
-    return ContainerState("sd-x-r1", "running" if running else "exited", code, False, "", "sha256:x", {})
+    return ContainerState("c0ffee", "sd-x-r1", "running" if running else "exited", code, False, "", "sha256:x", {})
 
 
 def test_a_stream_that_ends_while_the_container_runs_is_followed_again_from_the_last_line(monkeypatch):

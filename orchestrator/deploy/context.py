@@ -1,0 +1,56 @@
+"""What the steps of one `up` share: the plan, the connections, the events, and what each step did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..checks.basics import CheckResult
+from ..config.load import Deployment
+from ..docker_cli.image_sync import SyncPlan
+from ..http_api.endpoint import Endpoint
+from ..render.plan import Plan
+from ..runner.events import Events
+from ..transport.group import Cluster
+from .current import Decision
+from .watch import Monitor
+
+
+@dataclass
+class UpOptions:
+    force: bool = False
+    keep_on_failure: bool = False
+    replace_image: bool = False  # --sync: replace a different image held under the same reference
+    listen_timeout: float = 600.0
+    ready_timeout: float = 5400.0  # 167 GB over NFS took 69 minutes to serve (field note 13)
+    expect_timeout: float = 60.0
+    poll: float = 0.05  # LISTEN probe interval: one short SSH exec each
+    heartbeat: float = 30.0  # seconds between "still waiting" lines during long waits
+    stall_warning: float = 300.0  # warn when no node has logged anything for this long
+
+
+@dataclass
+class Look:
+    """What preflight saw on every node, read in parallel before anything is changed."""
+
+    named: dict  # node -> containers holding the plan's names (ours or not)
+    ports: CheckResult
+    image: SyncPlan
+
+
+@dataclass
+class UpContext:
+    dep: Deployment
+    plan: Plan
+    cluster: Cluster
+    events: Events
+    opts: UpOptions
+    endpoint: Endpoint
+    monitor: Monitor = field(default_factory=Monitor)
+    look: Look | None = None
+    decision: Decision | None = None
+    started: dict[str, str] = field(default_factory=dict)  # node -> ID of the container this run started
+    sample: str = ""
+    expectations: list = field(default_factory=list)
+
+    def conn(self, node: str):
+        return self.cluster[node]

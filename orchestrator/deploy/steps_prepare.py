@@ -1,0 +1,238 @@
+"""The steps of `up` before anything serving is touched: connect, preflight, current state, image, secrets.
+
+Then the one step that touches what serves: stop the previous deployment (kept, renamed, so undo — or a
+rollback — can start it again), and the port check that can only run after it.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from ..checks import basics
+from ..docker_cli import image_sync
+from ..docker_cli.containers import Container, named, rename_container, start_container, stop_container
+from ..runner.events import Kind, Phase
+from ..runner.runner import StepFailed
+from ..transport.node import NodeConnection
+from .context import Look, UpContext
+from .current import Action, decide
+
+
+class NoUndo:
+    def undo(self, ctx: UpContext) -> None:
+        return None
+
+    def leftover(self, ctx: UpContext) -> list[str]:
+        return []
+
+
+def judge(phase: Phase, results: list[basics.CheckResult], ctx: UpContext) -> None:
+    for result in results:
+        ctx.events.check(result.name, result.status, result.evidence,
+                         "; ".join(f"{k}: {v}" for k, v in result.evidence.items()))
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise StepFailed(phase, "; ".join(
+            f"{r.name} failed ({'; '.join(f'{k}: {v}' for k, v in r.evidence.items())}). {r.fix}" for r in failed),
+            sorted({node.split(":")[0] for r in failed for node in r.evidence}))
+
+
+class Connect(NoUndo):
+    phase, detail = Phase.CONNECT, "host keys verified"
+
+    def run(self, ctx: UpContext) -> None:
+        ctx.cluster.open()
+        ctx.events.note(f"{len(ctx.plan.ranks)} node(s): " + ", ".join(c.name for c in ctx.cluster.nodes))
+
+
+class Preflight(NoUndo):
+    phase, detail = Phase.PREFLIGHT, "docker, GPU, JIT cache; containers, ports and image on every node"
+
+    def run(self, ctx: UpContext) -> None:
+        cluster, plan = ctx.cluster, ctx.plan
+        nodes = {n.name: n for n in ctx.dep.inventory.nodes}
+        names = {launch.node.name: [launch.container] for launch in plan.ranks}
+        tasks = {
+            "docker": lambda: basics.docker_answers(cluster), "gpu": lambda: basics.gpu_visible(cluster),
+            "jit": lambda: basics.jit_cache_local(cluster, nodes),
+            "ports": lambda: basics.ports_free(cluster, plan.ports),
+            "named": lambda: cluster.each(lambda c: named(c, names[c.name])),
+            "image": lambda: image_sync.survey(cluster.nodes, plan.image_id, plan.image_ref),
+        }
+        pool = ThreadPoolExecutor(len(tasks), thread_name_prefix="preflight")
+        try:
+            futures = {name: pool.submit(task) for name, task in tasks.items()}
+            outcome = {name: (f.exception() or f.result()) for name, f in futures.items()}
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        for name in ("docker", "gpu", "jit"):
+            if isinstance(outcome[name], BaseException):
+                raise StepFailed(self.phase, f"{name} check could not run: {outcome[name]}")
+        judge(self.phase, [outcome[name] for name in ("docker", "gpu", "jit")], ctx)  # a dead engine first
+        for name in ("ports", "named", "image"):
+            if isinstance(outcome[name], BaseException):
+                raise outcome[name]
+        ctx.look = Look(outcome["named"], outcome["ports"], outcome["image"])
+
+
+class CurrentState(NoUndo):
+    phase, detail = Phase.CURRENT, "what runs now, by label and plan hash"
+
+    def run(self, ctx: UpContext) -> None:
+        decision = decide(ctx.plan, ctx.look.named, ctx.opts.force)
+        if decision.clashes:
+            shown = "; ".join(f"{node}: {c.name} ({c.id[:12]}, {c.status}, image {c.image[:19]})"
+                              for node, c in decision.clashes)
+            raise StepFailed(self.phase, f"a container that spark-deploy did not create holds this recipe's name: "
+                             f"{shown}. It is left untouched: rename or remove it yourself (docker rename / docker rm), "
+                             "or rename the recipe", [node for node, _ in decision.clashes])
+        if decision.action is Action.ALREADY_SERVING and not ctx.endpoint.healthy():
+            decision.action, decision.reason = Action.REPLACE, f"{ctx.endpoint.url}/health does not answer 200"
+        ctx.decision = decision
+        if decision.action is Action.FRESH:
+            ctx.events.note(decision.reason)
+        if decision.action is not Action.ALREADY_SERVING and not decision.previous_running and not ctx.look.ports.ok:
+            judge(self.phase, [ctx.look.ports], ctx)  # nothing of ours holds them: another process does
+        elif decision.action is Action.REPLACE:
+            shown = ", ".join(f"{n}: {c.name} plan {c.ours.plan_hash or '?'} {c.status}"
+                              for n, cs in decision.previous.items() for c in cs)
+            ctx.events.note(f"will replace {shown} ({decision.reason}) once the new plan {ctx.plan.plan_hash} "
+                            "is ready to start; the previous containers are kept, stopped")
+
+
+class SyncImage(NoUndo):
+    phase = Phase.IMAGE
+
+    def __init__(self, image_id: str, ref: str):
+        self.detail = f"{image_id[:19]} ({ref})"
+
+    def run(self, ctx: UpContext) -> None:
+        plan, survey = ctx.plan, ctx.look.image
+        if survey.source is None:
+            raise StepFailed(self.phase, f"no node holds image {plan.image_id} ({plan.image_ref}): load it on one "
+                             "node first (docker load / docker pull), then run up again")
+        if survey.conflicts and not ctx.opts.replace_image:
+            shown = "; ".join(f"{n.conn.name} has {(n.by_ref or n.pinned).short()} under {plan.image_ref}"
+                              for n in survey.conflicts)
+            raise StepFailed(self.phase, f"a different image under the same reference: pinned "
+                             f"{survey.source.pinned.short()} (on {survey.source.conn.name}); {shown}. Use --sync to "
+                             "replace it", [n.conn.name for n in survey.conflicts])
+        todo = {n.conn.name: n for n in survey.missing + survey.conflicts}
+        if not todo:
+            ctx.events.note(f"every node holds {plan.image_id[:19]}: nothing to move")
+        ctx.cluster.each(lambda conn: self._transfer(ctx, survey.source, conn), [n.conn for n in todo.values()])
+        for node in survey.nodes:
+            if node.conn.name in todo or node.by_ref is None:
+                image_sync.tag(node.conn, plan.image_id, plan.image_ref)
+
+    def _transfer(self, ctx: UpContext, source: image_sync.NodeImage, dst: NodeConnection) -> None:
+        dep, image_id = ctx.dep, ctx.plan.image_id
+        dst_node = dep.inventory.node(dst.name)
+        user = (dst_node.ssh and dst_node.ssh.user) or dep.inventory.ssh.user
+        if image_sync.can_reach(source.conn, dst_node.fabric_ip, user):
+            route = "node to node over the fabric"
+            moved = image_sync.transfer_direct(source.conn, dst_node.fabric_ip, user, image_id)
+        else:
+            route = "relayed through this machine (nodes cannot SSH to each other)"
+            moved = image_sync.transfer_relay(source.conn, dst, image_id,
+                                              lambda done, total: ctx.events.progress(f"image → {dst.name}", done,
+                                                                                      max(total, done)))
+        got = image_sync.verify(dst, image_id, source.pinned)
+        ctx.events.image_moved(source.conn.name, dst.name, image_id, moved or 0, route)
+        ctx.events.note(f"now holds {got.short()}", dst.name)
+
+
+class WriteSecrets:
+    """The env-file Docker reads at `docker run`; removed again right after the last `docker run`."""
+
+    phase = Phase.SECRETS
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        self.detail = ", ".join(names)
+        self.written: list[str] = []
+
+    def run(self, ctx: UpContext) -> None:
+        missing = [name for name in self.names if name not in os.environ]
+        if missing:
+            raise StepFailed(self.phase, f"{', '.join(missing)} not set in this shell's environment: export it "
+                             "(it is written to each node's env-file, mode 0600, never put on a command line)")
+        content = "".join(f"{name}={os.environ[name]}\n" for name in self.names)
+
+        def put(conn: NodeConnection) -> None:
+            self.written.append(conn.name)  # before writing: a half-written file is removed too
+            conn.put_secret(ctx.plan.on(conn.name).env_file, content)
+
+        ctx.cluster.each(put)
+        ctx.events.note(f"wrote {len(self.names)} secret(s) to {ctx.plan.head.env_file} on every node")
+
+    def undo(self, ctx: UpContext) -> None:
+        forget_secrets(ctx, self.written)
+        self.written = []
+
+    def leftover(self, ctx: UpContext) -> list[str]:
+        return [f"{node}: secrets env-file {ctx.plan.on(node).env_file} (rm -f it)" for node in self.written]
+
+
+def forget_secrets(ctx: UpContext, nodes: list[str]) -> None:
+    """Remove the env-files; a failure is an error naming the node and the file (never silent)."""
+    files = {node: ctx.plan.on(node).env_file for node in nodes if ctx.plan.on(node).env_file}
+    if files:
+        ctx.cluster.each(lambda conn: conn.run(["rm", "-f", "--", files[conn.name]], timeout=30, check=True),
+                         [ctx.conn(n) for n in files])
+
+
+@dataclass
+class StopPrevious:
+    """Stop the current containers (peers first), and rename them so the new ones can take the names.
+
+    Undo renames them back and starts them again, head first. They are never removed here."""
+
+    phase: Phase = Phase.STOP_PREVIOUS
+    detail: str = "peers first, then the head; kept for undo and rollback"
+    stopped: list[tuple[str, Container, str]] = field(default_factory=list)  # (node, container, kept name)
+
+    def run(self, ctx: UpContext) -> None:
+        previous = ctx.decision.previous
+        head = ctx.plan.head.node.name
+        for group in ([n for n in previous if n != head], [n for n in previous if n == head]):
+            ctx.cluster.each(lambda conn: self._stop_on(ctx, conn), [ctx.conn(n) for n in group])
+
+    def _stop_on(self, ctx: UpContext, conn: NodeConnection) -> None:
+        for container in ctx.decision.previous[conn.name]:
+            kept = f"{container.name}-{(container.ours.run if container.ours else '') or container.id[:12]}"
+            self.stopped.append((conn.name, container, kept))
+            if container.running:
+                stop_container(conn, container.id)
+            rename_container(conn, container.id, kept)
+            ctx.events.container(Kind.CONTAINER_STOPPED, conn.name, kept, container.id,
+                                 f"{container.name} ({container.id[:12]}) stopped, kept as {kept}")
+
+    def undo(self, ctx: UpContext) -> None:
+        """Rename back and start again what was running, head first (rank order), then peers."""
+        head = ctx.plan.head.node.name
+        order = sorted(self.stopped, key=lambda item: item[0] != head)
+        for node, container, _kept in order:
+            conn = ctx.conn(node)
+            rename_container(conn, container.id, container.name)
+            if container.running:
+                start_container(conn, container.id)
+                ctx.events.container(Kind.CONTAINER_RESTARTED, node, container.name, container.id)
+            self.stopped.remove((node, container, _kept))
+
+    def leftover(self, ctx: UpContext) -> list[str]:
+        return [f"{node}: previous container {kept} ({c.id[:12]}) is stopped: docker rename {c.id[:12]} {c.name} "
+                f"&& docker start {c.id[:12]}" for node, c, kept in self.stopped if c.running]
+
+
+class PortsFree(NoUndo):
+    phase = Phase.PORTS
+
+    def __init__(self, head: str, ports: list[int]):
+        self.ports = ports
+        self.detail = ", ".join(f"{head}:{p}" for p in ports)
+
+    def run(self, ctx: UpContext) -> None:
+        judge(self.phase, [basics.ports_free(ctx.cluster, self.ports)], ctx)

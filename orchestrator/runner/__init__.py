@@ -1,0 +1,1 @@
+"""Sequencing: a Runner executes ordered steps that undo themselves, emitting structured events."""

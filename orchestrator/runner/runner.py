@@ -1,0 +1,118 @@
+"""Run ordered steps; on any failure or interruption undo the completed ones in reverse, then raise once.
+
+A step is appended to the undo list *before* it runs, so a step that fails half way undoes what it did
+(each step records its own effects). A second interrupt during the undo stops it: the error then lists
+exactly what is left on which node and the command that removes it.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from ..transport.group import GroupError
+from ..transport.node import NodeError
+from .events import Events, Phase
+
+C = TypeVar("C")
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or a termination signal; `signal_name` says which, so the message never calls SIGTERM Ctrl-C."""
+
+    def __init__(self, signal_name: str = "SIGINT"):
+        self.signal_name = signal_name
+        super().__init__(signal_name)
+
+    @property
+    def words(self) -> str:
+        return "interrupted (Ctrl-C)" if self.signal_name == "SIGINT" else f"terminated ({self.signal_name})"
+
+
+def raise_interrupted(signum, _frame) -> None:
+    """A signal handler: SIGINT and SIGTERM both unwind the runner, and are named as what they were."""
+    raise Interrupted(signal.Signals(signum).name)
+
+
+class Step(Protocol[C]):
+    phase: Phase
+    detail: str
+
+    def run(self, ctx: C) -> None: ...
+
+    def undo(self, ctx: C) -> None:
+        """Reverse what run() did, including a run() that stopped half way; nothing when it did nothing."""
+
+    def leftover(self, ctx: C) -> list[str]:
+        """What would still be left if undo() never ran (for the message after a second interrupt)."""
+
+
+class StepFailed(Exception):
+    """One error for a failed run: the phase, the node(s) and the cause, plus what undoing did."""
+
+    def __init__(self, phase: Phase | None, cause: str, nodes: list[str] | None = None, interrupted: bool = False):
+        self.phase, self.cause, self.nodes, self.interrupted = phase, cause, nodes or [], interrupted
+        self.undo_notes: list[str] = []
+        super().__init__(cause)
+
+    def __str__(self) -> str:
+        text = f"during {self.phase or 'start'}: {self.cause}"
+        if self.undo_notes:
+            text += "\n" + "\n".join(self.undo_notes)
+        return text
+
+
+def classify(phase: Phase | None, exc: BaseException) -> StepFailed:
+    """Any exception -> one StepFailed naming the node(s) where that is known."""
+    if isinstance(exc, StepFailed):
+        return exc
+    if isinstance(exc, Interrupted):
+        return StepFailed(phase, exc.words, interrupted=True)
+    if isinstance(exc, KeyboardInterrupt):
+        return StepFailed(phase, "interrupted (Ctrl-C)", interrupted=True)
+    if isinstance(exc, GroupError):
+        return StepFailed(phase, str(exc), sorted(exc.failures))
+    if isinstance(exc, NodeError):
+        return StepFailed(phase, str(exc), [exc.node])
+    node = getattr(exc, "node", None)
+    cause = str(exc) if getattr(exc, "node", None) is not None or type(exc).__module__.startswith("orchestrator") \
+        else f"{type(exc).__name__}: {exc}"
+    return StepFailed(phase, cause, [node] if isinstance(node, str) else [])
+
+
+@dataclass
+class Runner(Generic[C]):
+    events: Events
+    done: list = field(default_factory=list)
+
+    def run(self, steps: list, ctx: C) -> None:
+        try:
+            for step in steps:
+                self.done.append(step)
+                with self.events.phase(step.phase, step.detail):
+                    step.run(ctx)
+        except BaseException as exc:  # KeyboardInterrupt included: undo, then one error
+            error = classify(self.events.current, exc)
+            self.undo(ctx, error)
+            raise error from None
+
+    def undo(self, ctx: C, error: StepFailed) -> None:
+        """Undo completed steps in reverse; failures are collected; a second interrupt stops the undo."""
+        pending = list(reversed(self.done))
+        self.done = []
+        with self.events.phase(Phase.UNDO, f"undoing {len(pending)} step(s) after: {error.cause.splitlines()[0]}"):
+            while pending:
+                step = pending[0]
+                try:
+                    step.undo(ctx)
+                except KeyboardInterrupt:
+                    left = [line for s in pending for line in s.leftover(ctx)]
+                    error.undo_notes.append("undo interrupted; left as it is:" if left else
+                                            "undo interrupted; nothing of this run was left")
+                    error.undo_notes += [f"  {line}" for line in left]
+                    return
+                except Exception as exc:  # noqa: BLE001 - every undo failure is reported with the cause
+                    error.undo_notes.append(f"could not undo {step.phase}: {exc}")
+                    error.undo_notes += [f"  {line}" for line in step.leftover(ctx)]
+                pending.pop(0)
