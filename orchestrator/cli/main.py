@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from . import config_cmds, demo, deploy_cmds, pin_cmd
+from . import sim as sim_cmds
 
 app = typer.Typer(
     name="spark-deploy",
@@ -22,17 +23,8 @@ app.command()(deploy_cmds.down)
 app.command()(deploy_cmds.status)
 app.command()(deploy_cmds.logs)
 app.command()(demo.demo)
-
-
-def _mount_optional() -> None:
-    try:
-        from . import sim as sim_cmds
-    except ImportError:  # the simulator is optional at install time
-        return
-    app.add_typer(sim_cmds.app, name="sim", help="A simulated DGX Spark cluster (real sshd and dockerd per node).")
-
-
-_mount_optional()
+# Always mounted: without the `sim` extra its commands exit 2 with the install line (cli/extras.py).
+app.add_typer(sim_cmds.app, name="sim", help="A simulated DGX Spark cluster (real sshd and dockerd per node).")
 
 
 def run() -> None:

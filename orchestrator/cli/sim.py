@@ -10,12 +10,19 @@ from rich.markup import escape
 from rich.table import Table
 
 from .common import BadInput, Failed, err, exit_codes, out
+from .extras import require_sim
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   rich_markup_mode=None)
 
 NameOpt = Annotated[str, typer.Option("--name", "-n", envvar="SPARK_DEPLOY_SIM_NAME",
                                       help="Name of the simulated cluster.")]
+
+
+@app.callback()
+def _needs_sim_extra(ctx: typer.Context) -> None:
+    """Runs before every `sim` subcommand: without docker-py/cryptography, exit 2 with the install line."""
+    require_sim(f"sim {ctx.invoked_subcommand or ''}".strip())
 
 
 @contextmanager
