@@ -5,8 +5,8 @@ Two stages per image, each cached by a sha256 of its inputs:
 1. base  ``spark-deploy-sim/<kind>-base:<hash12>`` -- ``debootstrap --variant=minbase`` of the package
    list, host keys and docs removed, streamed as a tar into ``docker import`` (the slow part, ~1 min).
 2. final ``spark-deploy-sim/<kind>:<hash12>`` -- the base plus our small files (stubs, entrypoint,
-   vllm_sim.py), added with ``put_archive`` into a never-started container and ``docker commit``-ed
-   with ENTRYPOINT/CMD/ENV. Editing a stub or vllm_sim.py only redoes this stage (~1 s).
+   the ``standin`` package), added with ``put_archive`` into a never-started container and
+   ``docker commit``-ed with ENTRYPOINT/CMD/ENV. Editing a stub or the stand-in only redoes this stage.
 
 The mirror is read from the machine's apt sources and is deliberately NOT part of the hash.
 """
@@ -44,7 +44,11 @@ VLLM_REFERENCE_TAG = "vllm-sim:latest"
 RECIPE_VERSION = "1"  # bump when the build procedure changes in a way the inputs don't show
 
 _HERE = Path(__file__).resolve().parent
-VLLM_SIM_PATH = _HERE / "vllm_sim.py"
+STANDIN_DIR = _HERE / "standin"  # the vLLM stand-in package, run in the image as `python3 -m standin`
+STANDIN_IN_IMAGE = "usr/lib/python3/dist-packages/standin"  # on the image python3's sys.path
+STANDIN_SKIP = {"gen_options.py"}  # builds the option table on the host; not needed in the image
+# `vllm serve ...` in the image: the stand-in's own PID-1 supervisor runs the server as its child
+VLLM_WRAPPER = '#!/bin/sh\nexec python3 -m standin "$@"\n'
 
 NODE_PACKAGES = ("openssh-server", "docker.io", "python3", "iproute2", "procps", "ca-certificates")
 VLLM_PACKAGES = ("python3",)
@@ -94,12 +98,19 @@ def apt_mirror() -> str:
 
 
 def vllm_sim_source() -> Path:
-    """The vLLM stand-in baked into the vllm image (override with SPARK_DEPLOY_SIM_VLLM_SIM)."""
+    """The vLLM stand-in package baked into the vllm image (override: SPARK_DEPLOY_SIM_VLLM_SIM=DIR)."""
     override = os.environ.get("SPARK_DEPLOY_SIM_VLLM_SIM")
-    path = Path(override) if override else VLLM_SIM_PATH
-    if not path.is_file():
-        raise ImageBuildError(f"vLLM stand-in not found at {path}")
+    path = Path(override) if override else STANDIN_DIR
+    if not (path / "__main__.py").is_file():
+        raise ImageBuildError(f"vLLM stand-in package not found at {path} (no __main__.py)")
     return path
+
+
+def standin_files() -> dict[str, tuple[bytes, int]]:
+    """Every module of the stand-in package, at its place in the image."""
+    source = vllm_sim_source()
+    return {f"{STANDIN_IN_IMAGE}/{py.name}": (py.read_bytes(), 0o644)
+            for py in sorted(source.glob("*.py")) if py.name not in STANDIN_SKIP}
 
 
 @dataclass(frozen=True)
@@ -162,12 +173,12 @@ def vllm_spec() -> ImageSpec:
         kind="vllm",
         packages=VLLM_PACKAGES,
         files={
-            "opt/vllm_sim.py": (vllm_sim_source().read_bytes(), 0o644),
-            "usr/local/bin/vllm": (node_files.VLLM_WRAPPER.encode(), 0o755),
+            **standin_files(),
+            "usr/local/bin/vllm": (VLLM_WRAPPER.encode(), 0o755),
         },
         entrypoint=("vllm", "serve"),
         cmd=(),
-        env={"PATH": _PATH, "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"},
+        env={"PATH": _PATH, "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
         extra_tags=(VLLM_REFERENCE_TAG,),
     )
 

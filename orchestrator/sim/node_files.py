@@ -251,7 +251,3 @@ trap stop TERM INT
 # keep-alive for PID 1's child; readiness is polled from outside
 while :; do sleep 3600 & wait $! || true; done
 """
-
-VLLM_WRAPPER = """#!/bin/sh
-exec python3 /opt/vllm_sim.py "$@"
-"""

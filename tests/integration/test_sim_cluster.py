@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import shutil
 import socket
 import time
 
@@ -66,9 +67,9 @@ def test_images_are_cached_by_their_inputs(docker_client, sim_images, monkeypatc
     assert any(t.startswith("spark-deploy-sim/node:") for t in sim_images.node.tags)
     assert images.VLLM_REFERENCE_TAG in sim_images.vllm.tags
     assert sim_images.vllm.attrs["Config"]["Entrypoint"] == ["vllm", "serve"]
-    # freeze vllm_sim.py (it may be edited while this runs), then: no debootstrap, and a pure hit
-    frozen = tmp_path / "vllm_sim.py"
-    frozen.write_bytes(images.vllm_sim_source().read_bytes())
+    # freeze the stand-in package (it may be edited while this runs), then: no debootstrap, and a pure hit
+    frozen = tmp_path / "standin"
+    shutil.copytree(images.vllm_sim_source(), frozen, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setenv("SPARK_DEPLOY_SIM_VLLM_SIM", str(frozen))
 
     def no_debootstrap(*a, **k):
@@ -86,8 +87,9 @@ def test_images_are_cached_by_their_inputs(docker_client, sim_images, monkeypatc
 
 def test_image_tag_follows_vllm_sim_content_but_not_the_mirror(tmp_path, monkeypatch):
     before = images.vllm_spec()
-    alt = tmp_path / "vllm_sim.py"
-    alt.write_bytes(images.vllm_sim_source().read_bytes() + b"\n# changed\n")
+    alt = tmp_path / "standin"
+    shutil.copytree(images.vllm_sim_source(), alt, ignore=shutil.ignore_patterns("__pycache__"))
+    (alt / "base.py").write_bytes((alt / "base.py").read_bytes() + b"\n# changed\n")
     monkeypatch.setenv("SPARK_DEPLOY_SIM_VLLM_SIM", str(alt))
     after = images.vllm_spec()
     assert after.tag != before.tag

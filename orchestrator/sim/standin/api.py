@@ -1,0 +1,201 @@
+"""The head's OpenAI-compatible HTTP API (uvicorn-like: HTTP/1.1, chunked SSE, access log lines)."""
+from __future__ import annotations
+
+import json
+import socketserver
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
+
+from .base import VERSION, Stopped
+from .engine import token_id, tokenize
+
+if TYPE_CHECKING:
+    from .node import Node
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "BadRequestError", param=None):
+        super().__init__(message)
+        self.status, self.body = status, {"error": {"message": message, "type": kind, "param": param,
+                                                    "code": status}}
+
+
+ROUTES = [("/openapi.json", "GET, HEAD"), ("/docs", "GET, HEAD"), ("/health", "GET"),
+          ("/version", "GET"), ("/tokenize", "POST"), ("/v1/models", "GET"),
+          ("/v1/completions", "POST"), ("/metrics", "GET")]
+
+
+class ApiServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer without the reverse-DNS lookup HTTPServer.server_bind does (getfqdn)."""
+
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+
+class Handler(BaseHTTPRequestHandler):
+    """The head's OpenAI-compatible API (uvicorn-like: HTTP/1.1, chunked SSE, access log lines)."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    @property
+    def app(self) -> "Node":
+        return self.server.app  # type: ignore[attr-defined]
+
+    def log_message(self, *a) -> None:
+        pass
+
+    def log_request(self, code="-", size="-") -> None:
+        code = int(code)
+        phrase = self.responses.get(code, ("",))[0]
+        host, port = self.client_address[:2]
+        self.app.log.uvicorn(f'{host}:{port} - "{self.command} {self.path} HTTP/1.1" {code} {phrase}')
+
+    def _send(self, status: int, body: bytes, ctype: str | None = "application/json") -> None:
+        self.send_response(status)
+        if ctype:
+            self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, obj) -> None:
+        self._send(status, json.dumps(obj).encode())
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("content-length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            raise ApiError(400, "Invalid JSON body") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "Request body must be a JSON object")
+        return body
+
+    def do_GET(self) -> None:
+        self._dispatch({"/health": self.get_health, "/v1/models": self.get_models,
+                        "/metrics": self.get_metrics, "/version": self.get_version})
+
+    def do_POST(self) -> None:
+        self._dispatch({"/v1/completions": self.post_completions, "/tokenize": self.post_tokenize})
+
+    def _dispatch(self, table) -> None:
+        route = self.path.split("?", 1)[0]
+        fn = table.get(route)
+        if fn is None:
+            known = {r for r, _ in ROUTES}
+            return self._json(405 if route in known else 404,
+                              {"detail": "Method Not Allowed" if route in known else "Not Found"})
+        try:
+            fn()
+        except ApiError as err:
+            self._json(err.status, err.body)
+        except Stopped:
+            self.close_connection = True
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # a bug in the stand-in: say so in the log, as uvicorn would
+            self.app.log.info("APIServer", "httptools_impl.py:414", f"Exception in ASGI application: {exc!r}", "ERROR")
+            self.close_connection = True
+
+    def get_health(self) -> None:
+        self._send(503 if self.app.engine.dead else 200, b"", None)
+
+    def get_version(self) -> None:
+        self._json(200, {"version": VERSION})
+
+    def get_models(self) -> None:
+        app, now = self.app, int(time.time())
+        self._json(200, {"object": "list", "data": [{
+            "id": app.args.served_name, "object": "model", "created": now, "owned_by": "vllm",
+            "root": app.args.model, "parent": None, "max_model_len": app.max_model_len,
+            "permission": [{"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission",
+                            "created": now, "allow_create_engine": False, "allow_sampling": True,
+                            "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
+                            "allow_fine_tuning": False, "organization": "*", "group": None,
+                            "is_blocking": False}]}]})
+
+    def get_metrics(self) -> None:
+        self._send(200, self.app.engine.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    def post_tokenize(self) -> None:
+        body = self._body()
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            raise ApiError(400, "'prompt' must be a string")
+        ids = [token_id(t) for t in tokenize(prompt)]
+        self._json(200, {"count": len(ids), "max_model_len": self.app.max_model_len, "tokens": ids,
+                         "token_strs": None})
+
+    def _check_model(self, body: dict) -> None:
+        name = body.get("model")
+        if name is not None and name != self.app.args.served_name:
+            raise ApiError(404, f"The model `{name}` does not exist.", "NotFoundError", "model")
+
+    def post_completions(self) -> None:
+        body = self._body()
+        self._check_model(body)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise ApiError(400, "'prompt' must be a string (or a list with one string)")
+        max_tokens = body.get("max_tokens", 16)
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ApiError(400, "max_tokens must be at least 1, got " + repr(max_tokens))
+        engine, limit = self.app.engine, self.app.max_model_len
+        n_prompt = len(tokenize(prompt))
+        if n_prompt + max_tokens > limit:
+            raise ApiError(400, f"This model's maximum context length is {limit} tokens. However, you "
+                                f"requested {n_prompt + max_tokens} tokens ({n_prompt} in the messages, "
+                                f"{max_tokens} in the completion). Please reduce the length of the "
+                                "messages or completion.")
+        req = engine.prepare(prompt)
+        tokens, reason = engine.output_tokens(req, max_tokens, bool(body.get("ignore_eos")))
+        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": self.app.args.served_name}
+        usage = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + len(tokens),
+                 "completion_tokens": len(tokens), "prompt_tokens_details": {"cached_tokens": req["cached"]}}
+        finished, steps = "abort", engine.steps(req, tokens)
+        try:
+            if body.get("stream"):
+                include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                self._stream(steps, len(tokens), reason, head, usage if include_usage else None)
+            else:
+                text = "".join(t for group in steps for t in group)
+                self._json(200, {**head, "choices": [{
+                    "index": 0, "text": text, "logprobs": None, "finish_reason": reason,
+                    "stop_reason": None, "prompt_logprobs": None}], "usage": usage})
+            finished = reason
+        finally:
+            steps.close()  # frees the batch slot even when the client went away
+            engine.metrics.finish(finished)
+
+    def _stream(self, steps, total: int, reason: str, head: dict, usage: dict | None) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+
+        def chunk(data: str) -> None:
+            raw = data.encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(raw), raw))
+
+        sent = 0
+        for group in steps:
+            sent += len(group)
+            choice = {"index": 0, "text": "".join(group), "logprobs": None,
+                      "finish_reason": reason if sent >= total else None, "stop_reason": None}
+            chunk("data: " + json.dumps({**head, "choices": [choice]}) + "\n\n")
+        if usage is not None:
+            chunk("data: " + json.dumps({**head, "choices": [], "usage": usage}) + "\n\n")
+        chunk("data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+
+
