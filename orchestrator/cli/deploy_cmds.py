@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -18,8 +17,8 @@ from ..deploy import status as status_mod
 from ..deploy import down as down_mod
 from ..deploy.up import DeployFailed, UnpinnedImage, UpOptions, up as run_up
 from ..runner.events import Events
-from ..runner.runner import raise_interrupted
 from ..runner.sinks import JsonSink, TerminalSink
+from ..transport.cancel import signals_interrupt
 from ..transport.group import Cluster, GroupError
 from .common import BadInput, Failed, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
 
@@ -28,17 +27,6 @@ OptionalRecipe = Annotated[Optional[Path], typer.Argument(help="Limit to this re
 
 def _events(as_json: bool) -> Events:
     return Events(JsonSink() if as_json else TerminalSink(out))
-
-
-@contextmanager
-def _signals_unwind() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C (undo, then exit 1) and is named as what it was."""
-    previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, raise_interrupted)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def up(
@@ -60,7 +48,7 @@ def up(
         opts = UpOptions(force=force, keep_on_failure=keep_on_failure, replace_image=sync_image,
                          ready_timeout=ready_timeout)
         try:
-            with _signals_unwind():
+            with signals_interrupt():  # SIGTERM unwinds like Ctrl-C, named as what it was
                 result = run_up(dep, events, opts)
         except UnpinnedImage as exc:
             raise BadInput(str(exc)) from None
@@ -116,15 +104,21 @@ def down(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventor
                 f"  {node}: {why}" for node, why in result.failed.items()))
 
 
-def status(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventory.yaml"), as_json: JsonOpt = False) -> None:
-    """Per node: this tool's containers (state, start, image ID, recipe, hash, rank), and the endpoint.
+def status(
+    recipe: OptionalRecipe = None,
+    inventory: InventoryOpt = Path("inventory.yaml"),
+    as_json: JsonOpt = False,
+    no_probe: Annotated[bool, typer.Option("--no-probe", help="Skip the one short completion.")] = False,
+) -> None:
+    """Per node: this tool's containers (state, start, image, recipe, plan, rank), every rank present and on one
+    plan, and the endpoint: /health and one short real completion. Exit 1 when anything is not serving.
 
     Example: spark-deploy status --json
     """
     with exit_codes():
         name = _recipe_name(recipe, inventory)
         inv, _ = load_inventory(inventory)
-        report = status_mod.collect(inv, name)
+        report = status_mod.collect(inv, name, probe=not no_probe)
         if as_json:
             emit_json(report.as_dict())
         else:
@@ -135,12 +129,16 @@ def status(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("invent
                 table.add_row(r.node, r.container, r.state, r.started_at[:19].replace("T", " "),
                               r.image_id.removeprefix("sha256:")[:12], r.recipe, r.plan_hash, r.rank)
             out.print(table)
+            for d in report.deployments:
+                verdict = "[green]every rank running one plan[/]" if d.ok else "[red]" + escape("; ".join(d.problems)) + "[/]"
+                out.print(f"{escape(d.recipe)}: {verdict}")
             for e in report.endpoints:
-                health = "[green]healthy[/]" if e.healthy else "[red]not healthy[/]"
-                out.print(f"endpoint {escape(e.url)}: {health}, models: {escape(', '.join(e.models) or '-')}")
+                health = "[green]healthy[/]" if e.healthy else f"[red]not healthy[/] ({escape(e.error)})"
+                gen = {None: "not probed", True: "[green]generates[/]", False: f"[red]does not generate[/] ({escape(e.probe)})"}[e.generates]
+                out.print(f"endpoint {escape(e.url)}: {health}, {gen}, models: {escape(', '.join(e.models) or '-')}")
             for why in report.unreachable.values():
                 err.print(f"[red]unreachable[/] {escape(why)}")
-        if report.unreachable or any(not e.healthy for e in report.endpoints):
+        if not report.ok:
             raise typer.Exit(1)
 
 

@@ -21,6 +21,7 @@ class UpOptions:
     keep_on_failure: bool = False
     replace_image: bool = False  # --sync: replace a different image held under the same reference
     listen_timeout: float = 600.0
+    join_timeout: float = 120.0  # peers must hold a connection to the rendezvous by then
     ready_timeout: float = 5400.0  # 167 GB over NFS took 69 minutes to serve (field note 13)
     expect_timeout: float = 60.0
     poll: float = 0.05  # LISTEN probe interval: one short SSH exec each

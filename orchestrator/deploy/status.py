@@ -1,14 +1,16 @@
-"""What is running: this tool's containers on every node, and what the head's API says."""
+"""What is running: this tool's containers on every node, whether every rank runs one plan, and whether
+the endpoint can generate — /health alone answers 200 on a half-dead cluster (field note 2)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from ..config.inventory import Inventory
 from ..docker_cli.containers import ours
+from ..http_api.endpoint import Endpoint
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
-from ..http_api.endpoint import Endpoint
+from .readiness import completes, health
 
 
 @dataclass
@@ -22,6 +24,7 @@ class ContainerRow:
     recipe_hash: str
     plan_hash: str
     rank: str
+    world: str
     serve_port: str
     served_model: str
 
@@ -32,6 +35,16 @@ class EndpointState:
     healthy: bool
     models: list[str]
     error: str = ""
+    generates: bool | None = None  # None: not probed (--no-probe)
+    probe: str = ""  # what the one short completion saw
+
+
+@dataclass
+class DeploymentState:
+    recipe: str
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+    plan_hashes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -39,10 +52,16 @@ class StatusReport:
     rows: list[ContainerRow]
     unreachable: dict[str, str]
     endpoints: list[EndpointState]
+    deployments: list[DeploymentState] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreachable and all(d.ok for d in self.deployments) and all(
+            e.healthy and e.generates is not False for e in self.endpoints)
 
     def as_dict(self) -> dict:
-        return {"containers": [asdict(r) for r in self.rows], "unreachable": self.unreachable,
-                "endpoints": [asdict(e) for e in self.endpoints]}
+        return {"ok": self.ok, "containers": [asdict(r) for r in self.rows], "unreachable": self.unreachable,
+                "endpoints": [asdict(e) for e in self.endpoints], "deployments": [asdict(d) for d in self.deployments]}
 
 
 def _rows(conn: NodeConnection, recipe: str | None) -> list[ContainerRow]:
@@ -53,11 +72,30 @@ def _rows(conn: NodeConnection, recipe: str | None) -> list[ContainerRow]:
         labels = c.ours
         rows.append(ContainerRow(conn.name, c.name, c.status if c.status != "exited" else f"exited ({c.exit_code})",
                                  c.started_at, c.image, labels.recipe, labels.recipe_digest, labels.plan_hash,
-                                 str(labels.rank), str(labels.serve_port), labels.served_model))
+                                 str(labels.rank), str(labels.world), str(labels.serve_port), labels.served_model))
     return rows
 
 
-def collect(inventory: Inventory, recipe: str | None = None) -> StatusReport:
+def judge(rows: list[ContainerRow], unreachable: dict[str, str]) -> list[DeploymentState]:
+    """Per recipe: every rank present and running, and one plan hash on all of them."""
+    out = []
+    for recipe in sorted({r.recipe for r in rows}):
+        mine = [r for r in rows if r.recipe == recipe]
+        problems = [f"rank {r.rank} on {r.node} is {r.state}" for r in mine if r.state != "running"]
+        world = max((int(r.world) for r in mine if r.world.isdigit() and int(r.world) > 0), default=len(mine))
+        present = {r.rank for r in mine}
+        for rank in range(world):
+            if str(rank) not in present:
+                where = f" (unreachable: {', '.join(unreachable)})" if unreachable else ""
+                problems.append(f"rank {rank} has no container{where}")
+        hashes = sorted({r.plan_hash for r in mine})
+        if len(hashes) > 1:
+            problems.append(f"the ranks run different plans: {', '.join(hashes)}")
+        out.append(DeploymentState(recipe, not problems, problems, hashes))
+    return out
+
+
+def collect(inventory: Inventory, recipe: str | None = None, probe: bool = True) -> StatusReport:
     """Ask every reachable node; an unreachable one is reported, not fatal."""
     cluster = Cluster(inventory)
     try:
@@ -71,15 +109,23 @@ def collect(inventory: Inventory, recipe: str | None = None) -> StatusReport:
     finally:
         cluster.close()
     rows = sorted((r for rs in found.values() for r in rs), key=lambda r: (r.recipe, int(r.rank or 0)))
-    endpoints = [_endpoint(inventory, row) for row in rows if row.rank == "0" and row.state == "running"]
-    return StatusReport(rows, unreachable, endpoints)
+    endpoints = [_endpoint(inventory, row, probe) for row in rows if row.rank == "0" and row.state == "running"]
+    return StatusReport(rows, unreachable, endpoints, judge(rows, unreachable))
 
 
-def _endpoint(inventory: Inventory, row: ContainerRow) -> EndpointState:
+def _endpoint(inventory: Inventory, row: ContainerRow, probe: bool) -> EndpointState:
     endpoint = Endpoint(inventory.node(row.node).address, int(row.serve_port or 8000))
     try:
-        healthy = endpoint.healthy()
-        models = endpoint.models() if healthy else []
-        return EndpointState(endpoint.url, healthy, models)
-    except Exception as exc:
+        seen = health(endpoint)
+        models = endpoint.models() if seen.ok else []
+        state = EndpointState(endpoint.url, seen.ok, models, "" if seen.ok else seen.what)
+        if probe and seen.ok:
+            answer: dict = {}
+            try:  # bounded: a stuck scheduler answers /health but never generates
+                generated = completes(endpoint, row.served_model, row.node, answer, timeout=15.0)
+                state.generates, state.probe = generated.ok, generated.what
+            except Exception as exc:  # noqa: BLE001 - a refusal is a failed probe, with its reason
+                state.generates, state.probe = False, str(exc)
+        return state
+    except Exception as exc:  # noqa: BLE001 - reported, not raised: status goes on with the others
         return EndpointState(endpoint.url, False, [], str(exc))

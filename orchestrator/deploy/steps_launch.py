@@ -16,9 +16,10 @@ from ..runner.runner import StepFailed
 from ..transport.node import NodeConnection
 from .context import UpContext
 from .expectations import evaluate
+from .liveness import NodeLiveness
 from .readiness import wait_ready
 from .steps_prepare import NoUndo, forget_secrets
-from .waits import Seen, Tick, wait_until
+from .waits import Seen, Tick, WaitTimeout, wait_until
 from .watch import FailureSeen
 
 SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s+\d+% Completed \| (\d+)/(\d+)")
@@ -42,7 +43,8 @@ class StartRanks:
         container_id = run_container(conn, launch.argv)
         self.started[conn.name] = ctx.started[conn.name] = container_id
         ctx.events.container(Kind.CONTAINER_STARTED, conn.name, launch.container, container_id)
-        ctx.monitor.watch(conn, container_id, lambda node, line: _on_line(ctx, node, line))
+        ctx.monitor.watch(conn, container_id, lambda node, line: _on_line(ctx, node, line), launch.container)
+        ctx.monitor.helpers.append(NodeLiveness(conn, ctx.monitor).start())
 
     def undo(self, ctx: UpContext) -> None:
         if ctx.opts.keep_on_failure:
@@ -117,6 +119,48 @@ class Rendezvous(NoUndo):
 
         wait_until(listening, ctx.monitor, timeout=ctx.opts.listen_timeout, interval=ctx.opts.poll,
                    what=f"port {self.port} LISTENING", node=self.head, tick=heartbeat(ctx, "the rendezvous port"))
+
+
+class PeersJoined(NoUndo):
+    """Every peer holds a connection to the head's rendezvous port, within a bound.
+
+    vLLM logs nothing at INFO while a peer retries (field note: the peer's own timeout is 600 s), so this
+    looks from outside: `ss` on each peer for an established connection to MASTER_ADDR:PORT. A peer
+    that has none in time fails, with whether it can reach that address at all."""
+
+    phase = Phase.RENDEZVOUS
+
+    def __init__(self, peers: list[str], addr: str, port: int):
+        self.peers, self.addr, self.port = peers, addr, port
+        self.detail = f"{', '.join(peers)} joined {addr}:{port}"
+
+    def run(self, ctx: UpContext) -> None:
+        pending = set(self.peers)
+
+        def joined() -> Seen:
+            for node in sorted(pending):
+                result = ctx.conn(node).run(["ss", "-Htn", "state", "established", "dst", f"{self.addr}:{self.port}"],
+                                            timeout=10)
+                if result.ok and result.stdout.strip():
+                    pending.discard(node)
+            return Seen(not pending, f"not joined yet: {', '.join(sorted(pending))}" if pending else "")
+
+        try:
+            wait_until(joined, ctx.monitor, timeout=ctx.opts.join_timeout, interval=0.25,
+                       what=f"the peers to join the rendezvous at {self.addr}:{self.port}", node=ctx.plan.head.node.name)
+        except WaitTimeout:
+            reach = {node: self._reachable(ctx, node) for node in sorted(pending)}
+            raise StepFailed(self.phase, "; ".join(
+                f"{node} has not joined the rendezvous at {self.addr}:{self.port} within "
+                f"{ctx.opts.join_timeout:.0f} s: {why}" for node, why in reach.items()), sorted(pending)) from None
+
+    def _reachable(self, ctx: UpContext, node: str) -> str:
+        probe = ctx.conn(node).run_script('timeout 3 bash -c \'exec 3<>"/dev/tcp/$1/$2"\'', self.addr, str(self.port),
+                                          timeout=10)
+        if probe.ok:
+            return "the address answers from there, but the peer never connected (check its log)"
+        return (f"it cannot reach {self.addr}:{self.port} (no TCP connection from {node}: a partition, a "
+                "firewall, or the wrong fabric_ip / interface)")
 
 
 class ForgetSecrets(NoUndo):

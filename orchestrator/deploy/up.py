@@ -2,7 +2,7 @@
 
     connect → preflight → current state ─┬─ already serving: done, nothing touched
                                          └─ image → secrets → stop previous (kept) → ports → head → rendezvous
-                                            → peers → forget secrets → ready → log checks
+                                            → peers → peers joined → forget secrets → ready → log checks
 
 Everything that can fail without consequence (preflight, image sync, ports, secrets) happens before the
 serving deployment is stopped. Any failure or interrupt undoes the completed steps in reverse: this run's
@@ -21,7 +21,7 @@ from ..runner.runner import Runner, StepFailed
 from ..transport.group import Cluster
 from .context import UpContext, UpOptions
 from .current import Action
-from .steps_launch import ForgetSecrets, LogChecks, Ready, Rendezvous, StartRanks
+from .steps_launch import ForgetSecrets, LogChecks, PeersJoined, Ready, Rendezvous, StartRanks
 from .steps_prepare import Connect, CurrentState, Preflight, PortsFree, StopPrevious, SyncImage, WriteSecrets
 
 __all__ = ["DeployFailed", "UnpinnedImage", "UpOptions", "UpResult", "up", "plan_steps"]
@@ -59,6 +59,8 @@ def launch_steps(ctx: UpContext) -> list:
     if plan.peers:
         steps.append(Rendezvous(plan.head.node.name, plan.head.spec.master_port))
         steps.append(StartRanks(Phase.PEERS, list(plan.peers)))
+        steps.append(PeersJoined([p.node.name for p in plan.peers], ctx.dep.inventory.node(ctx.dep.inventory.head).fabric_ip,
+                                 plan.head.spec.master_port))
     if writer:
         steps.append(ForgetSecrets(writer))
     steps += [Ready(ctx.endpoint.url), LogChecks()]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
@@ -24,12 +25,27 @@ SIGNATURE_GRACE = 1.0  # seconds a process has to exit after logging a known fai
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+Z) ?")
 
 
+SETTLE = 1.0  # seconds after the first failure report during which an earlier failure may still arrive
+
+
+def stamp_seconds(stamp: str | None) -> float | None:
+    """Docker's RFC 3339 timestamp (nanoseconds, `Z`) as epoch seconds; None when absent or zero."""
+    if not stamp or stamp.startswith("0001-"):
+        return None
+    found = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?", stamp)
+    if not found:
+        return None
+    whole = datetime.fromisoformat(found.group(1)).replace(tzinfo=timezone.utc).timestamp()
+    return whole + float("0." + (found.group(2) or "0"))
+
+
 @dataclass
 class Failure:
     node: str
     cause: str
     explanation: str
     excerpt: list[str] = field(default_factory=list)
+    at: float = field(default_factory=time.time)  # when it happened (not when it was noticed)
 
     def __str__(self) -> str:
         text = f"{self.node}: {self.cause}"
@@ -47,39 +63,59 @@ class FailureSeen(Exception):
 
 
 class Monitor:
-    """The first failure any watcher reports, and a sleep that wakes up on it."""
+    """Failures reported by watchers, and a sleep that wakes up on them.
+
+    The cause is the failure that happened first, not the first one noticed: a head killed during load
+    makes its peer log an error too, and the peer's report can win the race. So a failure is raised only
+    SETTLE seconds after the first report, and the earliest by time of occurrence is the one named."""
 
     def __init__(self) -> None:
-        self.failure: Failure | None = None
+        self._failures: list[Failure] = []
+        self._first_report: float | None = None
         self._changed = threading.Condition()  # notified on a failure and on every new log line
         self.watches: dict[str, ContainerWatch] = {}
+        self.helpers: list = []  # other threads with a stop() that end with the watches (liveness pings)
+
+    @property
+    def failure(self) -> Failure | None:
+        return min(self._failures, key=lambda f: f.at) if self._failures else None
 
     def fail(self, failure: Failure) -> None:
         with self._changed:
-            if self.failure is None:
-                self.failure = failure
+            self._failures.append(failure)
+            if self._first_report is None:
+                self._first_report = time.monotonic()
             self._changed.notify_all()
 
     def activity(self) -> None:
         with self._changed:
             self._changed.notify_all()
 
+    def _settle_left(self) -> float | None:
+        """None: no failure; 0: settled (raise now); else seconds until the failure is settled."""
+        if self._first_report is None:
+            return None
+        return max(0.0, self._first_report + SETTLE - time.monotonic())
+
     def check(self) -> None:
-        if self.failure is not None:
+        if self._settle_left() == 0.0:
             raise FailureSeen(self.failure)
 
     def sleep(self, seconds: float) -> None:
         """For tenacity: wait up to `seconds`, waking early on a new log line (e.g. "Application startup
-        complete") so the caller re-checks at once; raise as soon as a failure arrives."""
+        complete") so the caller re-checks at once; raise as soon as a failure has settled."""
         deadline = time.monotonic() + seconds
         earliest = time.monotonic() + MIN_RECHECK
         with self._changed:
-            while self.failure is None:
-                now = time.monotonic()
-                if now >= deadline:
+            while True:
+                left = self._settle_left()
+                if left == 0.0:
                     break
-                woken = self._changed.wait(deadline - now)
-                if woken and time.monotonic() >= earliest:
+                now = time.monotonic()
+                if now >= deadline and left is None:
+                    break
+                woken = self._changed.wait(left if left is not None else deadline - now)
+                if woken and left is None and time.monotonic() >= earliest:
                     break
         self.check()
 
@@ -100,16 +136,17 @@ class Monitor:
 
         threading.Thread(target=run, name="probe", daemon=True).start()
         with self._changed:
-            while not done.is_set() and self.failure is None:
-                self._changed.wait()
+            while not done.is_set() and self._settle_left() != 0.0:
+                self._changed.wait(self._settle_left())
         self.check()
         if "error" in box:
             raise box["error"]
         return box["value"]
 
-    def watch(self, conn: NodeConnection, container: str, on_line: Callable[[str, str], None] | None = None) -> "ContainerWatch":
-        """Follow `container` (an ID) on `conn`; keyed by node, one watched container per node."""
-        watch = ContainerWatch(conn, container, self, on_line)
+    def watch(self, conn: NodeConnection, container: str, on_line: Callable[[str, str], None] | None = None,
+              name: str | None = None) -> "ContainerWatch":
+        """Follow `container` (an ID; `name` for messages) on `conn`; one watched container per node."""
+        watch = ContainerWatch(conn, container, self, on_line, name)
         self.watches[conn.name] = watch
         watch.start()
         return watch
@@ -119,6 +156,9 @@ class Monitor:
         for watch in list(self.watches.values()):
             if containers is None or watch.container in containers:
                 watch.stop()
+        if containers is None:
+            for helper in self.helpers:
+                helper.stop()
 
     def newest(self) -> tuple[str, str, float] | None:
         """(node, text, age in s) of the newest log line of any watched container."""
@@ -133,8 +173,10 @@ class ContainerWatch:
     """Streams `docker logs -f` of one container; its end means the container stopped."""
 
     def __init__(self, conn: NodeConnection, container: str, monitor: Monitor,
-                 on_line: Callable[[str, str], None] | None):
+                 on_line: Callable[[str, str], None] | None, name: str | None = None):
         self.conn, self.container, self.monitor, self.on_line = conn, container, monitor, on_line
+        self.name = name or container
+        self.signature_at: float | None = None
         self.lines: list[str] = []  # log text without the docker timestamp
         self.signature_line: str | None = None  # the first known failure line seen
         self.last_stamp: str | None = None  # docker's timestamp of the last line, to resume a broken stream
@@ -167,7 +209,9 @@ class ContainerWatch:
             self.signature_line = text.strip()
             # Most failure lines are followed by the process exiting: give it a moment so the report carries
             # the exit code too; a process that logs the line and stays up (ring-buffer stall) fails anyway.
-            failure = Failure(self.conn.name, f"{self.container} logged: {text.strip()}", signature.explanation)
+            self.signature_at = stamp_seconds(self.last_stamp if stamp else None) or time.time()
+            failure = Failure(self.conn.name, f"{self.name} logged: {text.strip()}", signature.explanation,
+                              at=self.signature_at)
             timer = threading.Timer(SIGNATURE_GRACE, self._fail_with_excerpt, args=(failure,))
             timer.daemon = True
             timer.start()
@@ -185,7 +229,7 @@ class ContainerWatch:
                                  self._line, self._stop)
             except Exception as exc:  # the SSH session itself went away
                 if not self._stop.is_set():
-                    self.monitor.fail(Failure(self.conn.name, f"lost the connection while watching {self.container}: "
+                    self.monitor.fail(Failure(self.conn.name, f"lost the connection while watching {self.name}: "
                                                               f"{exc}", "the node or its sshd went down", self.excerpt()))
                 return
             if self._stop.is_set():
@@ -201,17 +245,20 @@ class ContainerWatch:
             # The stream ended but the container lives (its engine restarted?): follow again from where we were.
             since = ["--since", self.last_stamp] if self.last_stamp else []
         else:
-            self.monitor.fail(Failure(self.conn.name, f"cannot follow the log of {self.container}",
+            self.monitor.fail(Failure(self.conn.name, f"cannot follow the log of {self.name}",
                                       "`docker logs --follow` keeps ending while the container runs (logging driver?)",
                                       self.excerpt()))
             return
         known = next((sig for sig in map(match, reversed(self.lines)) if sig), None)
         if state is None:
-            cause = f"{self.container} is gone" + (f" ({error})" if error else "")
+            cause = f"{self.name} is gone" + (f" ({error})" if error else "")
             why = known.explanation if known else "the container disappeared while starting"
+            at = time.time()
         else:
-            cause = f"{self.container} exited with code {state.exit_code}"
+            cause = f"{self.name} exited with code {state.exit_code}"
             if self.signature_line:
                 cause += f" after logging: {self.signature_line}"
             why = known.explanation if known else explain_exit(state.exit_code, state.oom_killed)
-        self.monitor.fail(Failure(self.conn.name, cause, why, self.excerpt()))
+            at = stamp_seconds((state.raw.get("State") or {}).get("FinishedAt")) or time.time()
+        self.monitor.fail(Failure(self.conn.name, cause, why, self.excerpt(),
+                                  at=min(at, self.signature_at) if self.signature_at else at))

@@ -18,6 +18,7 @@ class Label(StrEnum):
     PLAN_HASH = "spark-deploy.plan-hash"  # identity: what runs (image, argv, env, env-file paths)
     RUN = "spark-deploy.run"  # the `up` that created the container
     RANK = "spark-deploy.rank"
+    WORLD = "spark-deploy.world"  # how many ranks the plan has: a missing one is visible from the others
     NODE = "spark-deploy.node"
     SERVE_PORT = "spark-deploy.serve-port"
     MASTER_PORT = "spark-deploy.master-port"
@@ -37,6 +38,7 @@ class ContainerLabels:
     plan_hash: str
     run: str
     rank: int
+    world: int
     node: str
     serve_port: int
     master_port: int
@@ -44,7 +46,7 @@ class ContainerLabels:
 
     _KEYS = {
         "cluster": Label.CLUSTER, "recipe": Label.RECIPE, "recipe_digest": Label.RECIPE_DIGEST,
-        "plan_hash": Label.PLAN_HASH, "run": Label.RUN, "rank": Label.RANK, "node": Label.NODE,
+        "plan_hash": Label.PLAN_HASH, "run": Label.RUN, "rank": Label.RANK, "world": Label.WORLD, "node": Label.NODE,
         "serve_port": Label.SERVE_PORT, "master_port": Label.MASTER_PORT, "served_model": Label.SERVED_MODEL,
     }
 
@@ -62,8 +64,8 @@ class ContainerLabels:
         if labels.get(Label.MANAGED) != "true":
             return None
         raw = {name: labels.get(key, "") for name, key in cls._KEYS.items()}
-        return cls(**{**raw, "rank": _int(raw["rank"]), "serve_port": _int(raw["serve_port"]),
-                      "master_port": _int(raw["master_port"])})
+        numbers = ("rank", "world", "serve_port", "master_port")
+        return cls(**{**raw, **{name: _int(raw[name]) for name in numbers}})
 
 
 def _int(text: str) -> int:

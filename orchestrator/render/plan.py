@@ -107,7 +107,7 @@ def build_plan(dep: Deployment, run_id: str | None = None) -> Plan:
     for spec in specs:
         labels = ContainerLabels(
             cluster=inventory.cluster, recipe=recipe.name, recipe_digest=recipe.digest(), plan_hash=digest,
-            run=run, rank=spec.rank, node=spec.node.name, serve_port=spec.serve_port,
+            run=run, rank=spec.rank, world=spec.world, node=spec.node.name, serve_port=spec.serve_port,
             master_port=spec.master_port, served_model=recipe.served_name)
         ranks.append(RankLaunch(spec, labels, docker_run_argv(spec, labels.pairs())))
     return Plan(recipe=recipe.name, cluster=inventory.cluster, image_id=image_id, image_ref=recipe.image.ref,

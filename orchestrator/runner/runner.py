@@ -7,32 +7,15 @@ exactly what is left on which node and the command that removes it.
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from ..transport.cancel import Cancelled, interrupt_reason
 from ..transport.group import GroupError
 from ..transport.node import NodeError
 from .events import Events, Phase
 
 C = TypeVar("C")
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C or a termination signal; `signal_name` says which, so the message never calls SIGTERM Ctrl-C."""
-
-    def __init__(self, signal_name: str = "SIGINT"):
-        self.signal_name = signal_name
-        super().__init__(signal_name)
-
-    @property
-    def words(self) -> str:
-        return "interrupted (Ctrl-C)" if self.signal_name == "SIGINT" else f"terminated ({self.signal_name})"
-
-
-def raise_interrupted(signum, _frame) -> None:
-    """A signal handler: SIGINT and SIGTERM both unwind the runner, and are named as what they were."""
-    raise Interrupted(signal.Signals(signum).name)
 
 
 class Step(Protocol[C]):
@@ -67,10 +50,10 @@ def classify(phase: Phase | None, exc: BaseException) -> StepFailed:
     """Any exception -> one StepFailed naming the node(s) where that is known."""
     if isinstance(exc, StepFailed):
         return exc
-    if isinstance(exc, Interrupted):
-        return StepFailed(phase, exc.words, interrupted=True)
-    if isinstance(exc, KeyboardInterrupt):
-        return StepFailed(phase, "interrupted (Ctrl-C)", interrupted=True)
+    if isinstance(exc, KeyboardInterrupt):  # Interrupted too: named by its signal, never SIGTERM as Ctrl-C
+        return StepFailed(phase, interrupt_reason(exc), interrupted=True)
+    if isinstance(exc, Cancelled):
+        return StepFailed(phase, str(exc), interrupted=True)
     if isinstance(exc, GroupError):
         return StepFailed(phase, str(exc), sorted(exc.failures))
     if isinstance(exc, NodeError):

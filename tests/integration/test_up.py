@@ -45,6 +45,17 @@ def clean(pair):
     assert_nothing_left(pair)
 
 
+def _running_with_start_times(cluster) -> dict[str, list[str]]:
+    """Per node: every running container's ID and StartedAt: a restart or a re-create changes it."""
+    found = {}
+    for node in (1, 2):
+        ids = node_docker(cluster, node, "ps", "-q", "--no-trunc", check=True).stdout.split()
+        assert ids, f"nothing runs on node {node}"
+        found[node] = sorted(node_docker(cluster, node, "inspect", "--format", "{{.Id}} {{.State.StartedAt}}", *ids,
+                                         check=True).stdout.splitlines())
+    return found
+
+
 def test_up_moves_the_image_serves_and_down_removes_everything(clean):
     cluster = clean
     image_id = pinned_id(cluster)
@@ -80,14 +91,14 @@ def test_up_moves_the_image_serves_and_down_removes_everything(clean):
         ("spark-1", "0", "running"), ("spark-2", "1", "running")]
     assert report["endpoints"][0]["healthy"] and report["endpoints"][0]["models"] == ["tiny"]
 
+    before = _running_with_start_times(cluster)
     again = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
     assert again.returncode == 0 and "already serving" in again.stdout
-    ids_before = node_docker(cluster, 1, "ps", "-q", check=True).stdout
-    assert node_docker(cluster, 1, "ps", "-q", check=True).stdout == ids_before
+    assert _running_with_start_times(cluster) == before, "a second up of the same plan restarted something"
 
     down = spark_deploy("down", "-i", cluster.inventory_path)
     assert down.returncode == 0, down.stderr
-    assert "removed spark-2: sd-sim-tiny-r1" in down.stdout
+    assert "spark-2: removed sd-sim-tiny-r1" in down.stdout
     assert down.stdout.index("spark-2") < down.stdout.index("spark-1"), "peers go down before the head"
     assert_nothing_left(cluster)
 
