@@ -2,24 +2,43 @@
 
 Node to node over the fabric when the source can SSH to the destination (host key checked on the node),
 otherwise relayed through the controller. Streamed either way: no copy of the image ever lands on disk
-outside the engines.
+outside the engines. A copy is cancellable (the cluster's token kills both ends as process groups),
+fails when it makes no progress for `stall_timeout` seconds (naming both nodes, ending both ends), and
+on any failure or cancel removes what it added on the target (compared with a snapshot taken first).
+Failures name the node whose side failed and docker's reason, never the shell pipeline.
 """
 
 from __future__ import annotations
 
-import threading
+import enum
+import socket
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..transport.cancel import Cancelled  # noqa: F401 - raised through here; callers import it with the rest
 from ..transport.group import on_all
-from ..transport.node import NodeConnection, NodeError, drain
-from .images import ImageIdentity, image_size, inspect_image, inspect_images, taggable
+from ..transport.node import NodeConnection, NodeError
+from . import image_pipe as pipe
+from .images import ImageIdentity, ImageSnapshot, image_size, inspect_image, inspect_images, restore, snapshot, taggable
 
 CHUNK = 1 << 20
+STALL_TIMEOUT = pipe.STALL_TIMEOUT
+STEP = 0.1
+Progress = Callable[[int, int], None]  # (bytes moved so far, expected total)
+
+Side = pipe.Side
+TransferFailed = pipe.TransferFailed
+TransferStalled = pipe.TransferStalled
 
 
 class ImageConflict(NodeError):
     """A node holds a different image under the recipe's reference."""
+
+
+class TransferMode(enum.Enum):
+    DIRECT = "direct"  # source node -> destination node over the fabric
+    RELAY = "relay"  # source node -> this machine -> destination node
 
 
 @dataclass
@@ -41,6 +60,18 @@ class SyncPlan:
     @property
     def in_sync(self) -> bool:
         return not self.missing and not self.conflicts
+
+
+@dataclass(frozen=True)
+class Moved:
+    """One finished copy: how, how many bytes, how long, and what the destination now holds."""
+
+    source: str
+    target: str
+    mode: TransferMode
+    bytes: int
+    seconds: float
+    identity: ImageIdentity
 
 
 def survey(conns: list[NodeConnection], image_id: str, ref: str) -> SyncPlan:
@@ -71,49 +102,130 @@ def can_reach(src: NodeConnection, dst_host: str, dst_user: str) -> bool:
     return result.ok
 
 
-def transfer_direct(src: NodeConnection, dst_host: str, dst_user: str, image_id: str) -> None:
-    """`docker save` on the source piped over the fabric into `docker load` on the destination."""
-    src.run_script(
-        'set -o pipefail; docker save "$1" | ssh -o BatchMode=yes -o StrictHostKeyChecking=yes '
-        '-o Compression=no "$2" docker load',
-        image_id, f"{dst_user}@{dst_host}", timeout=None, check=True)
+def copy_image(src: NodeConnection, dst: NodeConnection, image_id: str, expected: ImageIdentity, *,
+               dst_host: str, dst_user: str, mode: TransferMode | None = None, progress: Progress | None = None,
+               stall_timeout: float = STALL_TIMEOUT) -> Moved:
+    """The whole copy of one image to one node: pick direct or relay (None: direct when `src` can SSH to
+    the destination), move it, verify it. On any failure or cancel the destination's images are put back
+    as they were. Raises TransferFailed (naming the side that failed), Cancelled or NodeError."""
+    started = time.monotonic()
+    before = snapshot(dst)
+    try:
+        if mode is None:
+            mode = TransferMode.DIRECT if can_reach(src, dst_host, dst_user) else TransferMode.RELAY
+        if mode is TransferMode.DIRECT:
+            moved = _direct(src, dst, dst_host, dst_user, image_id, progress, stall_timeout)
+        else:
+            moved = _relay(src, dst, image_id, progress, stall_timeout)
+        got = verify(dst, image_id, expected)
+    except BaseException as exc:
+        _undo(dst, before, exc)
+        raise
+    return Moved(src.name, dst.name, mode, moved, time.monotonic() - started, got)
 
 
-def transfer_relay(src: NodeConnection, dst: NodeConnection, image_id: str,
-                   progress: Callable[[int, int], None] | None = None) -> int:
-    """Pump `docker save` from one node into `docker load` on another through this process."""
+def transfer_direct(src: NodeConnection, dst_host: str, dst_user: str, image_id: str, *,
+                    dst: NodeConnection | None = None, progress: Progress | None = None,
+                    stall_timeout: float = STALL_TIMEOUT) -> int:
+    """`docker save` on the source piped over the fabric into `docker load` on the destination; bytes moved.
+
+    Pass `dst` (the controller's connection to the destination) so that its end is killed too on a stall
+    or cancel even when the link between the nodes is down, and its images are restored on failure."""
+    before = snapshot(dst) if dst is not None else None
+    try:
+        return _direct(src, dst, dst_host, dst_user, image_id, progress, stall_timeout)
+    except BaseException as exc:
+        if dst is not None and before is not None:
+            _undo(dst, before, exc)
+        raise
+
+
+def transfer_relay(src: NodeConnection, dst: NodeConnection, image_id: str, progress: Progress | None = None, *,
+                   stall_timeout: float = STALL_TIMEOUT) -> int:
+    """Pump `docker save` from one node into `docker load` on another through this process; bytes moved."""
+    before = snapshot(dst)
+    try:
+        return _relay(src, dst, image_id, progress, stall_timeout)
+    except BaseException as exc:
+        _undo(dst, before, exc)
+        raise
+
+
+def _direct(src: NodeConnection, dst: NodeConnection | None, dst_host: str, dst_user: str, image_id: str,
+            progress: Progress | None, stall_timeout: float) -> int:
+    total = image_size(src, image_id)
+    target_name = dst.name if dst is not None else dst_host
+    copy = pipe.DirectCopy(src, dst, target_name, total, progress, stall_timeout)
+    return copy.run(image_id, f"{dst_user}@{dst_host}")
+
+
+def _relay(src: NodeConnection, dst: NodeConnection, image_id: str, progress: Progress | None,
+           stall_timeout: float) -> int:
     total = image_size(src, image_id)
     save = src.exec_channel(["docker", "save", image_id])
-    load = dst.exec_channel(["docker", "load"])
-    errors: list[str] = []
-
-    def collect_stderr(channel, who: str) -> None:
-        data = b""
-        while chunk := channel.recv_stderr(65536):
-            data += chunk
-        if data.strip():
-            errors.append(f"{who}: {data.decode(errors='replace').strip()}")
-
-    save_errors = threading.Thread(target=collect_stderr, args=(save, src.name), daemon=True)
-    save_errors.start()
-    moved = 0
     try:
-        while chunk := save.recv(CHUNK):
-            load.sendall(chunk)
-            moved += len(chunk)
-            if progress:
-                progress(moved, total)
-        load.shutdown_write()
-        _, load_err = drain(load)
-        save_errors.join(10)
-        save_code, load_code = save.recv_exit_status(), load.recv_exit_status()
+        load = dst.exec_channel(["docker", "load"])
+    except BaseException:
+        save.close()
+        raise
+    save_err, load_err = pipe.Collector(save), pipe.Collector(load)
+    watch = pipe.Stall(src, dst, dst.name, total, progress, stall_timeout)
+    target_gone = False
+    try:
+        save.settimeout(STEP)
+        load.settimeout(STEP)
+        while True:
+            watch.check(f"{src.name}'s docker save sent nothing")
+            try:
+                chunk = save.recv(CHUNK)
+            except socket.timeout:
+                continue
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            while view and not target_gone:
+                watch.check(f"{dst.name} accepted nothing")
+                try:
+                    sent = load.send(view)
+                except socket.timeout:
+                    continue
+                except (OSError, EOFError):
+                    sent = 0
+                if sent == 0:
+                    target_gone = True
+                    break
+                view = view[sent:]
+                watch.advance(sent)
+            if target_gone:
+                break
+        if not target_gone:
+            load.shutdown_write()
+        watch.received_all()
+        load_code = pipe.wait_exit(load, watch)
+        save_code = pipe.wait_exit(save, watch) if not target_gone else -1
     finally:
         save.close()
         load.close()
-    if save_code != 0 or load_code != 0:
-        detail = "; ".join(errors + ([load_err.decode(errors="replace").strip()] if load_err.strip() else []))
-        raise NodeError(dst.name, f"image transfer from {src.name} failed (save exit {save_code}, load exit {load_code}): {detail}")
-    return moved
+    if save_code == 0 and load_code == 0:
+        return watch.moved
+    watch.cancelled()
+    load_text, save_text = load_err.lines(), save_err.lines()
+    if load_code != 0:
+        if save_code not in (0, -1) and not pipe.broken_pipe(save_text) and pipe.truncated(load_text):
+            raise TransferFailed(Side.SOURCE, src.name, dst.name,
+                                 f"docker save of {image_id[:19]} failed: {pipe.cause(save_text, save_code)}")
+        raise TransferFailed(Side.TARGET, src.name, dst.name,
+                             f"cannot load the image relayed from {src.name}: {pipe.cause(load_text, load_code)}")
+    raise TransferFailed(Side.SOURCE, src.name, dst.name,
+                         f"docker save of {image_id[:19]} failed: {pipe.cause(save_text, save_code)}")
+
+
+def _undo(dst: NodeConnection, before: ImageSnapshot, exc: BaseException) -> None:
+    """Put the destination's images back as they were; say so on the exception if that failed."""
+    try:
+        restore(dst, before)
+    except Exception as problem:  # noqa: BLE001 - reported with the original failure
+        exc.add_note(f"{dst.name}: could not check what the failed image copy left there: {problem}")
 
 
 def tag(conn: NodeConnection, image_id: str, ref: str) -> None:
@@ -128,3 +240,4 @@ def verify(conn: NodeConnection, image_id: str, expected: ImageIdentity) -> Imag
         raise NodeError(conn.name, f"after loading, the image does not match: expected {expected.short()}, got "
                                    f"{got.short() if got else 'nothing'}")
     return got
+

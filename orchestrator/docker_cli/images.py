@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..transport.node import NodeConnection
+from ..transport.node import NodeConnection, NodeError
 
 
 @dataclass(frozen=True)
@@ -58,3 +58,65 @@ def image_size(conn: NodeConnection, image_id: str) -> int:
 def taggable(ref: str) -> bool:
     """A `name:tag` reference can be re-created with `docker tag`; a digest reference cannot."""
     return "@" not in ref
+
+
+@dataclass(frozen=True)
+class ImageSnapshot:
+    """Every image ID on a node and what each `repo:tag` points to: taken before a sync, so that a failed
+    or cancelled one can remove exactly what it added (and never anything that was there before)."""
+
+    ids: frozenset[str]
+    tags: dict[str, str]  # "repo:tag" -> image ID
+
+
+def snapshot(conn: NodeConnection, *, shield: bool = False) -> ImageSnapshot:
+    result = conn.run(["docker", "image", "ls", "--all", "--no-trunc", "--format", "{{.ID}} {{.Repository}}:{{.Tag}}"],
+                      timeout=30, shield=shield)
+    if not result.ok:
+        raise NodeError(conn.name, "cannot list its images: " + docker_reason(result.stderr.splitlines(), result.exit_code))
+    ids, tags = set(), {}
+    for line in result.stdout.splitlines():
+        image_id, _, ref = line.strip().partition(" ")
+        if not image_id:
+            continue
+        ids.add(image_id)
+        if ref and "<none>" not in ref:
+            tags[ref] = image_id
+    return ImageSnapshot(frozenset(ids), tags)
+
+
+def restore(conn: NodeConnection, before: ImageSnapshot) -> list[str]:
+    """Undo image changes since `before`: tags that are new are removed, tags that moved point back,
+    images that are new are deleted. Runs shielded (also after a cancel). Returns what it changed."""
+    now = snapshot(conn, shield=True)
+    changed = []
+    for ref, image_id in sorted(now.tags.items()):
+        old = before.tags.get(ref)
+        if old == image_id or image_id not in before.ids:
+            continue  # unchanged, or on a new image (removed with it below)
+        if old is not None and old in now.ids:
+            conn.run(["docker", "tag", old, ref], timeout=30, check=True, shield=True)
+            changed.append(f"{ref} points to {old[:19]} again")
+        elif any(i == image_id for r, i in before.tags.items() if r in now.tags):
+            # an old image got a new tag; it keeps another tag, so removing this one keeps the image
+            conn.run(["docker", "image", "rm", "--no-prune", ref], timeout=30, check=True, shield=True)
+            changed.append(f"removed tag {ref}")
+        # else: removing the tag would delete an image that was there before: it stays
+    for image_id in sorted(now.ids - before.ids):
+        conn.run(["docker", "image", "rm", "--force", image_id], timeout=60, check=True, shield=True)
+        changed.append(f"removed image {image_id[:19]}")
+    return changed
+
+
+def docker_reason(lines: list[str], code: int) -> str:
+    """docker's reason, short: the known ones said plainly, else its last line."""
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    shown = last if len(last) <= 240 else last[:237] + "..."
+    text = "\n".join(lines).lower()
+    if "no space left on device" in text:
+        return f"no space left on device (docker: {shown})"
+    if "cannot connect to the docker daemon" in text or "is the docker daemon running" in text:
+        return f"its Docker engine is not running (docker: {shown})"
+    if "error during connect" in text:
+        return f"its Docker engine stopped answering (docker: {shown})"
+    return f"{shown} (exit {code})" if shown else f"exit {code}, nothing on stderr"

@@ -220,6 +220,33 @@ def free_port(cluster, node: NodeInfo, opts: dict) -> str:
     return f"{node.name}: port {port} released"
 
 
+DOCKER_TMP = "/var/lib/docker/tmp"  # where the node's dockerd stages what `docker load`/`docker pull` receive
+
+
+def fill_disk(cluster, node: NodeInfo, opts: dict) -> str:
+    """A full disk for everything the engine receives: a small tmpfs over its staging directory, so a
+    `docker load` fails with the kernel's own ENOSPC once `free` bytes are written (images stay)."""
+    unknown = set(opts) - {"free"}
+    free = str(opts.get("free", "8m"))
+    if unknown or not re.fullmatch(r"\d+[kmg]?", free):
+        raise SimInputError("fault fill-disk takes free=<N>[k|m|g], e.g. free=8m")
+    cluster.exec(node.index, ["sh", "-c", 'mountpoint -q "$1" && umount "$1"; '
+                              'mount -t tmpfs -o size="$2",mode=0700 sim-fill-disk "$1"', "sh", DOCKER_TMP, free])
+
+    def check() -> None:
+        if cluster.exec(node.index, ["mountpoint", "-q", DOCKER_TMP], check=False).code != 0:
+            raise _Pending(f"{DOCKER_TMP} is not mounted")
+
+    _poll(check, 10, f"fill-disk on {node.name}")
+    return f"{node.name}: only {free} free for what its Docker engine receives ({DOCKER_TMP} is a {free} tmpfs)"
+
+
+def free_disk(cluster, node: NodeInfo, opts: dict) -> str:
+    _no_opts("free-disk", opts)
+    cluster.exec(node.index, ["sh", "-c", 'while mountpoint -q "$1"; do umount "$1" || exit 1; done', "sh", DOCKER_TMP])
+    return f"{node.name}: {DOCKER_TMP} is on the node's Docker volume again"
+
+
 KINDS: dict[str, Callable] = {
     "stop-sshd": lambda c, n, o: _service(c, n, "stop", "sshd", o),
     "start-sshd": lambda c, n, o: _service(c, n, "start", "sshd", o),
@@ -234,6 +261,8 @@ KINDS: dict[str, Callable] = {
     "local-jit": local_jit,
     "occupy-port": occupy_port,
     "free-port": free_port,
+    "fill-disk": fill_disk,
+    "free-disk": free_disk,
 }
 
 

@@ -55,6 +55,7 @@ class RemoteJob:
         self._pushback = b""
         self._release = release
         self._closed = False
+        self.claimed = False  # a connection-wide killer has taken over killing this job's group
         self._lock = threading.Lock()
 
     # ---- start -----------------------------------------------------------------------------------
@@ -123,7 +124,7 @@ class RemoteJob:
     # ---- ending ----------------------------------------------------------------------------------
     def kill(self) -> None:
         """End the remote process group (TERM, then KILL after 1 s) and close the channel."""
-        if self.pgid is not None and not self.finished and not self._closed:
+        if self.pgid is not None and not self.finished and not self._closed and not self.claimed:
             self.conn.kill_groups([self.pgid])
         self.close(kill=False)
 
@@ -131,7 +132,7 @@ class RemoteJob:
         with self._lock:
             if self._closed:
                 return
-            if kill and self.pgid is not None and not self.finished:
+            if kill and self.pgid is not None and not self.finished and not self.claimed:
                 self._lock.release()
                 try:
                     self.conn.kill_groups([self.pgid])

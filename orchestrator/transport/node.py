@@ -372,6 +372,8 @@ class NodeConnection:
     def _in_flight(self, shielded: bool = False) -> tuple[list[RemoteJob], list[int]]:
         with self._lock:
             jobs = [j for j in self._jobs if shielded or not j.shield]
+            for job in jobs:
+                job.claimed = True
             groups = list(self._groups)
             self._groups.clear()
         return jobs, [j.pgid for j in jobs if j.pgid is not None and not j.finished] + groups
