@@ -89,7 +89,8 @@ class Events:
 
     def __init__(self, *sinks: Sink):
         self.sinks = list(sinks)
-        self.current: Phase | None = None
+        self.current: Phase | None = None  # the innermost open phase; after it ends, the last one that ran
+        self._open: list[Phase] = []
         self.phases: list[PhaseRecord] = []
         self.history: list[Event] = []
         self._lock = threading.Lock()
@@ -105,7 +106,8 @@ class Events:
 
     @contextmanager
     def phase(self, phase: Phase, detail: str = "") -> Iterator[None]:
-        outer, self.current = self.current, phase
+        self._open.append(phase)
+        self.current = phase
         self.emit(Event(Kind.PHASE_START, phase, data={"detail": detail} if detail else {}))
         started = time.monotonic()
         outcome = Outcome.FAILED
@@ -116,7 +118,8 @@ class Events:
             seconds = time.monotonic() - started
             self.phases.append(PhaseRecord(phase, seconds, outcome))
             self.emit(Event(Kind.PHASE_END, phase, data={"status": str(outcome), "seconds": round(seconds, 3)}))
-            self.current = outer if outer is not None else phase
+            self._open.pop()
+            self.current = self._open[-1] if self._open else phase  # never an earlier phase that already ended
 
     def note(self, message: str, node: str | None = None) -> None:
         self._make(Kind.NOTE, message, node)
