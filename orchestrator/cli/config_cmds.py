@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,17 +10,23 @@ import typer
 from rich.markup import escape
 
 from ..config.load import load_deployment
+from ..config.local_checks import local_problems
+from ..config.source import ConfigError
 from ..render.launch import render_plan
 from .common import BadInput, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
 
 
 def validate(recipe: RecipeArg, inventory: InventoryOpt = Path("inventory.yaml")) -> None:
-    """Check a recipe against an inventory without contacting any node.
+    """Check a recipe against an inventory, and this machine's SSH key, known_hosts and the recipe's
+    secrets, without contacting any node.
 
     Example: spark-deploy validate recipes/dspark-0731-b12x.yaml -i inventory.yaml
     """
     with exit_codes():
         dep = load_deployment(recipe, inventory)
+        problems = local_problems(dep, os.environ)
+        if problems:
+            raise ConfigError(problems)
         nodes = ", ".join(f"{n.name} (rank {r})" for r, n in enumerate(dep.inventory.ranked))
         out.print(f"[green]ok[/] {escape(str(recipe))}: {escape(dep.recipe.name)} on {nodes}")
         if dep.recipe.image.id is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from .inventory import Inventory, inventory_problems
 from .recipe import Recipe, recipe_problems
-from .source import ConfigError, ConfigIssue, Document, plain, read_document
+from .source import ConfigError, ConfigIssue, Document, read_document
 
 _MESSAGES = {
     "extra_forbidden": "unknown key",
@@ -39,7 +39,7 @@ def load_model(path: str | Path, model: type, problems: Callable[[Any], list[tup
     """Parse, validate against `model`, then run the cross-field `problems` check; all as file:line issues."""
     doc = read_document(path)
     try:
-        value = model.model_validate(plain(doc.tree))
+        value = model.model_validate(doc.data())
     except ValidationError as exc:
         raise ConfigError(_issues_from(exc, doc)) from None
     found = problems(value)
@@ -64,6 +64,9 @@ class Deployment:
     inventory: Inventory
     recipe_path: str
     inventory_path: str
+    # The parsed files, so checks made later (config/local_checks.py) still name file:line.
+    recipe_doc: Document | None = field(default=None, compare=False, repr=False)
+    inventory_doc: Document | None = field(default=None, compare=False, repr=False)
 
 
 def pair_problems(recipe: Recipe, rdoc: Document, inventory: Inventory, idoc: Document) -> list[ConfigIssue]:
@@ -112,4 +115,4 @@ def load_deployment(recipe_path: str | Path, inventory_path: str | Path) -> Depl
         issues += pair_problems(recipe, rdoc, inventory, idoc)
     if issues:
         raise ConfigError(issues)
-    return Deployment(recipe, inventory, str(recipe_path), str(inventory_path))
+    return Deployment(recipe, inventory, str(recipe_path), str(inventory_path), rdoc, idoc)

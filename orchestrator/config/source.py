@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import re
+import warnings
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.composer import MaxDepthExceededError
+from ruamel.yaml.constructor import ConstructorError, RoundTripConstructor
+from ruamel.yaml.error import MarkedYAMLError, ReusedAnchorWarning, YAMLError
 from ruamel.yaml.reader import ReaderError
 
+from .files import FileRefused, read_regular
 from .types import redact
 
 
@@ -56,14 +61,17 @@ class Document:
     tree: Any
 
     def line_of(self, loc: tuple[Any, ...]) -> int | None:
-        """1-based line of the deepest key of `loc` that exists in the file."""
+        """1-based line of the deepest key of `loc` that exists in the file (None without a tree)."""
+        if self.tree is None:
+            return None
         node, line = self.tree, _first_line(self.tree)
         for part in loc:
             if isinstance(node, CommentedMap) and part in node:
                 line = node.lc.key(part)[0] + 1
                 node = node[part]
             elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
-                line = node.lc.item(part)[0] + 1
+                # An alias item records its anchor's line, which may come before this list: use the list's then.
+                line = max(line, node.lc.item(part)[0] + 1)
                 node = node[part]
             else:
                 break
@@ -73,30 +81,72 @@ class Document:
         key = ".".join(str(p) for p in loc)
         return ConfigIssue(self.path, self.line_of(loc), key, message)
 
+    def data(self) -> Any:
+        """Plain data for validation, within the alias, size and depth limits (else ConfigError)."""
+        try:
+            return plain(self.tree)
+        except TooComplex as exc:
+            raise ConfigError([self.issue(exc.loc, exc.message)]) from None
+        except (RecursionError, MemoryError):
+            raise ConfigError([ConfigIssue(self.path, None, "", "too large or too deeply nested to read")]) from None
+
 
 _DUPLICATE_VALUES = re.compile(r' with value ".*?" \(original value: ".*?"\)$', re.DOTALL)
+
+
+# Real recipes are 2-3 KiB, a 64-node inventory ~15 KiB. ruamel's pure-Python parser reads only about
+# 50 KiB/s on a busy 2-core machine, so this bound is also what keeps any answer within about a second.
+MAX_FILE_BYTES = 64 * 1024
+# Nesting deeper than this is no recipe; stopping here also keeps ruamel and plain() far from
+# Python's recursion limit.
+MAX_DEPTH = 64
+# Values after expanding aliases: a few KiB of YAML can alias itself into billions ("billion laughs").
+MAX_VALUES = 20_000
+
+
+class _Constructor(RoundTripConstructor):
+    """Scalars that cannot be converted (an int of 5000 digits, month 13) raise a plain ValueError in
+    ruamel; give them the node's position like every other YAML error."""
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError) as exc:
+            reason = str(exc).split(";")[0]  # drop Python's "use sys.set_int_max_str_digits()" advice
+            raise ConstructorError(None, None, f"cannot read this value ({reason})", node.start_mark) from None
 
 
 def _yaml() -> YAML:
     yaml = YAML(typ="rt")
     yaml.allow_duplicate_keys = False
+    yaml.max_depth = MAX_DEPTH
+    yaml.Constructor = _Constructor
     return yaml
 
 
+def _refuse(name: str, line: int | None, message: str) -> ConfigError:
+    return ConfigError([ConfigIssue(name, line, "", message)])
+
+
 def read_document(path: str | Path) -> Document:
-    """Parse one YAML file; unreadable or malformed files raise ConfigError with the position."""
+    """Parse one YAML file; unreadable, oversized or malformed files raise ConfigError with the position."""
     name = str(path)
     try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError([ConfigIssue(name, None, "", f"cannot read file: {exc.strerror or exc}")]) from None
+        raw = read_regular(path, MAX_FILE_BYTES)
+    except FileRefused as exc:
+        raise _refuse(name, None, str(exc)) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise ConfigError([ConfigIssue(name, line, "", f"file is not UTF-8 text (byte 0x{raw[exc.start]:02x})")]) from None
+        raise _refuse(name, line, f"file is not UTF-8 text (byte 0x{raw[exc.start]:02x})") from None
     try:
-        tree = _yaml().load(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ReusedAnchorWarning)  # valid YAML; not worth a Python warning
+            tree = _yaml().load(text)
+    except MaxDepthExceededError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else None
+        raise _refuse(name, line, f"nested deeper than {MAX_DEPTH} levels") from None
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
@@ -105,22 +155,70 @@ def read_document(path: str | Path) -> Document:
             context += f" (from line {exc.context_mark.line + 1})"  # e.g. where an unclosed '[' opened
         problem = _DUPLICATE_VALUES.sub("", str(exc.problem or ""))  # the values may be secrets
         message = ": ".join(p for p in (context, problem) if p)
-        raise ConfigError([ConfigIssue(name, line, "", f"invalid YAML: {message}")]) from None
+        raise _refuse(name, line, f"invalid YAML: {message}") from None
     except ReaderError as exc:  # a character YAML does not allow (a raw control character)
         line = text[: exc.position].count("\n") + 1 if isinstance(exc.position, int) else None
         what = f"character #x{exc.character:04x}" if isinstance(exc.character, int) else "a character"
-        raise ConfigError([ConfigIssue(name, line, "", f"invalid YAML: {what} ({exc.reason})")]) from None
+        raise _refuse(name, line, f"invalid YAML: {what} ({exc.reason})") from None
     except YAMLError as exc:
-        raise ConfigError([ConfigIssue(name, None, "", f"invalid YAML: {exc}")]) from None
+        raise _refuse(name, None, f"invalid YAML: {exc}") from None
+    except (RecursionError, MemoryError):  # the limits above should make this unreachable; never a traceback
+        raise _refuse(name, None, "too large or too deeply nested to read") from None
     if not isinstance(tree, CommentedMap):
-        raise ConfigError([ConfigIssue(name, _first_line(tree), "", "the top level must be a mapping of keys")])
+        raise _refuse(name, _first_line(tree), "the top level must be a mapping of keys")
     return Document(name, tree)
 
 
-def plain(node: Any) -> Any:
-    """The ruamel tree as plain dicts/lists/scalars (what pydantic should see)."""
-    if isinstance(node, dict):
-        return {str(k) if not isinstance(k, (str, int, float, bool)) else k: plain(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [plain(v) for v in node]
-    return node
+class TooComplex(Exception):
+    """The tree cannot become plain data within the limits; `loc` is where to point the user."""
+
+    def __init__(self, loc: tuple[Any, ...], message: str):
+        super().__init__(message)
+        self.loc, self.message = loc, message
+
+
+def plain(node: Any, budget: int = MAX_VALUES, max_depth: int = MAX_DEPTH) -> Any:
+    """The ruamel tree as plain dicts/lists/scalars (what pydantic should see).
+
+    Aliases make the tree a graph: each use is expanded here, so the values produced are counted against
+    `budget` and the nesting against `max_depth`; a node that contains itself is refused. Raises TooComplex
+    naming the location of the outermost alias use that led there (or of the node itself).
+    """
+    left = budget
+    seen: set[int] = set()  # containers already expanded once: meeting one again is an alias use
+
+    def too_many(loc: tuple[Any, ...], via: tuple[Any, ...] | None) -> TooComplex:
+        if via is None:
+            return TooComplex(loc, f"more than {budget} values: no recipe or inventory needs this many")
+        return TooComplex(via, f"this alias expands the document past {budget} values (each use of an alias "
+                               "repeats all it names): no recipe or inventory needs this many")
+
+    def walk(value: Any, loc: tuple[Any, ...], ancestors: frozenset[int], via: tuple[Any, ...] | None) -> Any:
+        nonlocal left
+        left -= 1
+        if not isinstance(value, (dict, list)):
+            if left < 0:
+                raise too_many(loc, via)
+            return value
+        ident = id(value)
+        if ident in ancestors:
+            raise TooComplex(loc, "refers to itself through a YAML alias")
+        if via is None and ident in seen:
+            via = loc
+        seen.add(ident)
+        if left < 0:
+            raise too_many(loc, via)
+        if len(loc) >= max_depth:
+            raise TooComplex(via or loc, f"nested deeper than {max_depth} levels")
+        inside = ancestors | {ident}
+        if isinstance(value, list):
+            return [walk(v, loc + (i,), inside, via) for i, v in enumerate(value)]
+        out = {}
+        for k, v in value.items():
+            if isinstance(k, (Mapping, Sequence, Set)) and not isinstance(k, str):
+                raise TooComplex(loc, "a key must be a plain value, not a mapping or a list")
+            key = k if isinstance(k, (str, int, float, bool)) else str(k)
+            out[key] = walk(v, loc + (key,), inside, via)
+        return out
+
+    return walk(node, (), frozenset(), None)

@@ -27,6 +27,7 @@ def generate_keypair(state: Path, comment: str) -> tuple[Path, bytes, bytes]:
                                            serialization.PublicFormat.OpenSSH) + f" {comment}\n".encode()
     path = state / "id_ed25519"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # O_CREAT's mode does not apply to a file left by an earlier run
     with os.fdopen(fd, "wb") as f:
         f.write(private)
     (state / "id_ed25519.pub").write_bytes(public)

@@ -35,6 +35,19 @@ def files_for(case: dict) -> tuple[Path, Path, Path]:
     return GOOD_RECIPE, broken, broken
 
 
+@pytest.fixture(autouse=True)
+def controller(tmp_path, monkeypatch) -> Path:
+    """This machine as `validate` sees it: a HOME whose ~/.ssh/known_hosts exists (the good inventory sets
+    no ssh.known_hosts), the one secret the corpus sets, and not the one it expects to be missing."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True, mode=0o700)
+    (home / ".ssh" / "known_hosts").write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("SPARK_DEPLOY_CORPUS_SET_SECRET", "set")
+    monkeypatch.delenv("SPARK_DEPLOY_CORPUS_UNSET_SECRET", raising=False)
+    return home
+
+
 @pytest.fixture
 def network_attempts(monkeypatch) -> list:
     """Every way this code base could reach a node or a daemon records the attempt and fails it."""
@@ -81,6 +94,16 @@ def test_the_good_pair_validates(network_attempts):
     assert network_attempts == []
 
 
+def test_the_good_pair_needs_the_default_known_hosts(controller, network_attempts):
+    """The good inventory sets no ssh.known_hosts, so ~/.ssh/known_hosts must exist (the fixture made it)."""
+    (controller / ".ssh" / "known_hosts").unlink()
+    result = validate(GOOD_RECIPE, GOOD_INVENTORY)
+    assert result.exit_code == 2
+    assert f"error: {GOOD_INVENTORY}:8: ssh.known_hosts: known_hosts file {controller}/.ssh/known_hosts" in result.stderr
+    assert "the inventory sets no ssh.known_hosts" in result.stderr
+    assert network_attempts == []
+
+
 def test_the_corpus_is_complete():
     names = {c["file"] for c in CASES}
     on_disk = {p.name for p in CORPUS.iterdir()} - {"expected.yaml", "good-inventory.yaml"}
@@ -112,7 +135,8 @@ def test_broken_file_is_refused_with_file_line_and_key(case, network_attempts):
 
 # The same through the installed executable, for one case of each kind of failure.
 REAL_CLI_CASES = ["r-yaml-unclosed-bracket.yaml", "r-non-utf8.yaml", "r-does-not-exist.yaml",
-                  "r-gmu-097.yaml", "i-duplicate-fabric-ip.yaml", "r-expect-unknown-node.yaml"]
+                  "r-gmu-097.yaml", "i-duplicate-fabric-ip.yaml", "r-expect-unknown-node.yaml",
+                  "r-yaml-alias-bomb.yaml", "i-ssh-key-missing.yaml", "r-secret-not-set.yaml"]
 
 
 @pytest.mark.parametrize("name", REAL_CLI_CASES)

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
@@ -42,10 +44,22 @@ def _dump(data, path: Path) -> Path:
     return path
 
 
+def _controller_files(directory: Path) -> tuple[str, str]:
+    """A private key (mode 0600) and a known_hosts file, so `validate`'s local checks pass."""
+    key = Ed25519PrivateKey.generate().private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                                     serialization.NoEncryption())
+    key_path, known_hosts = directory / "id_ed25519", directory / "known_hosts"
+    key_path.write_bytes(key)
+    key_path.chmod(0o600)
+    known_hosts.write_text("")
+    return str(key_path), str(known_hosts)
+
+
 @pytest.fixture
 def inventory_with_two_state_dirs(tmp_path) -> Path:
     inv = _load(INVENTORY)
     inv["nodes"][1]["state_dir"] = "/srv/spark-deploy-state"
+    inv["ssh"]["key"], inv["ssh"]["known_hosts"] = _controller_files(tmp_path)
     return _dump(inv, tmp_path / "inventory.yaml")
 
 
@@ -71,6 +85,15 @@ def test_render_output_never_holds_the_token(inventory_with_two_state_dirs):
     validate = subprocess.run([SPARK_DEPLOY, "validate", str(RECIPE), "-i", str(inventory_with_two_state_dirs)],
                               capture_output=True, text=True, env=env, timeout=60)
     assert validate.returncode == 0 and TOKEN not in validate.stdout + validate.stderr
+
+
+def test_validate_refuses_a_secret_the_shell_does_not_set(inventory_with_two_state_dirs, monkeypatch):
+    """Bad input (exit 2) naming the recipe's line of the secret, found before `up` would connect."""
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    result = CliRunner().invoke(app, ["validate", str(RECIPE), "-i", str(inventory_with_two_state_dirs)])
+    assert result.exit_code == 2, result.stdout + result.stderr
+    line = next(i for i, text in enumerate(RECIPE.read_text().splitlines(), 1) if text.strip().startswith("- HF_TOKEN"))
+    assert f"error: {RECIPE}:{line}: secrets.0: HF_TOKEN is not set in this shell's environment" in result.stderr
 
 
 def test_argv_carries_only_the_env_file(token_in_env, inventory_with_two_state_dirs):

@@ -1,0 +1,120 @@
+"""Checks of the controller's own files and environment that a deployment needs before it connects.
+
+Kept apart from the model validation on purpose: `render` works on any machine (no key, no secrets),
+while `validate` and `up` run these so a missing key, a key OpenSSH would refuse, a missing known_hosts
+or an unset secret is bad input (exit 2) named by file:line, not a failure after connecting.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+from pathlib import Path
+from typing import Any, Mapping
+
+import paramiko
+
+from .files import FileRefused, check_regular, read_regular
+from .load import Deployment
+from .source import ConfigIssue, Document
+
+KEY_BYTES_LIMIT = 64 * 1024  # an RSA-16384 private key is ~13 KiB
+_KEY_CLASSES = (paramiko.Ed25519Key, paramiko.RSAKey, paramiko.ECDSAKey)
+
+
+def default_known_hosts(environ: Mapping[str, str]) -> str:
+    """What the transport uses when the inventory sets no `ssh.known_hosts` (~/.ssh/known_hosts)."""
+    home = environ.get("HOME") or str(Path.home())
+    return str(Path(home) / ".ssh" / "known_hosts")
+
+
+def key_problem(path: str) -> str | None:
+    """Why `path` cannot serve as the SSH private key (None: it can)."""
+    try:
+        st = check_regular(path)
+    except FileRefused as exc:
+        return f"private key {path}: {exc}"
+    if st.st_mode & 0o077:
+        mode = stat.S_IMODE(st.st_mode)
+        return (f"private key {path} is readable by group or others (mode {mode:04o}); OpenSSH refuses such a key: "
+                f"chmod 600 {path}")
+    try:
+        text = read_regular(path, KEY_BYTES_LIMIT).decode("utf-8")
+    except FileRefused as exc:
+        return f"private key {path}: {exc}"
+    except UnicodeDecodeError:
+        return f"{path} is not a private key (binary data)"
+    for cls in _KEY_CLASSES:
+        try:
+            cls.from_private_key(io.StringIO(text))
+            return None
+        except paramiko.PasswordRequiredException:
+            return (f"private key {path} is encrypted and needs a passphrase, which spark-deploy cannot ask for: "
+                    "use an unencrypted key, or remove ssh.key and load the key into ssh-agent")
+        except Exception:  # noqa: BLE001 - paramiko raises many kinds on garbage; the next class may fit
+            continue
+    if text.lstrip().startswith(("ssh-", "ecdsa-", "sk-")):
+        return f"{path} is a public key, not a private key (name the file without .pub)"
+    return f"{path} is not a private key paramiko can read (Ed25519, RSA or ECDSA, OpenSSH or PEM format)"
+
+
+def _known_hosts_problem(path: str) -> str | None:
+    try:
+        check_regular(path)
+    except FileRefused as exc:
+        return f"known_hosts file {path}: {exc} (host keys must be known before connecting: unknown keys are refused)"
+    if not os.access(path, os.R_OK):
+        return f"known_hosts file {path}: cannot read file: permission denied"
+    return None
+
+
+def ssh_problems(dep: Deployment, doc: Document) -> list[ConfigIssue]:
+    """Every `ssh.key` written in the inventory (defaults and per node) and the known_hosts file."""
+    inv = dep.inventory
+    issues: list[ConfigIssue] = []
+    keys: list[tuple[tuple[Any, ...], str]] = []
+    if inv.ssh.key:
+        keys.append((("ssh", "key"), inv.ssh.key))
+    keys += [(("nodes", i, "ssh", "key"), n.ssh.key) for i, n in enumerate(inv.nodes) if n.ssh and n.ssh.key]
+    verdicts: dict[str, str | None] = {}
+    for loc, path in keys:
+        if path not in verdicts:
+            verdicts[path] = key_problem(path)
+        if verdicts[path]:
+            issues.append(doc.issue(loc, verdicts[path]))
+    return issues
+
+
+def known_hosts_problems(dep: Deployment, doc: Document, environ: Mapping[str, str]) -> list[ConfigIssue]:
+    path = dep.inventory.ssh.known_hosts
+    problem = _known_hosts_problem(path or default_known_hosts(environ))
+    if problem and path is None:
+        problem += "; it is the default because the inventory sets no ssh.known_hosts"
+    return [doc.issue(("ssh", "known_hosts"), problem)] if problem else []
+
+
+def secret_problems(dep: Deployment, doc: Document, environ: Mapping[str, str]) -> list[ConfigIssue]:
+    """Each secret the recipe names must be set here; its value is never part of a message."""
+    issues = []
+    for i, name in enumerate(dep.recipe.secrets):
+        if name not in environ:
+            issues.append(doc.issue(("secrets", i), f"{name} is not set in this shell's environment: export it "
+                                                    "(it is written to each node's env-file, mode 0600, never put "
+                                                    "on a command line)"))
+        elif "\n" in environ[name] or "\r" in environ[name] or "\0" in environ[name]:
+            issues.append(doc.issue(("secrets", i), f"{name}'s value contains a line break or NUL, which a Docker "
+                                                    "env-file cannot hold"))
+    return issues
+
+
+def local_problems(dep: Deployment, environ: Mapping[str, str]) -> list[ConfigIssue]:
+    """Problems with this machine's SSH files and the recipe's secrets, as file:line issues.
+
+    `validate` and `up` call this after load_deployment and before opening any connection; pass
+    `os.environ`. An empty list means the deployment can be attempted.
+    """
+    idoc = dep.inventory_doc or Document(dep.inventory_path, None)
+    rdoc = dep.recipe_doc or Document(dep.recipe_path, None)
+    return (ssh_problems(dep, idoc) + known_hosts_problems(dep, idoc, environ)
+            + secret_problems(dep, rdoc, environ))
