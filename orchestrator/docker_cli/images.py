@@ -92,11 +92,13 @@ def restore(conn: NodeConnection, before: ImageSnapshot) -> list[str]:
     changed = []
     for ref, image_id in sorted(now.tags.items()):
         old = before.tags.get(ref)
-        if old == image_id or image_id not in before.ids:
-            continue  # unchanged, or on a new image (removed with it below)
-        if old is not None and old in now.ids:
+        if old == image_id:
+            continue
+        if old is not None and old in now.ids:  # moved (e.g. --sync replaced what the reference meant)
             conn.run(["docker", "tag", old, ref], timeout=30, check=True, shield=True)
             changed.append(f"{ref} points to {old[:19]} again")
+        elif image_id not in before.ids:
+            continue  # on a new image: removed with it below
         elif any(i == image_id for r, i in before.tags.items() if r in now.tags):
             # an old image got a new tag; it keeps another tag, so removing this one keeps the image
             conn.run(["docker", "image", "rm", "--no-prune", ref], timeout=30, check=True, shield=True)
