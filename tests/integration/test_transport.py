@@ -1,0 +1,144 @@
+"""The transport on the real sshd of the simulated cluster: the channel bound, true deadlines, and that
+whatever is killed (timeout, cancel token, Ctrl-C, a stopped or closed stream) leaves no process on the node."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from orchestrator.config.load import load_inventory
+from orchestrator.sim.cluster import SimCluster
+from orchestrator.transport.cancel import Cancelled
+from orchestrator.transport.group import Cluster, GroupError, on_all
+from orchestrator.transport.node import NodeTimeout
+
+from deploy_helpers import unique_name
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def sim(docker_client, sim_images, sim_home):
+    cluster = SimCluster(unique_name(), client=docker_client)
+    try:
+        cluster.up(2)
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.fixture
+def cluster(sim):
+    inventory, _ = load_inventory(sim.inventory_path)
+    opened = Cluster(inventory).open()
+    yield opened
+    opened.close()
+
+
+def processes(sim: SimCluster, node: int, marker: str) -> list[str]:
+    """Processes on the node whose command line contains `marker` (the node's own ps, not ours)."""
+    out = sim.exec(node, ["ps", "-eo", "pid=,args="]).stdout
+    return [line.strip() for line in out.splitlines() if marker in line and "ps -eo" not in line]
+
+
+def wait_gone(sim: SimCluster, marker: str, bound: float = 3.0) -> dict[int, list[str]]:
+    """Poll both nodes until no process carries `marker`, for at most `bound` s; what is left."""
+    deadline = time.monotonic() + bound
+    while True:
+        left = {n: p for n in (1, 2) if (p := processes(sim, n, marker))}
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def wait_present(sim: SimCluster, node: int, marker: str, bound: float = 10.0) -> None:
+    deadline = time.monotonic() + bound
+    while not processes(sim, node, marker):
+        assert time.monotonic() < deadline, f"{marker!r} never started on node {node}"
+        time.sleep(0.05)
+
+
+def test_many_parallel_commands_on_one_connection_stay_under_max_sessions(cluster):
+    head = cluster.head
+    results = on_all(range(20), lambda i: head.run(["sleep", "0.3"], check=True), str)
+    assert len(results) == 20
+    assert 1 < head.peak_channels <= 8
+
+
+def test_without_the_bound_sshd_refuses_channels(sim):
+    inventory, _ = load_inventory(sim.inventory_path)
+    unbounded = Cluster(inventory, max_channels=12).open()
+    try:
+        with pytest.raises(GroupError) as caught:
+            on_all(range(12), lambda i: unbounded.head.run(["sleep", "4"], check=True), str)
+        assert "sshd refused a channel" in str(caught.value)
+    finally:
+        unbounded.close()
+
+
+def test_timeout_is_a_deadline_and_kills_the_remote_command(cluster, sim):
+    head = cluster.head
+    started = time.monotonic()
+    with pytest.raises(NodeTimeout, match="did not finish within 1 s"):
+        head.run(["sh", "-c", "while :; do echo busy; sleep 0.2; done; : sd-deadline-1"], timeout=1)
+    assert time.monotonic() - started < 3
+    with pytest.raises(NodeTimeout, match="printed nothing for 1 s"):
+        head.run(["sh", "-c", "sleep 30; : sd-idle-1"], timeout=None, idle_timeout=1)
+    assert wait_gone(sim, "sd-deadline-1") == {} and wait_gone(sim, "sd-idle-1") == {}
+
+
+def test_the_cancel_token_kills_every_in_flight_command(cluster, sim):
+    threading.Thread(target=lambda: (wait_present(sim, 2, "sd-cancel-1"), cluster.cancel.set("test"))).start()
+    started = time.monotonic()
+    with pytest.raises(Cancelled, match="test"):
+        cluster.each(lambda conn: conn.run(["sh", "-c", "sleep 60; : sd-cancel-1"], timeout=None))
+    assert time.monotonic() - started < 12
+    assert wait_gone(sim, "sd-cancel-1") == {}
+    with pytest.raises(Cancelled):
+        cluster.head.run(["true"])  # nothing new starts once cancelled
+    assert cluster.head.run(["true"], shield=True).ok  # but cleanup can
+
+
+def test_ctrl_c_during_a_group_call_returns_at_once_and_kills_both_nodes(cluster, sim):
+    def interrupt_when_running() -> None:
+        wait_present(sim, 1, "sd-sigint-1")
+        wait_present(sim, 2, "sd-sigint-1")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_running).start()
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            cluster.each(lambda conn: conn.run(["sh", "-c", "sleep 60; : sd-sigint-1"], timeout=None))
+        finally:
+            interrupted_at = time.monotonic()
+    assert cluster.cancel.reason == "interrupted (Ctrl-C)"
+    assert wait_gone(sim, "sd-sigint-1") == {}
+    assert time.monotonic() - interrupted_at < 5
+
+
+def test_a_stopped_or_closed_log_stream_leaves_no_docker_logs_behind(cluster, sim):
+    image = sim.info()["images"]["vllm"]
+    sim.exec(1, ["docker", "run", "-d", "--name", "sd-quiet", "--entrypoint", "sleep", image, "3600"])
+    try:
+        stop = threading.Event()
+        lines: list[str] = []
+        follow = ["docker", "logs", "--follow", "sd-quiet"]
+        streamer = threading.Thread(target=lambda: lines.append(str(cluster.head.stream(follow, lines.append, stop))))
+        streamer.start()
+        wait_present(sim, 1, "docker logs --follow sd-quiet")
+        stop.set()
+        streamer.join(5)
+        assert lines == ["-1"]
+        assert wait_gone(sim, "docker logs --follow sd-quiet") == {}
+
+        # never stopped: closing the connection (as `up` does when it ends) ends it on the node
+        threading.Thread(target=cluster.head.stream, args=(follow, lines.append), daemon=True).start()
+        wait_present(sim, 1, "docker logs --follow sd-quiet")
+        cluster.close()
+        assert wait_gone(sim, "docker logs --follow sd-quiet") == {}
+    finally:
+        sim.exec(1, ["docker", "rm", "-f", "sd-quiet"], check=False)
