@@ -8,7 +8,7 @@
    N runs on 2 nodes (target <= 1.0 s) and on 4 nodes (target <= 1.2x the 2-node figure); the same
    deployment by a naive launcher (ssh per command, 2 s polls: benchmarks/naive_launcher.py) gives
    the ratio. `spark-deploy down` between runs, not timed. Our runs and naive runs alternate.
-2. Failure detection: (a) head exits on an unknown flag -> up() raises DeployFailed, from the head
+2. Failure detection: (a) head exits on an unknown flag -> up() raises DeployFailed (StepFailed), from the head
    container's State.FinishedAt to time.time() at the raise (target <= 1 s median); (b) a peer crashes
    (SIM_FAULT_JIT_ASSERT hits ranks > 0 only) -> DeployFailed naming spark-2 (target <= 2 s median).
    Compared with a 2 s poller: its expected detection and a measured one.
@@ -41,22 +41,27 @@ sys.path.insert(0, str(HERE))
 
 import benchsim
 from benchsim import (
-    SilentReporter,
     docker_time,
     median,
+    notes,
     phase_medians,
+    phase_seconds,
     recipe_variant,
     remove_deployment,
     spread,
 )
 from naive_launcher import NaiveFailed, NaiveLauncher
 
-import orchestrator.deploy.teardown as teardown_mod
+import orchestrator.deploy.steps_launch as steps_launch
 from orchestrator.config.load import Deployment, load_deployment
-from orchestrator.deploy import up as up_mod
+from orchestrator.deploy.context import Look, UpContext
+from orchestrator.deploy.steps_prepare import SyncImage
 from orchestrator.deploy.up import DeployFailed, UpOptions, up
-from orchestrator.engine import sync
-from orchestrator.render.launch import render_plan
+from orchestrator.docker_cli import image_sync as sync
+from orchestrator.docker_cli.images import inspect_image
+from orchestrator.http_api.endpoint import Endpoint
+from orchestrator.render.plan import build_plan, render_plan
+from orchestrator.runner.events import Event, Events, Kind, Phase
 from orchestrator.sim.cluster import SimCluster
 from orchestrator.sim.state import LABEL
 from orchestrator.transport.group import Cluster
@@ -72,14 +77,14 @@ def log(msg: str) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # 1. overhead
-def our_up(dep: Deployment) -> tuple[float, dict[str, float], SilentReporter]:
-    reporter = SilentReporter()
+def our_up(dep: Deployment) -> tuple[float, dict[str, float], Events]:
+    events = Events()  # no sinks: silent, but it records every event and phase
     t0 = time.monotonic()
-    result = up(dep, reporter, UpOptions())
+    result = up(dep, events, UpOptions())
     wall = time.monotonic() - t0
     if result.already_serving:
         raise RuntimeError("up found the recipe already serving: the previous run was not removed")
-    return wall, {p.name: p.seconds for p in reporter.phases}, reporter
+    return wall, phase_seconds(events), events
 
 
 def naive_up(dep: Deployment, launcher: NaiveLauncher, **kw):
@@ -122,44 +127,55 @@ def overhead(dep: Deployment, launcher: NaiveLauncher, runs: int, naive_runs: in
 # ---------------------------------------------------------------------------------------------
 # 2. failure detection
 class FinishedAtProbe:
-    """Reads a container's State.FinishedAt just before up's cleanup removes it (up would otherwise
-    erase the evidence). The probe's own duration is recorded and subtracted from the latency."""
+    """Reads a container's State.FinishedAt just before up's undo removes it (the removal would otherwise
+    erase the evidence). The undo of the start steps removes by container ID (steps_launch.remove_container);
+    the first removal on the target node whose container has the target name is read. The probe's own
+    duration is recorded and subtracted from the latency."""
+
+    FORMAT = "{{.Name}} {{.State.Status}} {{.State.ExitCode}} {{.State.FinishedAt}}"
 
     def __init__(self):
         self.target: tuple[str, str] | None = None
         self.seen: dict | None = None
-        self._orig = teardown_mod.remove_container
+        self._orig = steps_launch.remove_container
 
     def __enter__(self):
-        def remove(conn, name, stop_timeout=10):
-            if self.target == (conn.name, name) and self.seen is None:
+        def remove(conn, container_id, stop_timeout=10):
+            if self.target is not None and self.target[0] == conn.name and self.seen is None:
                 noticed = time.time()
                 t0 = time.monotonic()
-                r = conn.run(["docker", "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}} {{.State.FinishedAt}}",
-                              name], timeout=30)
+                r = conn.run(["docker", "inspect", "-f", self.FORMAT, container_id], timeout=30)
                 took = time.monotonic() - t0
-                status, code, finished = (r.stdout.split() + ["", "", ""])[:3]
-                self.seen = {"status": status, "exit_code": code, "finished_at": finished, "probe_seconds": took,
-                             "cleanup_started": noticed}
-            return self._orig(conn, name, stop_timeout)
-        teardown_mod.remove_container = remove
+                name, status, code, finished = (r.stdout.split() + ["", "", "", ""])[:4]
+                if name.lstrip("/") == self.target[1]:
+                    self.seen = {"status": status, "exit_code": code, "finished_at": finished,
+                                 "probe_seconds": took, "cleanup_started": noticed}
+            return self._orig(conn, container_id, stop_timeout)
+        steps_launch.remove_container = remove
         return self
 
     def __exit__(self, *exc):
-        teardown_mod.remove_container = self._orig
+        steps_launch.remove_container = self._orig
 
 
-class PhaseSignal(SilentReporter):
-    """Sets `ready` when up enters its "ready" phase (every container started)."""
+class PhaseSignal:
+    """An event sink that sets `ready` when up enters its "ready" phase (every container started)."""
 
     def __init__(self):
-        super().__init__()
         self.ready = threading.Event()
         self.finished = False
+        self.events = Events(self)
 
-    def _start(self, name: str, detail: str) -> None:
-        if name == "ready":
+    @property
+    def current(self) -> Phase | None:
+        return self.events.current
+
+    def handle(self, event: Event) -> None:
+        if event.kind is Kind.PHASE_START and event.phase is Phase.READY:
             self.ready.set()
+
+    def close(self) -> None:
+        pass
 
 
 def our_failure(dep: Deployment, node: str, container: str, expect: str, kill=None) -> dict:
@@ -171,10 +187,11 @@ def our_failure(dep: Deployment, node: str, container: str, expect: str, kill=No
         try:
             if killer:
                 killer.start()
-            up(dep, reporter, UpOptions())
+            up(dep, reporter.events, UpOptions())
         except DeployFailed as exc:
             raised = time.time()
-            message = str(exc)
+            message, failed_phase, failed_nodes = str(exc), str(exc.phase), list(exc.nodes)
+            cause = exc.cause
         else:
             remove_deployment(dep)
             raise RuntimeError(f"up succeeded although {node} was made to fail")
@@ -188,8 +205,9 @@ def our_failure(dep: Deployment, node: str, container: str, expect: str, kill=No
         raise RuntimeError(f"could not read the exit of {container} on {node}: {probe.seen}; up said: {message[:300]}")
     finished = docker_time(probe.seen["finished_at"])
     latency = raised - finished - probe.seen["probe_seconds"]
-    names_node = message.split(": ", 1)[1].startswith(f"{node}:") if ": " in message else False
-    return {"latency": latency, "until_cleanup": probe.seen["cleanup_started"] - finished, "phase": message.split(":", 1)[0], "names_node": names_node,
+    names_node = node in failed_nodes or cause.startswith(f"{node}:")
+    return {"latency": latency, "until_cleanup": probe.seen["cleanup_started"] - finished, "phase": failed_phase,
+            "names_node": names_node,
             "expected_text": expect in message, "exit_code": probe.seen["exit_code"],
             "probe_seconds": probe.seen["probe_seconds"], "message": message.splitlines()[0][:200]}
 
@@ -221,7 +239,7 @@ def failures(sim: SimCluster, work: Path, launcher: NaiveLauncher, runs: int, na
         if not reporter.ready.wait(60) or reporter.finished:
             return
         time.sleep(0.5)
-        if not reporter.finished and reporter.current == "ready":
+        if not reporter.finished and reporter.current is Phase.READY:
             sim.exec(2, ["docker", "kill", peer_c], check=False)
 
     out = {"head_exit": [], "peer_crash": [], "peer_kill": [], "naive_head_exit": [], "naive_peer_crash": []}
@@ -258,11 +276,11 @@ def image_sync(sim: SimCluster, dep: Deployment, launcher: NaiveLauncher, runs: 
 
         def rmi() -> None:
             dst.run(["docker", "rmi", "-f", image_id], timeout=120)
-            if sync.inspect_image(dst, image_id) is not None:
+            if inspect_image(dst, image_id) is not None:
                 raise RuntimeError("docker rmi on spark-2 left the image in place")
 
         rmi()
-        identity = sync.inspect_image(src, image_id)
+        identity = inspect_image(src, image_id)
         size = int(src.run_script('docker save "$1" | wc -c', image_id, timeout=600, check=True).stdout.strip())
         res["bytes"] = size
         src.run_script('head -c "$1" /dev/urandom > /tmp/bench-blob', str(size), timeout=600, check=True)
@@ -332,16 +350,20 @@ def image_sync(sim: SimCluster, dep: Deployment, launcher: NaiveLauncher, runs: 
         res["survey_seconds"] = time.monotonic() - t0
         res["in_sync"] = plan.in_sync
         res["missing"] = [n.conn.name for n in plan.missing]
-        reporter = SilentReporter()
-        look = up_mod.Look(found={}, ports=None, image=plan)  # what up's preflight would have read
-        with reporter.phase("image"):
-            up_mod._image(cluster, dep, reporter, UpOptions(), look)
+        events = Events()
+        deployment = build_plan(dep)
+        ctx = UpContext(dep, deployment, cluster, events, UpOptions(),
+                        Endpoint(dep.inventory.ranked[0].address, dep.recipe.serve.port))
+        ctx.look = Look(named={}, ports=None, image=plan)  # what up's preflight would have read
+        step = SyncImage(deployment.image_id, deployment.image_ref)
+        with events.phase(step.phase, step.detail):
+            step.run(ctx)
         res["image_phase_in_sync_seconds"] = time.monotonic() - t0
         rx1, _ = rx_tx(sim, 2)
         _, tx1 = rx_tx(sim, 1)
         res["in_sync_rx_bytes_node2"] = rx1 - rx0
         res["in_sync_tx_bytes_node1"] = tx1 - tx0
-        res["in_sync_notes"] = reporter.notes
+        res["in_sync_notes"] = notes(events)
         src.run(["rm", "-f", "/tmp/bench-blob"])
         dst.run(["rm", "-f", "/tmp/bench-image.tar"])
         # leave node 2 without the image: the first (warm-up) up then syncs it through the product path
@@ -361,10 +383,11 @@ def image_sync(sim: SimCluster, dep: Deployment, launcher: NaiveLauncher, runs: 
 def first_up_with_sync(dep: Deployment) -> dict:
     """The warm-up up on the 2-node cluster: node 2 lacks the image, so the image phase syncs it."""
     try:
-        wall, ph, rep = our_up(dep)
+        wall, ph, events = our_up(dep)
     finally:
         remove_deployment(dep)
-    return {"wall": wall, "image_phase": ph.get("image"), "notes": [n for n in rep.notes if "→" in n or "now holds" in n]}
+    return {"wall": wall, "image_phase": ph.get(str(Phase.IMAGE)),
+            "notes": [n for n in notes(events) if "→" in n or "now holds" in n]}
 
 
 # ---------------------------------------------------------------------------------------------

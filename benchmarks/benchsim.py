@@ -1,4 +1,7 @@
-"""Helpers for bench_up.py: recipe variants, a silent reporter, teardown between runs, small stats."""
+"""Helpers for bench_up.py: recipe variants, event readers, teardown between runs, small stats.
+
+An `Events()` with no sinks is silent: it still records every event (`history`) and every phase
+(`phases`, as PhaseRecord(phase, seconds, outcome)), which is all the benchmark reads."""
 
 from __future__ import annotations
 
@@ -6,28 +9,27 @@ import calendar
 import re
 import statistics
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ruamel.yaml import YAML
 
 from orchestrator.config.load import Deployment
-from orchestrator.deploy.report import Reporter
-from orchestrator.deploy.teardown import ours, remove_ranked
-from orchestrator.transport.group import Cluster
+from orchestrator.deploy.down import down
+from orchestrator.runner.events import Events, Kind
 
 
-@dataclass
-class SilentReporter(Reporter):
-    """Records phases (the base class does) and notes; prints nothing."""
+def notes(events: Events) -> list[str]:
+    """What a reporter would have printed as notes, warnings and image moves, in order."""
+    shown = {Kind.NOTE: "", Kind.WARNING: "warning: ", Kind.IMAGE_MOVED: ""}
+    return [shown[e.kind] + e.message for e in events.history if e.kind in shown]
 
-    notes: list[str] = field(default_factory=list)
 
-    def note(self, message: str) -> None:
-        self.notes.append(message)
-
-    def warn(self, message: str) -> None:
-        self.notes.append("warning: " + message)
+def phase_seconds(events: Events) -> dict[str, float]:
+    """Seconds per phase of one command (a phase run twice is summed)."""
+    out: dict[str, float] = {}
+    for record in events.phases:
+        out[str(record.phase)] = out.get(str(record.phase), 0.0) + record.seconds
+    return out
 
 
 def recipe_variant(base: Path, dest: Path, *, env: dict | None = None, extra: dict | None = None,
@@ -53,14 +55,13 @@ def load_seconds(dep: Deployment) -> float:
 
 
 def remove_deployment(dep: Deployment) -> None:
-    """`spark-deploy down <recipe>`: this recipe's containers, peers first (not timed by callers)."""
-    cluster = Cluster(dep.inventory).open()
-    try:
-        found = ours(cluster, dep.recipe.name)
-        if any(found.values()):
-            remove_ranked(cluster, found)
-    finally:
-        cluster.close()
+    """`spark-deploy down <recipe>`: this recipe's containers, peers first (not timed by callers).
+
+    Kept containers of earlier runs carry the recipe label too, so they go as well. Anything left is an error:
+    the next run would otherwise find it and measure something else."""
+    result = down(dep.inventory, dep.recipe.name, Events())
+    if not result.ok:
+        raise RuntimeError(f"down left containers behind: {result.failed}")
 
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z$")
