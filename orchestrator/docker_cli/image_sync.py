@@ -130,7 +130,10 @@ def transfer_direct(src: NodeConnection, dst_host: str, dst_user: str, image_id:
     """`docker save` on the source piped over the fabric into `docker load` on the destination; bytes moved.
 
     Pass `dst` (the controller's connection to the destination) so that its end is killed too on a stall
-    or cancel even when the link between the nodes is down, and its images are restored on failure."""
+    or cancel even when the link between the nodes is down, and its images are restored on failure; when
+    `src` belongs to a Cluster that also holds the destination, that connection is used."""
+    if dst is None and getattr(src, "cluster", None) is not None:
+        dst = src.cluster.by_address(dst_host)
     before = snapshot(dst) if dst is not None else None
     try:
         return _direct(src, dst, dst_host, dst_user, image_id, progress, stall_timeout)

@@ -113,6 +113,8 @@ class Cluster:
         self.cancel = cancel or CancelToken()
         self.nodes: list[NodeConnection] = [NodeConnection(SSHTarget.of(inventory, n), cancel=self.cancel,
                                                            max_channels=max_channels) for n in inventory.ranked]
+        for conn in self.nodes:
+            conn.cluster = self
 
     def open(self) -> "Cluster":
         try:
@@ -145,6 +147,13 @@ class Cluster:
             if conn.name == name:
                 return conn
         raise KeyError(name)
+
+    def by_address(self, host: str) -> NodeConnection | None:
+        """The connection to the node that `host` names (its fabric IP, address or name), if it is ours."""
+        for node in self.inventory.ranked:
+            if host in (node.fabric_ip, node.address, node.name):
+                return self[node.name]
+        return None
 
     def each(self, fn: Callable[[NodeConnection], object], nodes: list[NodeConnection] | None = None) -> dict:
         return on_all(self.nodes if nodes is None else nodes, fn, lambda c: c.name, cancel=self.cancel)

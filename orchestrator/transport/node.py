@@ -114,6 +114,7 @@ class NodeConnection:
         self._in_use = 0
         self.peak_channels = 0  # the most channels this connection ever had open at once
         self._killers: list[threading.Thread] = []
+        self.cluster = None  # the Cluster this connection belongs to, if any (set by Cluster)
         self._unsubscribe = self.cancel.on_set(self._on_cancel)
 
     def open(self) -> "NodeConnection":
