@@ -12,7 +12,7 @@ from rich.markup import escape
 from ..config.load import load_deployment
 from ..config.local_checks import local_problems
 from ..config.source import ConfigError
-from ..render.launch import render_plan
+from ..render.plan import PREVIEW_RUN, build_plan
 from .common import BadInput, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
 
 
@@ -45,16 +45,20 @@ def render(
     """
     with exit_codes():
         dep = load_deployment(recipe, inventory)
-        plan = render_plan(dep)
+        full = build_plan(dep, PREVIEW_RUN)
+        plan = list(full.ranks)
         if node is not None:
             plan = [launch for launch in plan if launch.node.name == node]
             if not plan:
                 names = ", ".join(n.name for n in dep.inventory.nodes)
                 raise BadInput(f"--node {node!r} is not in {inventory} (nodes: {names})")
         if as_json:
-            emit_json([{"node": l.node.name, "rank": l.rank, "container": l.container, "argv": list(l.argv),
-                        "printed": l.printed, "secrets_env_file": l.env_file} for l in plan])
+            emit_json([{"node": l.node.name, "rank": l.rank, "container": l.container, "plan_hash": full.plan_hash,
+                        "recipe_digest": full.recipe_digest, "argv": list(l.argv), "printed": l.printed,
+                        "secrets_env_file": l.env_file} for l in plan])
         else:
+            err.print(f"plan {full.plan_hash} (recipe {escape(full.recipe)} digest {full.recipe_digest}); "
+                      f"`up` labels its containers with a fresh run ID where this shows {PREVIEW_RUN!r}")
             for launch in plan:
                 role = "head" if launch.is_head else "peer"
                 out.print(f"# {escape(launch.node.name)}: rank {launch.rank} ({role}), container {launch.container}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import signal
+import os
 import threading
 from pathlib import Path
 from typing import Annotated, Optional
@@ -12,6 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..config.load import load_deployment, load_inventory
+from ..config.local_checks import local_problems
+from ..config.source import ConfigError
 from ..deploy import logs as logs_mod
 from ..deploy import status as status_mod
 from ..deploy import down as down_mod
@@ -44,6 +46,9 @@ def up(
     """
     with exit_codes():
         dep = load_deployment(recipe, inventory)
+        problems = local_problems(dep, os.environ)  # keys, known_hosts, secrets: before any connection
+        if problems:
+            raise ConfigError(problems)
         events = _events(as_json)
         opts = UpOptions(force=force, keep_on_failure=keep_on_failure, replace_image=sync_image,
                          ready_timeout=ready_timeout)

@@ -257,7 +257,7 @@ def test_logs_and_a_half_dead_deployment_is_replaced_not_reported_as_serving(cle
     assert states["spark-1"] == "running" and states["spark-2"].startswith("exited")
     again = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
     assert again.returncode == 0, again.stderr
-    assert "already serving" not in again.stdout and "not a healthy deployment" in again.stdout
+    assert "already serving" not in again.stdout and "will replace" in again.stdout and "rank 1 exited" in again.stdout
 
 
 def test_secret_reaches_the_container_by_env_file_only(clean, tmp_path):

@@ -182,6 +182,7 @@ def test_head_command_holds_the_whole_report_command_and_adds_only_the_tool_part
         ("--label", f"spark-deploy.recipe={recipe.name}"): 1,
         ("--label", f"spark-deploy.recipe-hash={recipe.digest()}"): 1,
         ("--label", "spark-deploy.rank=0"): 1,
+        ("--label", f"spark-deploy.world={len(inventory.nodes)}"): 1,
         ("--label", f"spark-deploy.node={head.name}"): 1,
         ("--label", f"spark-deploy.serve-port={recipe.serve.port}"): 1,
         ("--label", f"spark-deploy.master-port={recipe.vllm.master_port}"): 1,

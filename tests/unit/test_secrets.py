@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from orchestrator.cli.main import app
 from orchestrator.config.load import load_deployment
 from orchestrator.config.source import ConfigError, ConfigIssue
-from orchestrator.render.launch import render_plan
+from orchestrator.render.plan import render_plan
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "dspark-0731-b12x.yaml"
