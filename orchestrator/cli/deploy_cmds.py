@@ -38,6 +38,10 @@ def up(
     keep_on_failure: Annotated[bool, typer.Option("--keep-on-failure", help="Leave containers for debugging.")] = False,
     sync_image: Annotated[bool, typer.Option("--sync", help="Replace a different image held under the same reference.")] = False,
     ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the API to serve.")] = 5400.0,
+    heartbeat: Annotated[float, typer.Option("--heartbeat", min=0.1,
+                                             help="Seconds between 'still waiting' lines during long waits.")] = 30.0,
+    stall_warning: Annotated[float, typer.Option("--stall-warning", min=0.1,
+                                                 help="Warn when no node has logged anything for this many seconds.")] = 300.0,
     as_json: JsonOpt = False,
 ) -> None:
     """Deploy a recipe: preflight, image sync, stop the previous (kept), head, wait LISTEN, peers, ready, log checks.
@@ -51,7 +55,7 @@ def up(
             raise ConfigError(problems)
         events = _events(as_json)
         opts = UpOptions(force=force, keep_on_failure=keep_on_failure, replace_image=sync_image,
-                         ready_timeout=ready_timeout)
+                         ready_timeout=ready_timeout, heartbeat=heartbeat, stall_warning=stall_warning)
         try:
             with signals_interrupt():  # SIGTERM unwinds like Ctrl-C, named as what it was
                 result = run_up(dep, events, opts)
