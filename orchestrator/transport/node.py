@@ -29,7 +29,7 @@ DEFAULT_MAX_CHANNELS = 8  # sshd refuses an 11th session per connection by defau
 CONTROL_CHANNELS = 2  # kept free of the bound above for kills
 KILL_TIMEOUT = 5.0
 KILLER_JOIN = 3.0
-SESSION_RETRY = 3.0  # seconds a refused channel open is retried (see _open_session)
+SESSION_RETRY = 10.0  # seconds a refused channel open is retried (see _open_session)
 STEP = 0.1  # how often a blocked read looks at the clock and the cancel token
 
 

@@ -14,7 +14,7 @@ from orchestrator.config.load import load_inventory
 from orchestrator.sim.cluster import SimCluster
 from orchestrator.transport.cancel import Cancelled
 from orchestrator.transport.group import Cluster, GroupError, on_all
-from orchestrator.transport.node import NodeTimeout
+from orchestrator.transport.node import SESSION_RETRY, NodeTimeout
 
 from deploy_helpers import unique_name
 
@@ -70,11 +70,12 @@ def test_many_parallel_commands_on_one_connection_stay_under_max_sessions(cluste
 
 
 def test_without_the_bound_sshd_refuses_channels(sim):
+    """12 at once (sshd allows 10): the last ones are refused even after the brief retry."""
     inventory, _ = load_inventory(sim.inventory_path)
     unbounded = Cluster(inventory, max_channels=12).open()
     try:
         with pytest.raises(GroupError) as caught:
-            on_all(range(12), lambda i: unbounded.head.run(["sleep", "4"], check=True), str)
+            on_all(range(12), lambda i: unbounded.head.run(["sleep", str(SESSION_RETRY + 3)], check=True), str)
         assert "sshd refused a channel" in str(caught.value)
     finally:
         unbounded.close()
