@@ -12,7 +12,7 @@ from typing import Callable, Literal
 
 from ..config.inventory import Node
 from ..transport.group import Cluster, GroupError
-from ..transport.node import NodeConnection
+from ..transport.node import NodeConnection, NodeError, NodeTimeout, NodeUnreachable
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -30,15 +30,25 @@ class CheckResult:
 
 
 def _per_node(cluster: Cluster, probe: Callable[[NodeConnection], tuple[bool, str]]) -> tuple[dict, list]:
-    """Run a probe everywhere; an exception counts as that node failing, with the exception as evidence."""
+    """Run a probe everywhere. A command that failed is that node failing the check, with the error as
+    evidence; a transport error (connection lost, deadline, cancel) is not a verdict: it is raised, naming
+    the node, so a dropped channel is never reported as "start Docker" or "GPU missing"."""
     try:
         results = cluster.each(probe)
     except GroupError as exc:
+        transport = {n: e for n, e in exc.failures.items() if not _verdict(e)}
+        if transport:
+            raise GroupError(transport, exc.results) from None
         results = dict(exc.results)
         results.update({node: (False, str(err)) for node, err in exc.failures.items()})
     evidence = {name: text for name, (_, text) in results.items()}
     bad = [name for name, (good, _) in results.items() if not good]
     return evidence, bad
+
+
+def _verdict(exc: BaseException) -> bool:
+    """A command that ran and failed (a verdict on the node), as opposed to one that could not run."""
+    return isinstance(exc, NodeError) and not isinstance(exc, (NodeUnreachable, NodeTimeout))
 
 
 def docker_answers(cluster: Cluster) -> CheckResult:

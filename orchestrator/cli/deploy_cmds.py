@@ -38,6 +38,8 @@ def up(
     keep_on_failure: Annotated[bool, typer.Option("--keep-on-failure", help="Leave containers for debugging.")] = False,
     sync_image: Annotated[bool, typer.Option("--sync", help="Replace a different image held under the same reference.")] = False,
     ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the API to serve.")] = 5400.0,
+    join_timeout: Annotated[float, typer.Option("--join-timeout", min=1,
+                                                help="Seconds for every peer to join the head's rendezvous.")] = 120.0,
     heartbeat: Annotated[float, typer.Option("--heartbeat", min=0.1,
                                              help="Seconds between 'still waiting' lines during long waits.")] = 30.0,
     stall_warning: Annotated[float, typer.Option("--stall-warning", min=0.1,
@@ -55,7 +57,8 @@ def up(
             raise ConfigError(problems)
         events = _events(as_json)
         opts = UpOptions(force=force, keep_on_failure=keep_on_failure, replace_image=sync_image,
-                         ready_timeout=ready_timeout, heartbeat=heartbeat, stall_warning=stall_warning)
+                         ready_timeout=ready_timeout, join_timeout=join_timeout, heartbeat=heartbeat,
+                         stall_warning=stall_warning)
         try:
             with signals_interrupt():  # SIGTERM unwinds like Ctrl-C, named as what it was
                 result = run_up(dep, events, opts)

@@ -15,9 +15,11 @@ from ..docker_cli import image_sync
 from ..docker_cli.containers import Container, named, rename_container, start_container, stop_container
 from ..runner.events import Kind, Phase
 from ..runner.runner import StepFailed
+from ..transport.group import GroupError
 from ..transport.node import NodeConnection
 from .context import Look, UpContext
 from .current import Action, decide
+from .down import forget_stale_secrets, stale_secret_files
 
 
 class NoUndo:
@@ -45,6 +47,9 @@ class Connect(NoUndo):
     def run(self, ctx: UpContext) -> None:
         ctx.cluster.open()
         ctx.events.note(f"{len(ctx.plan.ranks)} node(s): " + ", ".join(c.name for c in ctx.cluster.nodes))
+        # a killed `up` may have left this recipe's secrets env-file on a node's disk: never keep it
+        where = stale_secret_files(ctx.dep.inventory, ctx.dep.recipe.name)
+        ctx.cluster.each(lambda conn: forget_stale_secrets(conn, where[conn.name]))
 
 
 class Preflight(NoUndo):
@@ -69,7 +74,10 @@ class Preflight(NoUndo):
             pool.shutdown(wait=False, cancel_futures=True)
         for name in ("docker", "gpu", "jit"):
             if isinstance(outcome[name], BaseException):
-                raise StepFailed(self.phase, f"{name} check could not run: {outcome[name]}")
+                error = outcome[name]
+                nodes = sorted(error.failures) if isinstance(error, GroupError) else []
+                raise StepFailed(self.phase, f"the {name} check could not run (a transport error, not a verdict "
+                                 f"on the node): {error}", nodes)
         judge(self.phase, [outcome[name] for name in ("docker", "gpu", "jit")], ctx)  # a dead engine first
         for name in ("ports", "named", "image"):
             if isinstance(outcome[name], BaseException):

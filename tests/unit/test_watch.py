@@ -65,3 +65,23 @@ def test_monitor_call_returns_early_when_a_container_fails():
         raise AssertionError("a blocked probe hid the failure")
     finally:
         release.set()
+
+
+def test_the_earliest_failure_is_the_cause_even_when_it_is_reported_later():
+    """A head killed during load makes the peer log an error too; the peer's report may arrive first."""
+    monitor = Monitor()
+    monitor.fail(watch_mod.Failure("spark-2", "logged: connection reset by the head", "", at=1000.5))
+    monitor.fail(watch_mod.Failure("spark-1", "exited with code 137", "", at=1000.0))  # noticed later, happened first
+    try:
+        monitor.sleep(5)
+    except watch_mod.FailureSeen as exc:
+        assert exc.failure.node == "spark-1"
+    else:
+        raise AssertionError("a failure was not raised")
+
+
+def test_docker_timestamps_order_like_time():
+    early = watch_mod.stamp_seconds("2026-12-01T10:00:00.123456789Z")
+    late = watch_mod.stamp_seconds("2026-12-01T10:00:00.2Z")
+    assert early is not None and late is not None and 0.07 < late - early < 0.08
+    assert watch_mod.stamp_seconds("0001-01-01T00:00:00Z") is None

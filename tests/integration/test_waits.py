@@ -1,0 +1,64 @@
+"""Issue 8 items 8 and 9 on the simulated cluster: waits that notice a partition or a lost node within a bound.
+
+- nodes partitioned from each other (the controller reaches both): the peer never joins the rendezvous;
+  `up` fails within the join bound naming the peer and the address it cannot reach (not after 600 s);
+- the controller's connection to a node drops mid-load: `up` fails within seconds naming that node.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from deploy_helpers import CLI, recipe_variant, spark_deploy
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def pair(sim_cluster_factory):
+    return sim_cluster_factory(nodes=2, load_image_on=(1, 2))  # no image phase: the partition is the subject
+
+
+def test_a_peer_that_cannot_reach_the_rendezvous_fails_naming_it_and_the_address(pair):
+    peer_argv = json.loads(spark_deploy("render", pair.recipe_path, "-i", pair.inventory_path, "--json").stdout)[1]["argv"]
+    master = f"{peer_argv[peer_argv.index('--master-addr') + 1]}:{peer_argv[peer_argv.index('--master-port') + 1]}"
+    pair.fault(2, "partition")
+    try:
+        started = time.monotonic()
+        result = spark_deploy("up", pair.recipe_path, "-i", pair.inventory_path, "--join-timeout", "15", timeout=240)
+        elapsed = time.monotonic() - started
+    finally:
+        pair.fault(2, "heal")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "spark-2 has not joined the rendezvous" in result.stderr
+    assert master in result.stderr and "cannot reach" in result.stderr
+    assert elapsed < 120, f"took {elapsed:.0f} s: the peer's own 600 s timeout must not be what ends the wait"
+    assert spark_deploy("down", "-i", pair.inventory_path).returncode == 0
+
+
+def test_losing_the_connection_to_a_node_mid_load_fails_within_seconds_naming_it(pair, tmp_path):
+    recipe = recipe_variant(pair, tmp_path / "slow.yaml", env={"SIM_LOAD_SECONDS": "120"})
+    proc = subprocess.Popen([*CLI, "up", str(recipe), "-i", str(pair.inventory_path), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    gateway = pair.info()["gateway"]
+    try:
+        for line in proc.stdout:
+            event = json.loads(line)
+            if event["event"] == "phase-start" and event["phase"] == "ready":
+                break
+        pair.exec(2, ["ip", "route", "replace", "blackhole", f"{gateway}/32"])  # node 2 can no longer answer us
+        cut = time.monotonic()
+        _, stderr = proc.communicate(timeout=120)
+        elapsed = time.monotonic() - cut
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        pair.fault(2, "heal")
+    assert proc.returncode == 1, stderr
+    assert "spark-2" in stderr and "lost the connection" in stderr
+    assert elapsed < 45, f"noticed after {elapsed:.0f} s"
+    assert spark_deploy("down", "-i", pair.inventory_path).returncode == 0
