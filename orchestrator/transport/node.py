@@ -23,6 +23,9 @@ from fabric import Connection
 from ..config.inventory import Inventory, Node
 from .cancel import Cancelled, CancelToken
 from .jobs import KILL_SCRIPT, RemoteJob, command_line
+from .result import NodeError, NodeTimeout, NodeUnreachable, Result, drain
+
+__all__ = ["NodeConnection", "NodeError", "NodeTimeout", "NodeUnreachable", "Result", "SSHTarget", "drain"]
 
 CONNECT_TIMEOUT = 10.0
 DEFAULT_MAX_CHANNELS = 8  # sshd refuses an 11th session per connection by default (MaxSessions 10)
@@ -31,41 +34,6 @@ KILL_TIMEOUT = 5.0
 KILLER_JOIN = 3.0
 SESSION_RETRY = 10.0  # seconds a refused channel open is retried (see _open_session)
 STEP = 0.1  # how often a blocked read looks at the clock and the cancel token
-
-
-class NodeError(Exception):
-    """Something failed on one node; the message names the node and the cause."""
-
-    def __init__(self, node: str, message: str):
-        self.node = node
-        super().__init__(f"{node}: {message}")
-
-
-class NodeUnreachable(NodeError):
-    pass
-
-
-class NodeTimeout(NodeError):
-    """A command ran past its deadline (`timeout`) or printed nothing for `idle_timeout`; it was killed."""
-
-
-@dataclass(frozen=True)
-class Result:
-    node: str
-    argv: tuple[str, ...]
-    exit_code: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    def check(self) -> "Result":
-        if not self.ok:
-            tail = (self.stderr.strip() or self.stdout.strip()).splitlines()[-5:]
-            raise NodeError(self.node, f"`{shlex.join(self.argv)}` exited {self.exit_code}: " + " | ".join(tail))
-        return self
 
 
 @dataclass(frozen=True)
@@ -401,23 +369,3 @@ class NodeConnection:
         for job in jobs:
             job.close(kill=False)
         self._conn.close()
-
-
-def drain(channel: paramiko.Channel) -> tuple[bytes, bytes]:
-    """Read stdout and stderr until both end; stderr in a thread so neither window can fill and block."""
-    err = bytearray()
-
-    def read_stderr() -> None:
-        try:
-            while chunk := channel.recv_stderr(65536):
-                err.extend(chunk)
-        except socket.timeout:
-            pass
-
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
-    out = bytearray()
-    while chunk := channel.recv(65536):
-        out.extend(chunk)
-    reader.join()
-    return bytes(out), bytes(err)
