@@ -143,3 +143,16 @@ def test_a_stopped_or_closed_log_stream_leaves_no_docker_logs_behind(cluster, si
         assert wait_gone(sim, "docker logs --follow sd-quiet") == {}
     finally:
         sim.exec(1, ["docker", "rm", "-f", "sd-quiet"], check=False)
+
+
+def test_a_successful_up_leaves_no_log_follower_on_any_node(sim):
+    """Issue 8 item 3: the watcher's `docker logs --follow` ends when `up` ends (it used to run forever)."""
+    from deploy_helpers import spark_deploy
+
+    result = spark_deploy("up", sim.recipe_path, "-i", sim.inventory_path)
+    try:
+        assert result.returncode == 0, result.stderr + result.stdout
+        assert wait_gone(sim, "docker logs --follow", bound=2.0) == {}
+        assert wait_gone(sim, "sdjob", bound=0.5) == {}, "no wrapped command of ours is left either"
+    finally:
+        assert spark_deploy("down", "-i", sim.inventory_path).returncode == 0
