@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..transport.cancel import Cancelled  # noqa: F401 - raised through here; callers import it with the rest
+from ..transport.cancel import Cancelled
 from ..transport.group import on_all
 from ..transport.node import NodeConnection, NodeError
 from . import image_pipe as pipe
@@ -25,6 +25,19 @@ from .images import ImageIdentity, ImageSnapshot, image_size, inspect_image, ins
 CHUNK = 1 << 20
 STALL_TIMEOUT = pipe.STALL_TIMEOUT
 STEP = 0.1
+LATE_REMOVER_BOUND = 600.0
+# "$1" image ID, "$2" seconds: detached (own session), so it outlives this connection; ends by itself.
+# "$1" image ID, "$2" seconds. Detached (own session) so it outlives this connection; it ends when it has
+# removed the image, when the engine's staging dir shows no load in progress for 3 s (if readable), or at "$2".
+LATE_REMOVER = r"""setsid bash -c '
+root=$(docker info --format "{{.DockerRootDir}}" 2>/dev/null); idle=0
+for i in $(seq 1 "$2"); do
+  if docker image inspect "$1" >/dev/null 2>&1; then docker image rm --force "$1" >/dev/null 2>&1; exit 0; fi
+  if [ -n "$root" ] && [ -r "$root/tmp" ] && ! ls "$root/tmp" | grep -q "^docker-import-"; then
+    idle=$((idle + 1)); [ "$idle" -ge 3 ] && exit 0
+  else idle=0; fi
+  sleep 1
+done' sdlate "$1" "$2" </dev/null >/dev/null 2>&1 &"""
 Progress = Callable[[int, int], None]  # (bytes moved so far, expected total)
 
 Side = pipe.Side
@@ -110,16 +123,17 @@ def copy_image(src: NodeConnection, dst: NodeConnection, image_id: str, expected
     as they were. Raises TransferFailed (naming the side that failed), Cancelled or NodeError."""
     started = time.monotonic()
     before = snapshot(dst)
+    watches: list[pipe.Stall] = []
     try:
         if mode is None:
             mode = TransferMode.DIRECT if can_reach(src, dst_host, dst_user) else TransferMode.RELAY
         if mode is TransferMode.DIRECT:
-            moved = _direct(src, dst, dst_host, dst_user, image_id, progress, stall_timeout)
+            moved = _direct(src, dst, dst_host, dst_user, image_id, progress, stall_timeout, watches)
         else:
-            moved = _relay(src, dst, image_id, progress, stall_timeout)
+            moved = _relay(src, dst, image_id, progress, stall_timeout, watches)
         got = verify(dst, image_id, expected)
     except BaseException as exc:
-        _undo(dst, before, exc)
+        _undo(dst, before, exc, image_id, watches)
         raise
     return Moved(src.name, dst.name, mode, moved, time.monotonic() - started, got)
 
@@ -135,11 +149,12 @@ def transfer_direct(src: NodeConnection, dst_host: str, dst_user: str, image_id:
     if dst is None and getattr(src, "cluster", None) is not None:
         dst = src.cluster.by_address(dst_host)
     before = snapshot(dst) if dst is not None else None
+    watches: list[pipe.Stall] = []
     try:
-        return _direct(src, dst, dst_host, dst_user, image_id, progress, stall_timeout)
+        return _direct(src, dst, dst_host, dst_user, image_id, progress, stall_timeout, watches)
     except BaseException as exc:
         if dst is not None and before is not None:
-            _undo(dst, before, exc)
+            _undo(dst, before, exc, image_id, watches)
         raise
 
 
@@ -147,23 +162,25 @@ def transfer_relay(src: NodeConnection, dst: NodeConnection, image_id: str, prog
                    stall_timeout: float = STALL_TIMEOUT) -> int:
     """Pump `docker save` from one node into `docker load` on another through this process; bytes moved."""
     before = snapshot(dst)
+    watches: list[pipe.Stall] = []
     try:
-        return _relay(src, dst, image_id, progress, stall_timeout)
+        return _relay(src, dst, image_id, progress, stall_timeout, watches)
     except BaseException as exc:
-        _undo(dst, before, exc)
+        _undo(dst, before, exc, image_id, watches)
         raise
 
 
 def _direct(src: NodeConnection, dst: NodeConnection | None, dst_host: str, dst_user: str, image_id: str,
-            progress: Progress | None, stall_timeout: float) -> int:
+            progress: Progress | None, stall_timeout: float, watches: list[pipe.Stall]) -> int:
     total = image_size(src, image_id)
     target_name = dst.name if dst is not None else dst_host
     copy = pipe.DirectCopy(src, dst, target_name, total, progress, stall_timeout)
+    watches.append(copy.watch)
     return copy.run(image_id, f"{dst_user}@{dst_host}")
 
 
 def _relay(src: NodeConnection, dst: NodeConnection, image_id: str, progress: Progress | None,
-           stall_timeout: float) -> int:
+           stall_timeout: float, watches: list[pipe.Stall]) -> int:
     total = image_size(src, image_id)
     save = src.exec_channel(["docker", "save", image_id])
     try:
@@ -173,6 +190,7 @@ def _relay(src: NodeConnection, dst: NodeConnection, image_id: str, progress: Pr
         raise
     save_err, load_err = pipe.Collector(save), pipe.Collector(load)
     watch = pipe.Stall(src, dst, dst.name, total, progress, stall_timeout)
+    watches.append(watch)
     target_gone = False
     try:
         save.settimeout(STEP)
@@ -223,10 +241,20 @@ def _relay(src: NodeConnection, dst: NodeConnection, image_id: str, progress: Pr
                          f"docker save of {image_id[:19]} failed: {pipe.cause(save_text, save_code)}")
 
 
-def _undo(dst: NodeConnection, before: ImageSnapshot, exc: BaseException) -> None:
-    """Put the destination's images back as they were; say so on the exception if that failed."""
+def _undo(dst: NodeConnection, before: ImageSnapshot, exc: BaseException, image_id: str,
+          watches: list[pipe.Stall]) -> None:
+    """Put the destination's images back as they were; say so on the exception if that failed.
+
+    dockerd finishes a load whose whole stream it has received even when the `docker load` client is
+    killed, so an image can appear after this restore: then a bounded remover on the node deletes it."""
     try:
         restore(dst, before)
+        delivered = bool(watches) and not watches[0].receiving
+        we_killed_it = isinstance(exc, (Cancelled, KeyboardInterrupt, TransferStalled))
+        if delivered and we_killed_it and image_id not in before.ids:
+            dst.run_script(LATE_REMOVER, image_id, str(int(LATE_REMOVER_BOUND)), timeout=15, check=True, shield=True)
+            exc.add_note(f"{dst.name}: its Docker engine had the whole image stream and may still register it; "
+                         f"a remover there deletes {image_id[:19]} if it appears (for up to {LATE_REMOVER_BOUND:g} s)")
     except Exception as problem:  # noqa: BLE001 - reported with the original failure
         exc.add_note(f"{dst.name}: could not check what the failed image copy left there: {problem}")
 

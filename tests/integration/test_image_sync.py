@@ -268,3 +268,25 @@ def test_a_successful_copy_reports_bytes_and_restore_undoes_a_replaced_reference
     sync.restore(dst, before)  # the Runner's undo when a later step fails
     now = snapshot(dst)
     assert now.tags[VLLM_REFERENCE_TAG] == impostor and pinned_id(clean) not in now.ids
+
+
+def test_a_cancel_after_the_whole_stream_arrived_still_leaves_no_image(clean, conns):
+    """dockerd finishes a load whose stream it has, even with its `docker load` client killed (seen on the
+    real engine): the image appears after the copy was cancelled, and the remover deletes it then."""
+    before = images(clean, 2)
+    image_id = pinned_id(clean)
+    total = int(clean.exec(1, ["sh", "-c", f"docker save {image_id} | wc -c"]).stdout)
+
+    def cancel_at_the_end(done: int, _total: int) -> None:
+        if done >= total:
+            conns.cancel.set("cancelled at the last byte")
+
+    src, dst = conns.head, conns.peers[0]
+    with pytest.raises(Cancelled) as caught:
+        sync.copy_image(src, dst, image_id, inspect_image(src, image_id), dst_host=conns.inventory.node(dst.name).fabric_ip,
+                        dst_user="root", mode=sync.TransferMode.DIRECT, progress=cancel_at_the_end)
+    assert any("remover" in note for note in getattr(caught.value, "__notes__", [])), caught.value
+    wait_for(lambda: images(clean, 2) == before and not any("sdlate" in line for line in
+                                                           clean.exec(2, ["ps", "-eo", "args="]).stdout.splitlines()),
+             30, "the late image was not removed, or the remover did not end")
+    assert leftovers(clean) == {}
