@@ -17,7 +17,7 @@ import pytest
 from fabric import Connection
 
 from orchestrator.config.load import load_deployment
-from orchestrator.render.launch import render_plan
+from orchestrator.render.plan import render_plan
 from orchestrator.sim.cluster import SimCluster
 
 from deploy_helpers import recipe_variant, unique_name
