@@ -124,22 +124,16 @@ class RemoteJob:
     # ---- ending ----------------------------------------------------------------------------------
     def kill(self) -> None:
         """End the remote process group (TERM, then KILL after 1 s) and close the channel."""
-        if self.pgid is not None and not self.finished and not self._closed and not self.claimed:
-            self.conn.kill_groups([self.pgid])
-        self.close(kill=False)
+        self.close(kill=True)
 
     def close(self, kill: bool = True) -> None:
+        """Close the channel and free its slot; first kill the group (`kill`) unless it has exited or a
+        connection-wide killer has claimed it. Safe to call from several threads and more than once."""
+        if kill and self.pgid is not None and not self._closed and not self.finished and not self.claimed:
+            self.conn.kill_groups([self.pgid])
         with self._lock:
             if self._closed:
                 return
-            if kill and self.pgid is not None and not self.finished and not self.claimed:
-                self._lock.release()
-                try:
-                    self.conn.kill_groups([self.pgid])
-                finally:
-                    self._lock.acquire()
-                if self._closed:
-                    return
             self._closed = True
         try:
             self.channel.close()
