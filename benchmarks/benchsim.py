@@ -25,10 +25,15 @@ def notes(events: Events) -> list[str]:
 
 
 def phase_seconds(events: Events) -> dict[str, float]:
-    """Seconds per phase of one command (a phase run twice is summed)."""
+    """Seconds per step of one command, keyed by phase; a phase that two steps share is keyed by the
+    second step's detail too (`up`: "rendezvous" is the head's port LISTENING, then the peers joining)."""
+    details = [e.data.get("detail", "") for e in events.history if e.kind is Kind.PHASE_START]
     out: dict[str, float] = {}
-    for record in events.phases:
-        out[str(record.phase)] = out.get(str(record.phase), 0.0) + record.seconds
+    for record, detail in zip(events.phases, details):
+        key = str(record.phase)
+        if key in out:
+            key = f"{key} ({detail})" if detail else f"{key} (again)"
+        out[key] = out.get(key, 0.0) + record.seconds
     return out
 
 
