@@ -146,7 +146,7 @@ class PeersJoined(NoUndo):
             return Seen(not pending, f"not joined yet: {', '.join(sorted(pending))}" if pending else "")
 
         try:
-            wait_until(joined, ctx.monitor, timeout=ctx.opts.join_timeout, interval=0.25,
+            wait_until(joined, ctx.monitor, timeout=ctx.opts.join_timeout, interval=ctx.opts.poll,
                        what=f"the peers to join the rendezvous at {self.addr}:{self.port}", node=ctx.plan.head.node.name)
         except WaitTimeout:
             reach = {node: self._reachable(ctx, node) for node in sorted(pending)}

@@ -25,7 +25,7 @@ SIGNATURE_GRACE = 1.0  # seconds a process has to exit after logging a known fai
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+Z) ?")
 
 
-SETTLE = 1.0  # seconds after the first failure report during which an earlier failure may still arrive
+SETTLE = 0.4  # seconds after the first failure report during which an earlier failure may still arrive
 
 
 def stamp_seconds(stamp: str | None) -> float | None:

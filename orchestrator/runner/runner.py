@@ -81,21 +81,38 @@ class Runner(Generic[C]):
             raise error from None
 
     def undo(self, ctx: C, error: StepFailed) -> None:
-        """Undo completed steps in reverse; failures are collected; a second interrupt stops the undo."""
+        """Undo completed steps in reverse; failures are collected; a second interrupt stops the undo.
+
+        The undo phase ends "failed" when anything could not be undone, so `--json` and the audit log
+        never read an incomplete cleanup as fine."""
         pending = list(reversed(self.done))
         self.done = []
-        with self.events.phase(Phase.UNDO, f"undoing {len(pending)} step(s) after: {error.cause.splitlines()[0]}"):
-            while pending:
-                step = pending[0]
-                try:
-                    step.undo(ctx)
-                except KeyboardInterrupt:
-                    left = [line for s in pending for line in s.leftover(ctx)]
-                    error.undo_notes.append("undo interrupted; left as it is:" if left else
-                                            "undo interrupted; nothing of this run was left")
-                    error.undo_notes += [f"  {line}" for line in left]
-                    return
-                except Exception as exc:  # noqa: BLE001 - every undo failure is reported with the cause
-                    error.undo_notes.append(f"could not undo {step.phase}: {exc}")
-                    error.undo_notes += [f"  {line}" for line in step.leftover(ctx)]
-                pending.pop(0)
+        try:
+            with self.events.phase(Phase.UNDO, f"undoing {len(pending)} step(s) after: {error.cause.splitlines()[0]}"):
+                if not self._undo_all(ctx, error, pending):
+                    raise _UndoIncomplete()
+        except _UndoIncomplete:
+            pass
+
+    def _undo_all(self, ctx: C, error: StepFailed, pending: list) -> bool:
+        complete = True
+        while pending:
+            step = pending[0]
+            try:
+                step.undo(ctx)
+            except KeyboardInterrupt:
+                left = [line for s in pending for line in s.leftover(ctx)]
+                error.undo_notes.append("undo interrupted; left as it is:" if left else
+                                        "undo interrupted; nothing of this run was left")
+                error.undo_notes += [f"  {line}" for line in left]
+                return not left
+            except Exception as exc:  # noqa: BLE001 - every undo failure is reported with the cause
+                error.undo_notes.append(f"could not undo {step.phase}: {exc}")
+                error.undo_notes += [f"  {line}" for line in step.leftover(ctx)]
+                complete = False
+            pending.pop(0)
+        return complete
+
+
+class _UndoIncomplete(Exception):
+    """Ends the undo phase as failed; the details are already in the error's undo notes."""
