@@ -276,7 +276,8 @@ def test_secret_reaches_the_container_by_env_file_only(clean, tmp_path):
     without = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     missing = subprocess.run([*CLI, "up", str(recipe), "-i", str(cluster.inventory_path)], capture_output=True,
                              text=True, timeout=300, env=without)
-    assert missing.returncode == 1 and "HF_TOKEN not set" in missing.stderr
+    # bad input found before any connection (issue 8 item 2): exit 2, the recipe's file:line of the secret
+    assert missing.returncode == 2 and "HF_TOKEN is not set" in missing.stderr and f"{recipe}:" in missing.stderr
     assert_nothing_left(cluster)
 
     token = "hf_" + pysecrets.token_hex(16)
