@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from pathlib import Path
-from typing import Annotated, Optional
+from contextlib import contextmanager
+from typing import Annotated, Iterator, Optional
 
 import typer
 from rich.markup import escape
@@ -25,6 +27,23 @@ from ..transport.group import Cluster, GroupError
 from .common import BadInput, Failed, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
 
 OptionalRecipe = Annotated[Optional[Path], typer.Argument(help="Limit to this recipe's containers.", show_default=False)]
+
+
+@contextmanager
+def _signals_for_up() -> Iterator[None]:
+    """Inside: SIGINT/SIGTERM unwind `up` (undo, then one error), named as what they were. Outside, until the
+    command ends: ignored, because the outcome is decided and a late second Ctrl-C must not lose its
+    message. signals_interrupt() restores what it found — SIG_IGN, set first — and the command's end
+    restores the real previous handlers."""
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+    for sig in signals:
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _events(as_json: bool) -> Events:
@@ -50,7 +69,7 @@ def up(
 
     Example: spark-deploy up recipes/dspark-0731-b12x.yaml -i inventory.yaml
     """
-    with exit_codes():
+    with _signals_for_up(), exit_codes():
         dep = load_deployment(recipe, inventory)
         problems = local_problems(dep, os.environ)  # keys, known_hosts, secrets: before any connection
         if problems:
@@ -59,29 +78,33 @@ def up(
         opts = UpOptions(force=force, keep_on_failure=keep_on_failure, replace_image=sync_image,
                          ready_timeout=ready_timeout, join_timeout=join_timeout, heartbeat=heartbeat,
                          stall_warning=stall_warning)
-        try:
-            with signals_interrupt():  # SIGTERM unwinds like Ctrl-C, named as what it was
-                result = run_up(dep, events, opts)
-        except UnpinnedImage as exc:
-            raise BadInput(str(exc)) from None
-        except DeployFailed as exc:
-            events.result(False, phase=str(exc.phase) if exc.phase else None, nodes=exc.nodes, error=str(exc))
-            events.close()
-            raise Failed(str(exc)) from None
-        timings = {str(p.phase): round(p.seconds, 3) for p in events.phases}
-        events.result(True, endpoint=result.endpoint, model=result.model, plan_hash=result.plan_hash,
-                      run=result.run_id, already_serving=result.already_serving, phases=timings,
-                      expectations=[{"name": r.name, "status": r.status, "per_node": r.per_node}
-                                    for r in result.expectations])
+        _up_and_report(dep, events, opts, as_json)
+
+
+def _up_and_report(dep, events: Events, opts: UpOptions, as_json: bool) -> None:
+    try:
+        with signals_interrupt():
+            result = run_up(dep, events, opts)
+    except UnpinnedImage as exc:
+        raise BadInput(str(exc)) from None
+    except DeployFailed as exc:
+        events.result(False, phase=str(exc.phase) if exc.phase else None, nodes=exc.nodes, error=str(exc))
         events.close()
-        if as_json:
-            return
-        if result.already_serving:
-            out.print(f"[green]already serving[/] {escape(result.model)} at {escape(result.endpoint)} "
-                      f"(plan {result.plan_hash})")
-            return
-        out.print(f"[bold green]serving[/] {escape(result.model)} at {escape(result.endpoint)}/v1 (plan {result.plan_hash})")
-        out.print("  " + ", ".join(f"{name} {seconds:.2f}s" for name, seconds in timings.items()))
+        raise Failed(str(exc)) from None
+    timings = {str(p.phase): round(p.seconds, 3) for p in events.phases}
+    events.result(True, endpoint=result.endpoint, model=result.model, plan_hash=result.plan_hash,
+                  run=result.run_id, already_serving=result.already_serving, phases=timings,
+                  expectations=[{"name": r.name, "status": r.status, "per_node": r.per_node}
+                                for r in result.expectations])
+    events.close()
+    if as_json:
+        return
+    if result.already_serving:
+        out.print(f"[green]already serving[/] {escape(result.model)} at {escape(result.endpoint)} "
+                  f"(plan {result.plan_hash})")
+        return
+    out.print(f"[bold green]serving[/] {escape(result.model)} at {escape(result.endpoint)}/v1 (plan {result.plan_hash})")
+    out.print("  " + ", ".join(f"{name} {seconds:.2f}s" for name, seconds in timings.items()))
 
 
 def _cluster(inventory: Path) -> tuple[Cluster, object]:

@@ -91,5 +91,16 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
         return UpResult(ctx.endpoint.url, recipe.served_name, plan.plan_hash, plan.run_id,
                         expectations=ctx.expectations, sample=ctx.sample)
     finally:
-        ctx.monitor.stop()
-        ctx.cluster.close()
+        _close(ctx)
+
+
+def _close(ctx: UpContext) -> None:
+    """Stop watching and close every connection (which kills what still runs remotely). A late second
+    interrupt here must not replace the run's outcome: each part is retried once past it."""
+    for part in (ctx.monitor.stop, ctx.cluster.close):
+        for _attempt in range(2):
+            try:
+                part()
+                break
+            except KeyboardInterrupt:
+                continue

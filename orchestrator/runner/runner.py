@@ -77,7 +77,10 @@ class Runner(Generic[C]):
                     step.run(ctx)
         except BaseException as exc:  # KeyboardInterrupt included: undo, then one error
             error = classify(self.events.current, exc)
-            self.undo(ctx, error)
+            try:
+                self.undo(ctx, error)
+            except KeyboardInterrupt:  # a late second interrupt outside any step's undo: nothing is lost
+                pass
             raise error from None
 
     def undo(self, ctx: C, error: StepFailed) -> None:
