@@ -4,6 +4,8 @@
 - ``sim_images``: session-scoped; builds the node and vllm-sim images, or reuses the cached tags.
 - ``sim_cluster_factory``: ``make(nodes=2, load_image_on=(1,))`` brings up a cluster with a unique name
   and always tears down every cluster it made, even if the test or ``up`` itself failed.
+- ``pair``: one 2-node cluster per test module (the image on node 1 only), torn down whatever happens.
+- ``clean``: ``pair`` for one test, which must leave no container of ours behind (``down``, then checked).
 """
 
 from __future__ import annotations
@@ -75,3 +77,24 @@ def sim_cluster_factory(docker_client, sim_images, sim_home):
             problems.append(f"{cluster.name}: {exc}")
     if problems:
         pytest.fail("tearing down simulated clusters failed: " + "; ".join(problems), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def pair(docker_client, sim_images, sim_home):
+    """One 2-node cluster for the module (bring-up is the slow part); torn down whatever happens."""
+    cluster = SimCluster(unique_cluster_name(), client=docker_client)
+    try:
+        cluster.up(2)
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.fixture
+def clean(pair):
+    """Every test leaves the module's cluster as it found it: no container of ours."""
+    from deploy_helpers import assert_nothing_left, spark_deploy
+
+    yield pair
+    spark_deploy("down", "-i", pair.inventory_path)
+    assert_nothing_left(pair)

@@ -26,30 +26,12 @@ import pytest
 from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_inventory
-from orchestrator.sim.cluster import SimCluster
 
-from deploy_helpers import CLI, assert_nothing_left, node_docker, recipe_variant, spark_deploy, unique_name
+from deploy_helpers import CLI, assert_nothing_left, node_docker, recipe_variant, spark_deploy
 
 pytestmark = pytest.mark.integration
 
 NODES = ("spark-1", "spark-2")
-
-
-@pytest.fixture(scope="module")
-def pair(docker_client, sim_images, sim_home):
-    cluster = SimCluster(unique_name(), client=docker_client)
-    try:
-        cluster.up(2)
-        yield cluster
-    finally:
-        cluster.down()
-
-
-@pytest.fixture
-def clean(pair):
-    yield pair
-    spark_deploy("down", "-i", pair.inventory_path)
-    assert_nothing_left(pair)
 
 
 class UpRun:

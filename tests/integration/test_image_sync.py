@@ -22,21 +22,11 @@ from orchestrator.transport.cancel import Cancelled
 from orchestrator.transport.group import Cluster
 from orchestrator.transport.node import NodeError
 
-from deploy_helpers import CLI, pinned_id, spark_deploy, unique_name
+from deploy_helpers import CLI, pinned_id, spark_deploy
 
 pytestmark = pytest.mark.integration
 
 COPY_PROCESSES = ("docker save", "docker load", "sdsend", "sdrecv", "dd bs=1M")
-
-
-@pytest.fixture(scope="module")
-def pair(docker_client, sim_images, sim_home):
-    cluster = SimCluster(unique_name(), client=docker_client)
-    try:
-        cluster.up(2)
-        yield cluster
-    finally:
-        cluster.down()
 
 
 @pytest.fixture

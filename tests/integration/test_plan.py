@@ -16,28 +16,10 @@ import urllib.request
 import pytest
 from ruamel.yaml import YAML
 
-from orchestrator.sim.cluster import SimCluster
 
-from deploy_helpers import CLI, assert_nothing_left, node_docker, spark_deploy, unique_name
+from deploy_helpers import CLI, assert_nothing_left, node_docker, spark_deploy
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def pair(docker_client, sim_images, sim_home):
-    cluster = SimCluster(unique_name(), client=docker_client)
-    try:
-        cluster.up(2)
-        yield cluster
-    finally:
-        cluster.down()
-
-
-@pytest.fixture
-def clean(pair):
-    yield pair
-    spark_deploy("down", "-i", pair.inventory_path)
-    assert_nothing_left(pair)
 
 
 def _yaml_edit(src, dest, edit):

@@ -11,24 +11,12 @@ import json
 
 import pytest
 
-from orchestrator.sim.cluster import SimCluster
 
-from deploy_helpers import assert_nothing_left, node_docker, recipe_variant, spark_deploy, unique_name
+from deploy_helpers import assert_nothing_left, node_docker, recipe_variant, spark_deploy
 
 pytestmark = pytest.mark.integration
 
 NAME = "sd-oom-probe"
-
-
-@pytest.fixture(scope="module")
-def pair(docker_client, sim_images, sim_home):
-    """One 2-node cluster for the module (bring-up is the slow part); torn down whatever happens."""
-    cluster = SimCluster(unique_name(), client=docker_client)
-    try:
-        cluster.up(2)
-        yield cluster
-    finally:
-        cluster.down()
 
 
 def _run_standin(cluster, *docker_args: str) -> dict:

@@ -10,7 +10,6 @@ import urllib.request
 
 import pytest
 
-from orchestrator.sim.cluster import SimCluster
 
 from deploy_helpers import (
     CLI,
@@ -21,28 +20,9 @@ from deploy_helpers import (
     pinned_id,
     recipe_variant,
     spark_deploy,
-    unique_name,
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def pair(docker_client, sim_images, sim_home):
-    """One 2-node cluster for this module; every test leaves it as it found it (no containers of ours)."""
-    cluster = SimCluster(unique_name(), client=docker_client)
-    try:
-        cluster.up(2)
-        yield cluster
-    finally:
-        cluster.down()
-
-
-@pytest.fixture
-def clean(pair):
-    yield pair
-    spark_deploy("down", "-i", pair.inventory_path)
-    assert_nothing_left(pair)
 
 
 def _running_with_start_times(cluster) -> dict[str, list[str]]:

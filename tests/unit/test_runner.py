@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 
 from orchestrator.runner.events import Events, Kind, Outcome, Phase
 from orchestrator.runner.runner import Runner, StepFailed
