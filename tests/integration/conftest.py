@@ -5,6 +5,7 @@
 - ``sim_cluster_factory``: ``make(nodes=2, load_image_on=(1,))`` brings up a cluster with a unique name
   and always tears down every cluster it made, even if the test or ``up`` itself failed.
 - ``pair``: one 2-node cluster per test module (the image on node 1 only), torn down whatever happens.
+- ``conns``: an open ``Cluster`` of ``pair``'s inventory for one test (closed after).
 - ``clean``: ``pair`` for one test, which must leave no container of ours behind (``down``, then checked).
 """
 
@@ -98,3 +99,14 @@ def clean(pair):
     yield pair
     spark_deploy("down", "-i", pair.inventory_path)
     assert_nothing_left(pair)
+
+
+@pytest.fixture
+def conns(pair):
+    from orchestrator.config.load import load_inventory
+    from orchestrator.transport.group import Cluster
+
+    inventory, _ = load_inventory(pair.inventory_path)
+    cluster = Cluster(inventory).open()
+    yield cluster
+    cluster.close()

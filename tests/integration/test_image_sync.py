@@ -13,7 +13,6 @@ import time
 
 import pytest
 
-from orchestrator.config.load import load_inventory
 from orchestrator.docker_cli import image_sync as sync
 from orchestrator.docker_cli.images import ImageIdentity, inspect_image, snapshot
 from orchestrator.sim.cluster import SimCluster
@@ -39,14 +38,6 @@ def clean(pair):
     pair.fault(2, "start-dockerd")
     spark_deploy("down", "-i", pair.inventory_path)
     pair.exec(2, ["sh", "-c", 'ids=$(docker image ls -aq); [ -z "$ids" ] || docker image rm -f $ids'], check=False)
-
-
-@pytest.fixture
-def conns(pair):
-    inventory, _ = load_inventory(pair.inventory_path)
-    cluster = Cluster(inventory).open()
-    yield cluster
-    cluster.close()
 
 
 def copy_processes(sim: SimCluster, node: int) -> list[str]:

@@ -16,27 +16,8 @@ from orchestrator.transport.cancel import Cancelled
 from orchestrator.transport.group import Cluster, GroupError, on_all
 from orchestrator.transport.node import SESSION_RETRY, NodeTimeout
 
-from deploy_helpers import unique_name
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def sim(docker_client, sim_images, sim_home):
-    cluster = SimCluster(unique_name(), client=docker_client)
-    try:
-        cluster.up(2)
-        yield cluster
-    finally:
-        cluster.down()
-
-
-@pytest.fixture
-def cluster(sim):
-    inventory, _ = load_inventory(sim.inventory_path)
-    opened = Cluster(inventory).open()
-    yield opened
-    opened.close()
 
 
 def processes(sim: SimCluster, node: int, marker: str) -> list[str]:
@@ -62,16 +43,16 @@ def wait_present(sim: SimCluster, node: int, marker: str, bound: float = 10.0) -
         time.sleep(0.05)
 
 
-def test_many_parallel_commands_on_one_connection_stay_under_max_sessions(cluster):
-    head = cluster.head
+def test_many_parallel_commands_on_one_connection_stay_under_max_sessions(conns):
+    head = conns.head
     results = on_all(range(20), lambda i: head.run(["sleep", "0.3"], check=True), str)
     assert len(results) == 20
     assert 1 < head.peak_channels <= 8
 
 
-def test_without_the_bound_sshd_refuses_channels(sim):
+def test_without_the_bound_sshd_refuses_channels(pair):
     """12 at once (sshd allows 10): the last ones are refused even after the brief retry."""
-    inventory, _ = load_inventory(sim.inventory_path)
+    inventory, _ = load_inventory(pair.inventory_path)
     unbounded = Cluster(inventory, max_channels=12).open()
     try:
         with pytest.raises(GroupError) as caught:
@@ -81,78 +62,78 @@ def test_without_the_bound_sshd_refuses_channels(sim):
         unbounded.close()
 
 
-def test_timeout_is_a_deadline_and_kills_the_remote_command(cluster, sim):
-    head = cluster.head
+def test_timeout_is_a_deadline_and_kills_the_remote_command(conns, pair):
+    head = conns.head
     started = time.monotonic()
     with pytest.raises(NodeTimeout, match="did not finish within 1 s"):
         head.run(["sh", "-c", "while :; do echo busy; sleep 0.2; done; : sd-deadline-1"], timeout=1)
     assert time.monotonic() - started < 3
     with pytest.raises(NodeTimeout, match="printed nothing for 1 s"):
         head.run(["sh", "-c", "sleep 30; : sd-idle-1"], timeout=None, idle_timeout=1)
-    assert wait_gone(sim, "sd-deadline-1") == {} and wait_gone(sim, "sd-idle-1") == {}
+    assert wait_gone(pair, "sd-deadline-1") == {} and wait_gone(pair, "sd-idle-1") == {}
 
 
-def test_the_cancel_token_kills_every_in_flight_command(cluster, sim):
-    threading.Thread(target=lambda: (wait_present(sim, 2, "sd-cancel-1"), cluster.cancel.set("test"))).start()
+def test_the_cancel_token_kills_every_in_flight_command(conns, pair):
+    threading.Thread(target=lambda: (wait_present(pair, 2, "sd-cancel-1"), conns.cancel.set("test"))).start()
     started = time.monotonic()
     with pytest.raises(Cancelled, match="test"):
-        cluster.each(lambda conn: conn.run(["sh", "-c", "sleep 60; : sd-cancel-1"], timeout=None))
+        conns.each(lambda conn: conn.run(["sh", "-c", "sleep 60; : sd-cancel-1"], timeout=None))
     assert time.monotonic() - started < 12
-    assert wait_gone(sim, "sd-cancel-1") == {}
+    assert wait_gone(pair, "sd-cancel-1") == {}
     with pytest.raises(Cancelled):
-        cluster.head.run(["true"])  # nothing new starts once cancelled
-    assert cluster.head.run(["true"], shield=True).ok  # but cleanup can
+        conns.head.run(["true"])  # nothing new starts once cancelled
+    assert conns.head.run(["true"], shield=True).ok  # but cleanup can
 
 
-def test_ctrl_c_during_a_group_call_returns_at_once_and_kills_both_nodes(cluster, sim):
+def test_ctrl_c_during_a_group_call_returns_at_once_and_kills_both_nodes(conns, pair):
     def interrupt_when_running() -> None:
-        wait_present(sim, 1, "sd-sigint-1")
-        wait_present(sim, 2, "sd-sigint-1")
+        wait_present(pair, 1, "sd-sigint-1")
+        wait_present(pair, 2, "sd-sigint-1")
         os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt_when_running).start()
     with pytest.raises(KeyboardInterrupt):
         try:
-            cluster.each(lambda conn: conn.run(["sh", "-c", "sleep 60; : sd-sigint-1"], timeout=None))
+            conns.each(lambda conn: conn.run(["sh", "-c", "sleep 60; : sd-sigint-1"], timeout=None))
         finally:
             interrupted_at = time.monotonic()
-    assert cluster.cancel.reason == "interrupted (Ctrl-C)"
-    assert wait_gone(sim, "sd-sigint-1") == {}
+    assert conns.cancel.reason == "interrupted (Ctrl-C)"
+    assert wait_gone(pair, "sd-sigint-1") == {}
     assert time.monotonic() - interrupted_at < 5
 
 
-def test_a_stopped_or_closed_log_stream_leaves_no_docker_logs_behind(cluster, sim):
-    image = sim.info()["images"]["vllm"]
-    sim.exec(1, ["docker", "run", "-d", "--name", "sd-quiet", "--entrypoint", "sleep", image, "3600"])
+def test_a_stopped_or_closed_log_stream_leaves_no_docker_logs_behind(conns, pair):
+    image = pair.info()["images"]["vllm"]
+    pair.exec(1, ["docker", "run", "-d", "--name", "sd-quiet", "--entrypoint", "sleep", image, "3600"])
     try:
         stop = threading.Event()
         lines: list[str] = []
         follow = ["docker", "logs", "--follow", "sd-quiet"]
-        streamer = threading.Thread(target=lambda: lines.append(str(cluster.head.stream(follow, lines.append, stop))))
+        streamer = threading.Thread(target=lambda: lines.append(str(conns.head.stream(follow, lines.append, stop))))
         streamer.start()
-        wait_present(sim, 1, "docker logs --follow sd-quiet")
+        wait_present(pair, 1, "docker logs --follow sd-quiet")
         stop.set()
         streamer.join(5)
         assert lines == ["-1"]
-        assert wait_gone(sim, "docker logs --follow sd-quiet") == {}
+        assert wait_gone(pair, "docker logs --follow sd-quiet") == {}
 
         # never stopped: closing the connection (as `up` does when it ends) ends it on the node
-        threading.Thread(target=cluster.head.stream, args=(follow, lines.append), daemon=True).start()
-        wait_present(sim, 1, "docker logs --follow sd-quiet")
-        cluster.close()
-        assert wait_gone(sim, "docker logs --follow sd-quiet") == {}
+        threading.Thread(target=conns.head.stream, args=(follow, lines.append), daemon=True).start()
+        wait_present(pair, 1, "docker logs --follow sd-quiet")
+        conns.close()
+        assert wait_gone(pair, "docker logs --follow sd-quiet") == {}
     finally:
-        sim.exec(1, ["docker", "rm", "-f", "sd-quiet"], check=False)
+        pair.exec(1, ["docker", "rm", "-f", "sd-quiet"], check=False)
 
 
-def test_a_successful_up_leaves_no_log_follower_on_any_node(sim):
+def test_a_successful_up_leaves_no_log_follower_on_any_node(pair):
     """Issue 8 item 3: the watcher's `docker logs --follow` ends when `up` ends (it used to run forever)."""
     from deploy_helpers import spark_deploy
 
-    result = spark_deploy("up", sim.recipe_path, "-i", sim.inventory_path)
+    result = spark_deploy("up", pair.recipe_path, "-i", pair.inventory_path)
     try:
         assert result.returncode == 0, result.stderr + result.stdout
-        assert wait_gone(sim, "docker logs --follow", bound=2.0) == {}
-        assert wait_gone(sim, "sdjob", bound=0.5) == {}, "no wrapped command of ours is left either"
+        assert wait_gone(pair, "docker logs --follow", bound=2.0) == {}
+        assert wait_gone(pair, "sdjob", bound=0.5) == {}, "no wrapped command of ours is left either"
     finally:
-        assert spark_deploy("down", "-i", sim.inventory_path).returncode == 0
+        assert spark_deploy("down", "-i", pair.inventory_path).returncode == 0
