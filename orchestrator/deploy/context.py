@@ -49,7 +49,6 @@ class UpContext:
     monitor: Monitor = field(default_factory=Monitor)
     look: Look | None = None
     decision: Decision | None = None
-    started: dict[str, str] = field(default_factory=dict)  # node -> ID of the container this run started
     sample: str = ""
     expectations: list = field(default_factory=list)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 import time
 
-from ..docker_cli.containers import remove_container, run_container
+from ..docker_cli.containers import list_containers, remove_container, run_container
+from ..render.labels import Label
 from ..render.plan import RankLaunch
 from ..runner.events import Kind, Phase
 from ..runner.runner import StepFailed
@@ -41,7 +42,7 @@ class StartRanks:
         launch = next(l for l in self.launches if l.node.name == conn.name)
         self.attempted.add(conn.name)
         container_id = run_container(conn, launch.argv)
-        self.started[conn.name] = ctx.started[conn.name] = container_id
+        self.started[conn.name] = container_id
         ctx.events.container(Kind.CONTAINER_STARTED, conn.name, launch.container, container_id)
         ctx.monitor.watch(conn, container_id, lambda node, line: _on_line(ctx, node, line), launch.container)
         ctx.monitor.helpers.append(NodeLiveness(conn, ctx.monitor).start())
@@ -51,7 +52,7 @@ class StartRanks:
             ctx.events.warn("--keep-on-failure: leaving " + ", ".join(f"{n}: {i[:12]}" for n, i in self.started.items()))
             self.started = {}
             return
-        ctx.monitor.stop([ctx.started[n] for n in self.started])
+        ctx.monitor.stop(list(self.started.values()))
         ctx.cluster.each(lambda conn: self._remove(ctx, conn), [ctx.conn(n) for n in list(self.started)])
         self._remove_half_created(ctx)
 
@@ -63,9 +64,6 @@ class StartRanks:
 
     def _remove_half_created(self, ctx: UpContext) -> None:
         """`docker run` interrupted after create but before it printed the ID: find it by this run's label."""
-        from ..docker_cli.containers import list_containers
-        from ..render.labels import Label
-
         for node in self.attempted - set(self.started):
             conn = ctx.conn(node)
             for c in list_containers(conn, [f"label={Label.RUN}={ctx.plan.run_id}"]):

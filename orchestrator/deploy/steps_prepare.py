@@ -136,20 +136,17 @@ class SyncImage(NoUndo):
                 image_sync.tag(node.conn, plan.image_id, plan.image_ref)
 
     def _transfer(self, ctx: UpContext, source: image_sync.NodeImage, dst: NodeConnection) -> None:
-        dep, image_id = ctx.dep, ctx.plan.image_id
+        """copy_image picks the route, moves, verifies, and puts the target back as it was on any failure."""
+        dep = ctx.dep
         dst_node = dep.inventory.node(dst.name)
         user = (dst_node.ssh and dst_node.ssh.user) or dep.inventory.ssh.user
-        if image_sync.can_reach(source.conn, dst_node.fabric_ip, user):
-            route = "node to node over the fabric"
-            moved = image_sync.transfer_direct(source.conn, dst_node.fabric_ip, user, image_id)
-        else:
-            route = "relayed through this machine (nodes cannot SSH to each other)"
-            moved = image_sync.transfer_relay(source.conn, dst, image_id,
-                                              lambda done, total: ctx.events.progress(f"image → {dst.name}", done,
-                                                                                      max(total, done)))
-        got = image_sync.verify(dst, image_id, source.pinned)
-        ctx.events.image_moved(source.conn.name, dst.name, image_id, moved or 0, route)
-        ctx.events.note(f"now holds {got.short()}", dst.name)
+        moved = image_sync.copy_image(
+            source.conn, dst, ctx.plan.image_id, source.pinned, dst_host=dst_node.fabric_ip, dst_user=user,
+            progress=lambda done, total: ctx.events.progress(f"image → {dst.name}", done, max(total, done)))
+        route = {image_sync.TransferMode.DIRECT: "node to node over the fabric",
+                 image_sync.TransferMode.RELAY: "relayed through this machine (nodes cannot SSH to each other)"}
+        ctx.events.image_moved(moved.source, moved.target, ctx.plan.image_id, moved.bytes, route[moved.mode])
+        ctx.events.note(f"now holds {moved.identity.short()}", dst.name)
 
 
 class WriteSecrets:
