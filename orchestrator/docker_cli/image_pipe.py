@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from ..transport.cancel import Cancelled
-from ..transport.jobs import MARK, RemoteJob, wrapped
+from ..transport.jobs import MARK, RemoteJob, received, wrapped
 from ..transport.node import NodeConnection, NodeError
 from .images import docker_reason as cause
 
@@ -93,6 +93,12 @@ class Stall:
         """The stream is in; what is left (docker registering layers) is not bounded by the stall watch."""
         self.receiving = False
 
+    @property
+    def delivered(self) -> bool:
+        """The target's engine may hold the whole stream: it said so, or it has counted at least the image's
+        size (the end-of-stream line can still be on its way when a cancel lands)."""
+        return not self.receiving or (self.total > 0 and self.moved >= self.total)
+
     def cancelled(self) -> None:
         """Raise Cancelled if either end's token is set (then a killed end is not a failure)."""
         for conn in (self.src, self.dst):
@@ -118,17 +124,7 @@ class Collector:
 
     def _read(self, job: RemoteJob) -> None:
         data = b""
-        while True:
-            try:
-                chunk = job.recv_stderr(65536)
-            except socket.timeout:
-                if job.closed:
-                    break
-                continue
-            except (OSError, EOFError):
-                break
-            if not chunk:
-                break
+        for chunk in received(job, job.recv_stderr):
             data = (data + chunk)[-16384:]
         self._lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
 
@@ -204,17 +200,7 @@ class DirectCopy:
 
     def _read_stdout(self, job: RemoteJob) -> None:
         data = b""
-        while True:
-            try:
-                chunk = job.recv(4096)
-            except socket.timeout:
-                if job.closed:
-                    return
-                continue
-            except (OSError, EOFError):
-                return
-            if not chunk:
-                return
+        for chunk in received(job, job.recv, 4096):
             data += chunk
             while b"\n" in data:
                 line, _, data = data.partition(b"\n")

@@ -249,7 +249,7 @@ def _undo(dst: NodeConnection, before: ImageSnapshot, exc: BaseException, image_
     killed, so an image can appear after this restore: then a bounded remover on the node deletes it."""
     try:
         restore(dst, before)
-        delivered = bool(watches) and not watches[0].receiving
+        delivered = bool(watches) and watches[0].delivered
         we_killed_it = isinstance(exc, (Cancelled, KeyboardInterrupt, TransferStalled))
         if delivered and we_killed_it and image_id not in before.ids:
             dst.run_script(LATE_REMOVER, image_id, str(int(LATE_REMOVER_BOUND)), timeout=15, check=True, shield=True)

@@ -13,7 +13,7 @@ import shlex
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import paramiko
 
@@ -28,6 +28,7 @@ WRAPPER = ('read -r _ _ _ _ g _ </proc/$$/stat; [ "$g" = "$$" ] || exec setsid b
 KILL_SCRIPT = ('kill -TERM -- "$@" 2>/dev/null; i=0; while [ $i -lt 20 ]; do alive=; '
                'for g in "$@"; do kill -0 -- "$g" 2>/dev/null && alive=1; done; [ -z "$alive" ] && exit 0; '
                'sleep 0.05; i=$((i+1)); done; kill -KILL -- "$@" 2>/dev/null; exit 0')
+MARK_GRACE = 2.0  # after a cancel, how long the group ID is still awaited so the command can be killed
 MARK_TIMEOUT = 15.0  # the wrapper prints its group before running anything: this only covers a slow node
 
 
@@ -64,11 +65,15 @@ class RemoteJob:
         head = b""
         stop = time.monotonic() + MARK_TIMEOUT if deadline is None else min(deadline, time.monotonic() + MARK_TIMEOUT)
         self.channel.settimeout(0.1)
+        cancelled_at: float | None = None
         while b"\n" not in head:
             if time.monotonic() >= stop:
                 break
-            if not self.shield:
-                self.conn.cancel.check()
+            if not self.shield and self.conn.cancel.is_set():
+                # The command may already run: learn its group first (briefly), so close() can kill it.
+                cancelled_at = cancelled_at or time.monotonic()
+                if time.monotonic() - cancelled_at > MARK_GRACE:
+                    break
             try:
                 chunk = self.channel.recv(4096)
             except socket.timeout:
@@ -87,6 +92,8 @@ class RemoteJob:
             head = rest
         self._pushback = head
         self.channel.settimeout(None)
+        if not self.shield:
+            self.conn.cancel.check()
 
     # ---- channel-like ----------------------------------------------------------------------------
     def settimeout(self, timeout: float | None) -> None:
@@ -149,3 +156,20 @@ class RemoteJob:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def received(job: "RemoteJob", recv: Callable[[int], bytes], size: int = 65536) -> Iterator[bytes]:
+    """What `recv` (a job's recv or recv_stderr) returns, until EOF, a dead channel, or the job closed while
+    waiting: the passive reader every background drain of a job's output shares."""
+    while True:
+        try:
+            chunk = recv(size)
+        except socket.timeout:
+            if job.closed:
+                return
+            continue
+        except (OSError, EOFError):
+            return
+        if not chunk:
+            return
+        yield chunk

@@ -22,7 +22,7 @@ from fabric import Connection
 
 from ..config.inventory import Inventory, Node
 from .cancel import Cancelled, CancelToken
-from .jobs import KILL_SCRIPT, RemoteJob, command_line
+from .jobs import KILL_SCRIPT, RemoteJob, command_line, received
 from .result import NodeError, NodeTimeout, NodeUnreachable, Result, drain
 
 __all__ = ["NodeConnection", "NodeError", "NodeTimeout", "NodeUnreachable", "Result", "SSHTarget", "drain"]
@@ -198,17 +198,7 @@ class NodeConnection:
         last = [time.monotonic()]
 
         def read_stderr() -> None:
-            while True:
-                try:
-                    chunk = job.recv_stderr(65536)
-                except socket.timeout:
-                    if job.closed:
-                        return
-                    continue
-                except (OSError, EOFError):
-                    return
-                if not chunk:
-                    return
+            for chunk in received(job, job.recv_stderr):
                 err.extend(chunk)
                 last[0] = time.monotonic()
 
@@ -340,7 +330,9 @@ class NodeConnection:
 
     def _in_flight(self, shielded: bool = False) -> tuple[list[RemoteJob], list[int]]:
         with self._lock:
-            jobs = [j for j in self._jobs if shielded or not j.shield]
+            # A job whose group ID has not arrived yet is left to its own thread: it reads the ID, sees the
+            # cancel and kills its group on close(); claiming it here would leave its command running.
+            jobs = [j for j in self._jobs if (shielded or not j.shield) and j.pgid is not None]
             for job in jobs:
                 job.claimed = True
             groups = list(self._groups)
