@@ -110,11 +110,25 @@ class CurrentState(NoUndo):
                             "is ready to start; the previous containers are kept, stopped")
 
 
-class SyncImage(NoUndo):
+class SyncImage:
+    """Every node holds the pinned image under its reference. Undo keeps the verified images (a retry need
+    not move them again) but points a reference that --sync moved back at what it named before."""
+
     phase = Phase.IMAGE
 
     def __init__(self, image_id: str, ref: str):
         self.detail = f"{image_id[:19]} ({ref})"
+        self.moved_tags: list[tuple[NodeConnection, str]] = []  # (node, image ID the reference named before)
+
+    def undo(self, ctx: UpContext) -> None:
+        while self.moved_tags:
+            conn, before = self.moved_tags[-1]
+            conn.run(["docker", "tag", before, ctx.plan.image_ref], timeout=30, check=True, shield=True)
+            self.moved_tags.pop()
+
+    def leftover(self, ctx: UpContext) -> list[str]:
+        return [f"{conn.name}: {ctx.plan.image_ref} now names {ctx.plan.image_id[:19]} (was {before[:19]}: "
+                f"docker tag {before[:19]} {ctx.plan.image_ref})" for conn, before in self.moved_tags]
 
     def run(self, ctx: UpContext) -> None:
         plan, survey = ctx.plan, ctx.look.image
@@ -133,6 +147,8 @@ class SyncImage(NoUndo):
         ctx.cluster.each(lambda conn: self._transfer(ctx, survey.source, conn), [n.conn for n in todo.values()])
         for node in survey.nodes:
             if node.conn.name in todo or node.by_ref is None:
+                if node.by_ref is not None and node.by_ref.id != plan.image_id:
+                    self.moved_tags.append((node.conn, node.by_ref.id))  # recorded first: undo points it back
                 image_sync.tag(node.conn, plan.image_id, plan.image_ref)
 
     def _transfer(self, ctx: UpContext, source: image_sync.NodeImage, dst: NodeConnection) -> None:
@@ -190,6 +206,17 @@ def forget_secrets(ctx: UpContext, nodes: list[str]) -> None:
 
 
 @dataclass
+class Stopped:
+    """One previous container as StopPrevious left it (recorded before it is touched, updated as it goes)."""
+
+    node: str
+    container: Container
+    kept: str  # the name it is kept under
+    stop_sent: bool = False  # the engine may be stopping it even if our `docker stop` was killed
+    renamed: bool = False
+
+
+@dataclass
 class StopPrevious:
     """Stop the current containers (peers first), and rename them so the new ones can take the names.
 
@@ -197,7 +224,7 @@ class StopPrevious:
 
     phase: Phase = Phase.STOP_PREVIOUS
     detail: str = "peers first, then the head; kept for undo and rollback"
-    stopped: list[tuple[str, Container, str]] = field(default_factory=list)  # (node, container, kept name)
+    stopped: list[Stopped] = field(default_factory=list)
 
     def run(self, ctx: UpContext) -> None:
         previous = ctx.decision.previous
@@ -208,28 +235,42 @@ class StopPrevious:
     def _stop_on(self, ctx: UpContext, conn: NodeConnection) -> None:
         for container in ctx.decision.previous[conn.name]:
             kept = f"{container.name}-{(container.ours.run if container.ours else '') or container.id[:12]}"
-            self.stopped.append((conn.name, container, kept))
+            entry = Stopped(conn.name, container, kept)
+            self.stopped.append(entry)
             if container.running:
+                entry.stop_sent = True
                 stop_container(conn, container.id)
             rename_container(conn, container.id, kept)
+            entry.renamed = True
             ctx.events.container(Kind.CONTAINER_STOPPED, conn.name, kept, container.id,
                                  f"{container.name} ({container.id[:12]}) stopped, kept as {kept}")
 
     def undo(self, ctx: UpContext) -> None:
         """Rename back and start again what was running, head first (rank order), then peers."""
         head = ctx.plan.head.node.name
-        order = sorted(self.stopped, key=lambda item: item[0] != head)
-        for node, container, _kept in order:
-            conn = ctx.conn(node)
-            rename_container(conn, container.id, container.name)
+        for entry in sorted(self.stopped, key=lambda e: e.node != head):
+            conn, container = ctx.conn(entry.node), entry.container
+            if entry.stop_sent:
+                # an interrupted `docker stop` client does not stop the engine's stop: let it finish first,
+                # or the start below lands on a container that is about to exit
+                stop_container(conn, container.id)
+            if entry.renamed:
+                rename_container(conn, container.id, container.name)
+                entry.renamed = False
             if container.running:
                 start_container(conn, container.id)
-                ctx.events.container(Kind.CONTAINER_RESTARTED, node, container.name, container.id)
-            self.stopped.remove((node, container, _kept))
+                ctx.events.container(Kind.CONTAINER_RESTARTED, entry.node, container.name, container.id)
+            self.stopped.remove(entry)
 
     def leftover(self, ctx: UpContext) -> list[str]:
-        return [f"{node}: previous container {kept} ({c.id[:12]}) is stopped: docker rename {c.id[:12]} {c.name} "
-                f"&& docker start {c.id[:12]}" for node, c, kept in self.stopped if c.running]
+        out = []
+        for e in self.stopped:
+            if not e.container.running:
+                continue
+            rename = f"docker rename {e.container.id[:12]} {e.container.name} && " if e.renamed else ""
+            out.append(f"{e.node}: previous container {e.kept if e.renamed else e.container.name} "
+                       f"({e.container.id[:12]}) may be stopped: {rename}docker start {e.container.id[:12]}")
+        return out
 
 
 class PortsFree(NoUndo):

@@ -80,7 +80,7 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
     plan = plan or build_plan(dep)
     ctx = UpContext(dep, plan, Cluster(dep.inventory), events, opts,
                     Endpoint(dep.inventory.ranked[0].address, recipe.serve.port))
-    runner: Runner[UpContext] = Runner(events)
+    runner: Runner[UpContext] = Runner(events, before_undo=ctx.cluster.renew_cancel)
     try:
         runner.run(plan_steps(), ctx)
         if ctx.decision.action is Action.ALREADY_SERVING:

@@ -8,7 +8,7 @@ exactly what is left on which node and the command that removes it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Callable, Generic, Protocol, TypeVar
 
 from ..transport.cancel import Cancelled, interrupt_reason
 from ..transport.group import GroupError
@@ -67,6 +67,7 @@ def classify(phase: Phase | None, exc: BaseException) -> StepFailed:
 @dataclass
 class Runner(Generic[C]):
     events: Events
+    before_undo: Callable[[], object] | None = None  # e.g. a fresh cancel token: undo is new work
     done: list = field(default_factory=list)
 
     def run(self, steps: list, ctx: C) -> None:
@@ -90,6 +91,8 @@ class Runner(Generic[C]):
         never read an incomplete cleanup as fine."""
         pending = list(reversed(self.done))
         self.done = []
+        if self.before_undo is not None:
+            self.before_undo()
         try:
             with self.events.phase(Phase.UNDO, f"undoing {len(pending)} step(s) after: {error.cause.splitlines()[0]}"):
                 if not self._undo_all(ctx, error, pending):

@@ -116,6 +116,16 @@ class Cluster:
         for conn in self.nodes:
             conn.cluster = self
 
+    def renew_cancel(self) -> CancelToken:
+        """A fresh token for the work that follows a cancel — undoing what the cancelled work did. The
+        cancelled commands were killed when the old token was set; without a new one, every later call
+        (a container removal, a restart of the previous deployment) would be refused as cancelled."""
+        if self.cancel.is_set():
+            self.cancel = CancelToken()
+            for conn in self.nodes:
+                conn.use_cancel(self.cancel)
+        return self.cancel
+
     def open(self) -> "Cluster":
         try:
             on_all(self.nodes, lambda c: c.open(), lambda c: c.name, cancel=self.cancel)

@@ -339,6 +339,12 @@ class NodeConnection:
             self._groups.clear()
         return jobs, [j.pgid for j in jobs if j.pgid is not None and not j.finished] + groups
 
+    def use_cancel(self, token: CancelToken) -> None:
+        """Follow a new token (the old one stays set: what it cancelled stays cancelled)."""
+        self._unsubscribe()
+        self.cancel = token
+        self._unsubscribe = token.on_set(self._on_cancel)
+
     def _on_cancel(self, _reason: str) -> None:
         def kill_all() -> None:
             jobs, pgids = self._in_flight()

@@ -9,8 +9,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -155,3 +157,34 @@ def test_the_previous_deployment_serves_through_the_image_phase_of_the_next_up(c
     assert probes and all(probes), f"the previous deployment stopped serving during the image phase: {probes}"
     assert node_docker(cluster, 2, "image", "inspect", "--format", "{{.Id}}", new_id, check=True).stdout.strip() == new_id
 
+
+
+def test_ctrl_c_while_the_previous_deployment_stops_brings_it_back(clean, tmp_path):
+    """The interrupt cancels the group call that stops the previous containers; undoing must still be able
+    to talk to the nodes (a fresh cancel token) and start them again under their own names."""
+    cluster = clean
+    assert spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path).returncode == 0
+    before = _plan_labels(cluster)
+    changed = _yaml_edit(cluster.recipe_path, tmp_path / "changed.yaml",
+                         lambda d: d["vllm"].__setitem__("max_model_len", 2048))
+    proc = subprocess.Popen([*CLI, "up", str(changed), "-i", str(cluster.inventory_path), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            event = json.loads(line)
+            if event["event"] == "phase-start" and event["phase"] == "stop previous":
+                proc.send_signal(signal.SIGINT)
+                break
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, stderr
+    assert "interrupted" in stderr
+    assert _plan_labels(cluster) == before, stderr + "\nthe previous containers must run again, the same ones"
+    names = node_docker(cluster, 1, "ps", "--format", "{{.Names}}", check=True).stdout.split()
+    assert "sd-sim-tiny-r0" in names, names
+    deadline = time.monotonic() + 60  # restarted containers load again before they serve
+    while not _completes(cluster):
+        assert time.monotonic() < deadline, "the restored deployment does not serve"
+        time.sleep(0.5)
