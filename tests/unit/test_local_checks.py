@@ -77,6 +77,7 @@ def no_network(monkeypatch) -> list:
 
 def inventory(tmp_path: Path, ssh: dict | None = None, node_b_ssh: dict | None = None) -> Path:
     yaml = YAML(typ="rt")
+    yaml.width = 4096  # a long temp path must stay on its key's line (line_of looks for it there)
     data = yaml.load(GOOD_INVENTORY.read_text())
     data["ssh"].update(ssh or {})
     if node_b_ssh:
