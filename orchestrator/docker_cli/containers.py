@@ -134,7 +134,3 @@ def remove_container(conn: NodeConnection, container_id: str, stop_timeout: int 
     raise NodeError(conn.name, f"could not remove container {container_id[:12]}: "
                                f"{result.stderr.strip() or f'docker rm exited {result.exit_code}'}")
 
-
-def tail_logs(conn: NodeConnection, ref: str, lines: int = 30) -> list[str]:
-    result = conn.run_script('docker logs --tail "$1" "$2" 2>&1', str(lines), ref, timeout=30)
-    return result.stdout.splitlines()[-lines:]
