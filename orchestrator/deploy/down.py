@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..config.inventory import Inventory
 from ..docker_cli.containers import Container, ours, remove_container
+from ..render.spec import secrets_dir
 from ..runner.events import Events, Kind
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
@@ -33,13 +34,13 @@ def teardown_order(nodes: list[str], head: str) -> list[list[str]]:
 
 
 def stale_secret_files(inventory: Inventory, recipe: str | None) -> dict[str, tuple[str, str]]:
-    """Per node, the env-file(s) a killed `up` may have left: (state_dir, recipe name or the glob `*`)."""
-    return {n.name: (n.state_dir, recipe or "*") for n in inventory.nodes}
+    """Per node, the env-file(s) a killed `up` may have left: (secrets dir, recipe name or the glob `*`)."""
+    return {n.name: (secrets_dir(n), recipe or "*") for n in inventory.nodes}
 
 
 def forget_stale_secrets(conn: NodeConnection, where: tuple[str, str]) -> None:
     """Recipe names are validated (no glob or shell characters), so only `*` ever globs here."""
-    conn.run_script('for f in "$1"/secrets/$2.env; do [ -e "$f" ] && rm -f -- "$f"; done; true', *where,
+    conn.run_script('for f in "$1"/$2.env; do [ -e "$f" ] && rm -f -- "$f"; done; true', *where,
                     timeout=30, check=True)
 
 
@@ -67,7 +68,7 @@ def down(inventory: Inventory, recipe: str | None, events: Events) -> DownResult
                          [c for c in alive if c.name in found])
         except GroupError as exc:
             for node, error in exc.failures.items():
-                events.warn(f"could not remove a stale secrets env-file in {files[node][0]}/secrets: {error}", node)
+                events.warn(f"could not remove a stale secrets env-file in {files[node][0]}: {error}", node)
     finally:
         cluster.close()
     for node, why in result.unreachable.items():

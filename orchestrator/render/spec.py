@@ -55,8 +55,13 @@ def container_name(recipe: Recipe, rank: int) -> str:
     return f"sd-{recipe.name}-r{rank}"
 
 
+def secrets_dir(node: Node) -> str:
+    """Where env-files live on a node (one per recipe, `RECIPE.env`, mode 0600)."""
+    return f"{node.state_dir}/secrets"
+
+
 def secrets_env_file(recipe: Recipe, node: Node) -> str | None:
-    return f"{node.state_dir}/secrets/{recipe.name}.env" if recipe.secrets else None
+    return f"{secrets_dir(node)}/{recipe.name}.env" if recipe.secrets else None
 
 
 def interconnect_env(link: Interconnect) -> list[tuple[str, str]]:
