@@ -212,7 +212,6 @@ class Stopped:
     node: str
     container: Container
     kept: str  # the name it is kept under
-    stop_sent: bool = False  # the engine may be stopping it even if our `docker stop` was killed
     renamed: bool = False
 
 
@@ -238,7 +237,6 @@ class StopPrevious:
             entry = Stopped(conn.name, container, kept)
             self.stopped.append(entry)
             if container.running:
-                entry.stop_sent = True
                 stop_container(conn, container.id)
             rename_container(conn, container.id, kept)
             entry.renamed = True
@@ -246,31 +244,34 @@ class StopPrevious:
                                  f"{container.name} ({container.id[:12]}) stopped, kept as {kept}")
 
     def undo(self, ctx: UpContext) -> None:
-        """Rename back and start again what was running, head first (rank order), then peers."""
+        """Bring the previous deployment back as a whole: ranks of one tensor-parallel group cannot rejoin a
+        running head one by one, so once any rank was touched, every rank that ran is stopped (which also
+        lets an interrupted `docker stop` finish: the engine goes on after its client is killed), renamed
+        back where it was renamed, and started again, head first, then the peers."""
+        if not self.stopped:
+            return
         head = ctx.plan.head.node.name
-        for entry in sorted(self.stopped, key=lambda e: e.node != head):
-            conn, container = ctx.conn(entry.node), entry.container
-            if entry.stop_sent:
-                # an interrupted `docker stop` client does not stop the engine's stop: let it finish first,
-                # or the start below lands on a container that is about to exit
-                stop_container(conn, container.id)
+        ran = sorted(((node, c) for node, cs in ctx.decision.previous.items() for c in cs if c.running),
+                     key=lambda item: item[0] != head)
+        for node, container in ran:
+            stop_container(ctx.conn(node), container.id)
+        for entry in self.stopped:
             if entry.renamed:
-                rename_container(conn, container.id, container.name)
+                rename_container(ctx.conn(entry.node), entry.container.id, entry.container.name)
                 entry.renamed = False
-            if container.running:
-                start_container(conn, container.id)
-                ctx.events.container(Kind.CONTAINER_RESTARTED, entry.node, container.name, container.id)
-            self.stopped.remove(entry)
+        for node, container in ran:
+            start_container(ctx.conn(node), container.id)
+            ctx.events.container(Kind.CONTAINER_RESTARTED, node, container.name, container.id)
+        self.stopped = []
 
     def leftover(self, ctx: UpContext) -> list[str]:
-        out = []
-        for e in self.stopped:
-            if not e.container.running:
-                continue
-            rename = f"docker rename {e.container.id[:12]} {e.container.name} && " if e.renamed else ""
-            out.append(f"{e.node}: previous container {e.kept if e.renamed else e.container.name} "
-                       f"({e.container.id[:12]}) may be stopped: {rename}docker start {e.container.id[:12]}")
-        return out
+        if not self.stopped:
+            return []
+        out = [f"{e.node}: previous container {e.kept} ({e.container.id[:12]}): docker rename "
+               f"{e.container.id[:12]} {e.container.name}" for e in self.stopped if e.renamed]
+        ran = [(n, c) for n, cs in ctx.decision.previous.items() for c in cs if c.running]
+        shown = ", ".join(f"{n}: {c.id[:12]}" for n, c in ran)
+        return out + [f"the previous deployment may be down: docker stop, then docker start head first ({shown})"]
 
 
 class PortsFree(NoUndo):
