@@ -136,7 +136,13 @@ class NodeConnection:
                     raise NodeUnreachable(self.name, f"sshd refused a channel: {exc}") from None
             except NodeUnreachable:
                 raise
-            except (paramiko.SSHException, EOFError, OSError) as exc:
+            except paramiko.SSHException as exc:
+                # paramiko says only "Unable to open channel." when sshd refused without a reason code:
+                # the same refusal as above (seen at MaxSessions under load), so retried the same way
+                refused = "Unable to open channel" in str(exc) and self.transport.is_active()
+                if not refused or time.monotonic() + delay > give_up:
+                    raise NodeUnreachable(self.name, f"cannot open a channel: {exc}") from None
+            except (EOFError, OSError) as exc:
                 raise NodeUnreachable(self.name, f"cannot open a channel: {exc}") from None
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
