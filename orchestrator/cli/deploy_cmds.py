@@ -20,6 +20,7 @@ from ..deploy import logs as logs_mod
 from ..deploy import status as status_mod
 from ..deploy import down as down_mod
 from ..deploy.up import DeployFailed, UnpinnedImage, UpOptions, up as run_up
+from ..releases.lock import LockHeld
 from ..runner.events import Events
 from ..runner.sinks import JsonSink, TerminalSink
 from ..transport.cancel import signals_interrupt
@@ -63,6 +64,8 @@ def up(
                                              help="Seconds between 'still waiting' lines during long waits.")] = 30.0,
     stall_warning: Annotated[float, typer.Option("--stall-warning", min=0.1,
                                                  help="Warn when no node has logged anything for this many seconds.")] = 300.0,
+    no_restore: Annotated[bool, typer.Option("--no-restore", help="If it fails, leave the nodes empty instead of "
+                                                                  "starting the previous release again.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Deploy a recipe: preflight, image sync, stop the previous (kept), head, wait LISTEN, peers, ready, log checks.
@@ -77,23 +80,25 @@ def up(
         events = _events(as_json)
         opts = UpOptions(force=force, keep_on_failure=keep_on_failure, replace_image=sync_image,
                          ready_timeout=ready_timeout, join_timeout=join_timeout, heartbeat=heartbeat,
-                         stall_warning=stall_warning)
+                         stall_warning=stall_warning, restore=not no_restore)
         _up_and_report(dep, events, opts, as_json)
 
 
-def _up_and_report(dep, events: Events, opts: UpOptions, as_json: bool) -> None:
+def _up_and_report(dep, events: Events, opts: UpOptions, as_json: bool, plan=None) -> None:
     try:
         with signals_interrupt():
-            result = run_up(dep, events, opts)
+            result = run_up(dep, events, opts, plan)
     except UnpinnedImage as exc:
         raise BadInput(str(exc)) from None
     except DeployFailed as exc:
-        events.result(False, phase=str(exc.phase) if exc.phase else None, nodes=exc.nodes, error=str(exc))
+        events.result(False, phase=str(exc.phase) if exc.phase else None, nodes=exc.nodes, error=str(exc),
+                      restored=exc.restored, restore_failed=exc.restore_failed)
         events.close()
         raise Failed(str(exc)) from None
     timings = {str(p.phase): round(p.seconds, 3) for p in events.phases}
     events.result(True, endpoint=result.endpoint, model=result.model, plan_hash=result.plan_hash,
                   run=result.run_id, already_serving=result.already_serving, phases=timings,
+                  release=result.release, replaced=result.replaced,
                   expectations=[{"name": r.name, "status": r.status, "per_node": r.per_node}
                                 for r in result.expectations])
     events.close()
@@ -103,7 +108,9 @@ def _up_and_report(dep, events: Events, opts: UpOptions, as_json: bool) -> None:
         out.print(f"[green]already serving[/] {escape(result.model)} at {escape(result.endpoint)} "
                   f"(plan {result.plan_hash})")
         return
-    out.print(f"[bold green]serving[/] {escape(result.model)} at {escape(result.endpoint)}/v1 (plan {result.plan_hash})")
+    replaced = f", replaces release {result.replaced}" if result.replaced else ""
+    out.print(f"[bold green]serving[/] {escape(result.model)} at {escape(result.endpoint)}/v1 (release "
+              f"{result.release}, plan {result.plan_hash}{replaced})")
     out.print("  " + ", ".join(f"{name} {seconds:.2f}s" for name, seconds in timings.items()))
 
 
@@ -130,7 +137,10 @@ def down(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventor
         name = _recipe_name(recipe, inventory)
         inv, _ = load_inventory(inventory)
         events = Events(TerminalSink(out))
-        result = down_mod.down(inv, name, events)
+        try:
+            result = down_mod.down(inv, name, events)
+        except LockHeld as exc:
+            raise Failed(str(exc)) from None
         events.close()
         if not result.removed and result.ok:
             out.print("nothing to remove: no container of spark-deploy" + (f" for {name}" if name else ""))

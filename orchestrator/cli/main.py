@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import config_cmds, demo, deploy_cmds, pin_cmd
+from . import config_cmds, demo, deploy_cmds, pin_cmd, release_cmds
 from . import sim as sim_cmds
 
 app = typer.Typer(
@@ -22,6 +22,10 @@ app.command()(deploy_cmds.up)
 app.command()(deploy_cmds.down)
 app.command()(deploy_cmds.status)
 app.command()(deploy_cmds.logs)
+app.command()(release_cmds.history)
+app.command()(release_cmds.rollback)
+app.command()(release_cmds.lock)
+app.command()(release_cmds.audit)
 app.command()(demo.demo)
 # Always mounted: without the `sim` extra its commands exit 2 with the install line (cli/extras.py).
 app.add_typer(sim_cmds.app, name="sim", help="A simulated DGX Spark cluster (real sshd and dockerd per node).")

@@ -27,6 +27,8 @@ class UpOptions:
     poll: float = 0.05  # LISTEN probe interval: one short SSH exec each
     heartbeat: float = 30.0  # seconds between "still waiting" lines during long waits
     stall_warning: float = 300.0  # warn when no node has logged anything for this long
+    restore: bool = True  # a failed or interrupted `up` starts the previous release again (--no-restore: not)
+    rollback_of: object = None  # releases.record.Release: this `up` deploys that release again (`rollback`)
 
 
 @dataclass
@@ -51,6 +53,12 @@ class UpContext:
     decision: Decision | None = None
     sample: str = ""
     expectations: list = field(default_factory=list)
+    lock: object = None  # releases.lock.DeployLock while held
+    history: object = None  # releases.store.History as read at the start
+    release: object = None  # releases.record.Release: this run's record
+    replaces: object = None  # the Release whose containers this run stops
+    reuse: dict = field(default_factory=dict)  # node -> restore.Kept: start it instead of `docker run` (rollback)
+    stop_step: object = None  # the StopPrevious step, once planned: what it stopped is what a restore starts
 
     def conn(self, node: str):
         return self.cluster[node]

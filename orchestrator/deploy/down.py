@@ -6,10 +6,15 @@ exactly what is left and where, and the command exits 1.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from ..config.inventory import Inventory
 from ..docker_cli.containers import Container, ours, remove_container
+from ..releases import audit, store
+from ..releases.guard import holding_lock
+from ..releases.record import ReleaseOutcome
+from ..releases.serving import serving_release
 from ..render.spec import secrets_dir
 from ..runner.events import Events, Kind
 from ..transport.group import Cluster, GroupError
@@ -50,30 +55,59 @@ def down(inventory: Inventory, recipe: str | None, events: Events) -> DownResult
     try:
         alive, failures = cluster.open_reachable()
         result.unreachable = {node: str(exc) for node, exc in failures.items()}
-        try:
-            found = cluster.each(lambda c: ours(c, recipe), alive)
-        except GroupError as exc:
-            found = dict(exc.results)
-            result.unreachable.update({n: str(e) for n, e in exc.failures.items()})
-        files = stale_secret_files(inventory, recipe)
-        for group in teardown_order([c.name for c in alive if c.name in found], inventory.head):
-            targets = [cluster[n] for n in group if found.get(n)]
-            try:
-                cluster.each(lambda conn: _remove_all(conn, found[conn.name], result, events), targets)
-            except GroupError as exc:
-                for node, error in exc.failures.items():
-                    result.failed.setdefault(node, str(error))
-        try:
-            cluster.each(lambda conn: forget_stale_secrets(conn, files[conn.name]),
-                         [c for c in alive if c.name in found])
-        except GroupError as exc:
-            for node, error in exc.failures.items():
-                events.warn(f"could not remove a stale secrets env-file in {files[node][0]}: {error}", node)
+        with ExitStack() as held:
+            if any(c.name == inventory.head for c in alive):
+                held.enter_context(holding_lock(cluster, inventory, events))
+            else:
+                events.warn(f"the head {inventory.head} is unreachable: removing what can be reached without the "
+                            "deploy lock")
+            _down_locked(cluster, inventory, recipe, events, alive, result)
     finally:
         cluster.close()
     for node, why in result.unreachable.items():
         result.failed.setdefault(node, f"unreachable, its containers (if any) were not removed: {why}")
     return result
+
+
+def _down_locked(cluster: Cluster, inventory: Inventory, recipe: str | None, events: Events,
+                 alive: list[NodeConnection], result: DownResult) -> None:
+    try:
+        found = cluster.each(lambda c: ours(c, recipe), alive)
+    except GroupError as exc:
+        found = dict(exc.results)
+        result.unreachable.update({n: str(e) for n, e in exc.failures.items()})
+    files = stale_secret_files(inventory, recipe)
+    for group in teardown_order([c.name for c in alive if c.name in found], inventory.head):
+        targets = [cluster[n] for n in group if found.get(n)]
+        try:
+            cluster.each(lambda conn: _remove_all(conn, found[conn.name], result, events), targets)
+        except GroupError as exc:
+            for node, error in exc.failures.items():
+                result.failed.setdefault(node, str(error))
+    try:
+        cluster.each(lambda conn: forget_stale_secrets(conn, files[conn.name]),
+                     [c for c in alive if c.name in found])
+    except GroupError as exc:
+        for node, error in exc.failures.items():
+            events.warn(f"could not remove a stale secrets env-file in {files[node][0]}: {error}", node)
+    _record_stopped(cluster, inventory, events, alive, found, result)
+
+
+def _record_stopped(cluster: Cluster, inventory: Inventory, events: Events, alive: list[NodeConnection],
+                    found: dict, result: DownResult) -> None:
+    """The release that served is now "stopped" in the history; one audit line either way."""
+    stopped = None
+    try:
+        history = store.read_history(cluster, inventory, alive)
+        stopped = serving_release(history.releases, found, inventory.cluster)
+        if stopped is not None and result.ok:
+            store.write_release(cluster, inventory, stopped.touch(outcome=ReleaseOutcome.STOPPED), alive)
+    except Exception as exc:  # noqa: BLE001 - the containers are gone either way; the record is named
+        events.warn(f"could not record the stopped release: {exc}")
+    audit.append(cluster, inventory, audit.entry(
+        "down", "ok" if result.ok else "incomplete", release=stopped.id if stopped else None,
+        detail=f"removed {len(result.removed)} container(s)" + ("" if result.ok else f"; left: {result.failed}")),
+        alive)
 
 
 def _remove_all(conn: NodeConnection, containers: list[Container], result: DownResult, events: Events) -> None:

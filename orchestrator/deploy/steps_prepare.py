@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..checks import basics
 from ..docker_cli import image_sync
-from ..docker_cli.containers import Container, named, rename_container, start_container, stop_container
+from ..docker_cli.containers import Container, named, rename_container, stop_container
 from ..runner.events import Kind, Phase
 from ..runner.runner import StepFailed
 from ..transport.group import GroupError
@@ -224,6 +224,7 @@ class StopPrevious:
     phase: Phase = Phase.STOP_PREVIOUS
     detail: str = "peers first, then the head; kept for undo and rollback"
     stopped: list[Stopped] = field(default_factory=list)
+    ran: list[tuple[str, Container]] = field(default_factory=list)  # set by undo: what a restore starts again
 
     def run(self, ctx: UpContext) -> None:
         previous = ctx.decision.previous
@@ -243,25 +244,27 @@ class StopPrevious:
             ctx.events.container(Kind.CONTAINER_STOPPED, conn.name, kept, container.id,
                                  f"{container.name} ({container.id[:12]}) stopped, kept as {kept}")
 
+    @property
+    def touched(self) -> bool:
+        return bool(self.stopped) or bool(self.ran)
+
     def undo(self, ctx: UpContext) -> None:
-        """Bring the previous deployment back as a whole: ranks of one tensor-parallel group cannot rejoin a
-        running head one by one, so once any rank was touched, every rank that ran is stopped (which also
-        lets an interrupted `docker stop` finish: the engine goes on after its client is killed), renamed
-        back where it was renamed, and started again, head first, then the peers."""
+        """Give the previous deployment its names back, stopped, as a whole: ranks of one tensor-parallel
+        group cannot rejoin a running head one by one, so once any rank was touched, every rank that ran
+        is stopped (which also lets an interrupted `docker stop` finish: the engine goes on after its
+        client is killed). Starting it again, with every wait `up` has, is the restore's job
+        (deploy/restore.py), which `up` runs after this undo unless --no-restore."""
         if not self.stopped:
             return
         head = ctx.plan.head.node.name
-        ran = sorted(((node, c) for node, cs in ctx.decision.previous.items() for c in cs if c.running),
-                     key=lambda item: item[0] != head)
-        for node, container in ran:
+        self.ran = sorted(((node, c) for node, cs in ctx.decision.previous.items() for c in cs if c.running),
+                          key=lambda item: item[0] != head)
+        for node, container in self.ran:
             stop_container(ctx.conn(node), container.id)
         for entry in self.stopped:
             if entry.renamed:
                 rename_container(ctx.conn(entry.node), entry.container.id, entry.container.name)
                 entry.renamed = False
-        for node, container in ran:
-            start_container(ctx.conn(node), container.id)
-            ctx.events.container(Kind.CONTAINER_RESTARTED, node, container.name, container.id)
         self.stopped = []
 
     def leftover(self, ctx: UpContext) -> list[str]:
@@ -269,9 +272,7 @@ class StopPrevious:
             return []
         out = [f"{e.node}: previous container {e.kept} ({e.container.id[:12]}): docker rename "
                f"{e.container.id[:12]} {e.container.name}" for e in self.stopped if e.renamed]
-        ran = [(n, c) for n, cs in ctx.decision.previous.items() for c in cs if c.running]
-        shown = ", ".join(f"{n}: {c.id[:12]}" for n, c in ran)
-        return out + [f"the previous deployment may be down: docker stop, then docker start head first ({shown})"]
+        return out + ["the previous release is stopped: `spark-deploy rollback` starts it again"]
 
 
 class PortsFree(NoUndo):

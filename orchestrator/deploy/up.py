@@ -1,12 +1,15 @@
-"""`up`: a plan executed by the Runner as ordered steps that undo themselves.
+"""`up`: a plan executed by the Runner as ordered steps that undo themselves, as one release.
 
-    connect → preflight → current state ─┬─ already serving: done, nothing touched
-                                         └─ image → secrets → stop previous (kept) → ports → head → rendezvous
-                                            → peers → peers joined → forget secrets → ready → log checks
+    connect → lock → preflight → current state ─┬─ already serving: done, nothing touched
+                                                └─ release record → image → secrets → stop previous (kept)
+                                                   → ports → head → rendezvous → peers → peers joined
+                                                   → forget secrets → ready → log checks
 
 Everything that can fail without consequence (preflight, image sync, ports, secrets) happens before the
-serving deployment is stopped. Any failure or interrupt undoes the completed steps in reverse: this run's
-containers are removed by ID and the previous containers are renamed back and started again.
+serving release is stopped. Any failure or interrupt undoes the completed steps in reverse (this run's
+containers removed by ID, the previous ones given their names back), then the previous release is started
+again with every wait `up` has (deploy/restore.py) unless --no-restore. The release's outcome is written
+to every node, and one audit line.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ from ..render.plan import Plan, build_plan
 from ..runner.events import Events, Phase
 from ..runner.runner import Runner, StepFailed
 from ..transport.group import Cluster
+from ..releases.record import ReleaseOutcome
 from .context import UpContext, UpOptions
 from .current import Action
+from .restore import StartKept, restore_previous
+from .steps_release import OpenRelease, TakeLock, finish
 from .steps_launch import ForgetSecrets, LogChecks, PeersJoined, Ready, Rendezvous, StartRanks
 from .steps_prepare import Connect, CurrentState, Preflight, PortsFree, StopPrevious, SyncImage, WriteSecrets
 
@@ -42,23 +48,33 @@ class UpResult:
     already_serving: bool = False
     expectations: list = field(default_factory=list)
     sample: str = ""
+    release: int | None = None
+    replaced: int | None = None
 
 
 def launch_steps(ctx: UpContext) -> list:
     """The steps after the current state is known (and is not "already serving")."""
     plan, dep = ctx.plan, ctx.dep
-    steps: list = [SyncImage(plan.image_id, plan.image_ref)]
-    writer = WriteSecrets(dep.recipe.secrets) if dep.recipe.secrets else None
+    steps: list = [OpenRelease(), SyncImage(plan.image_id, plan.image_ref)]
+    reuse = ctx.reuse  # a rollback whose kept containers are all there: `docker start`, not `docker run`
+    writer = WriteSecrets(dep.recipe.secrets) if dep.recipe.secrets and not reuse else None
     if writer:
         steps.append(writer)
     if ctx.decision.action is Action.REPLACE:
-        steps.append(StopPrevious())
+        ctx.stop_step = StopPrevious()
+        steps.append(ctx.stop_step)
         if ctx.decision.previous_running:
             steps.append(PortsFree(plan.head.node.name, plan.ports))
-    steps.append(StartRanks(Phase.HEAD, [plan.head]))
+
+    def start(phase: Phase, launches: list):
+        if reuse:
+            return StartKept(phase, [reuse[l.node.name] for l in launches], undo_stops=True)
+        return StartRanks(phase, launches)
+
+    steps.append(start(Phase.HEAD, [plan.head]))
     if plan.peers:
         steps.append(Rendezvous(plan.head.node.name, plan.head.spec.master_port))
-        steps.append(StartRanks(Phase.PEERS, list(plan.peers)))
+        steps.append(start(Phase.PEERS, list(plan.peers)))
         steps.append(PeersJoined([p.node.name for p in plan.peers], ctx.dep.inventory.node(ctx.dep.inventory.head).fabric_ip,
                                  plan.head.spec.master_port))
     if writer:
@@ -67,9 +83,13 @@ def launch_steps(ctx: UpContext) -> list:
     return steps
 
 
-def plan_steps() -> list:
-    """The steps every `up` starts with, read-only: they decide what the rest will be."""
-    return [Connect(), Preflight(), CurrentState()]
+def plan_steps(ctx: UpContext) -> list:
+    """The steps every `up` starts with, read-only (the lock aside): they decide what the rest will be."""
+    steps = [Connect(), TakeLock(), Preflight()]
+    if ctx.opts.rollback_of is not None:
+        from .rollback import CheckRollback  # rollback's own refusals, before anything is stopped
+        steps.append(CheckRollback())
+    return steps + [CurrentState()]
 
 
 def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Plan | None = None) -> UpResult:
@@ -82,22 +102,78 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
                     Endpoint(dep.inventory.ranked[0].address, recipe.serve.port))
     runner: Runner[UpContext] = Runner(events, before_undo=ctx.cluster.renew_cancel)
     try:
-        runner.run(plan_steps(), ctx)
+        runner.run(plan_steps(ctx), ctx)
         if ctx.decision.action is Action.ALREADY_SERVING:
             events.note(f"{recipe.name} plan {plan.plan_hash} is already serving at {ctx.endpoint.url} on every "
                         "rank: nothing changed (--force redeploys)")
+            finish(ctx, "already serving")
             return UpResult(ctx.endpoint.url, recipe.served_name, plan.plan_hash, plan.run_id, already_serving=True)
         runner.run(launch_steps(ctx), ctx)
+    except StepFailed as failure:
+        _after_failure(ctx, failure)
+        raise
+    else:
+        finish(ctx, ReleaseOutcome.SERVING, log_checks=[_check(r) for r in ctx.expectations])
         return UpResult(ctx.endpoint.url, recipe.served_name, plan.plan_hash, plan.run_id,
-                        expectations=ctx.expectations, sample=ctx.sample)
+                        expectations=ctx.expectations, sample=ctx.sample,
+                        release=ctx.release.id if ctx.release else None,
+                        replaced=ctx.replaces.id if ctx.replaces else None)
     finally:
         _close(ctx)
+
+
+def _check(result) -> dict:
+    return {"name": result.name, "status": result.status, "per_node": result.per_node, "detail": result.detail}
+
+
+def _after_failure(ctx: UpContext, failure: StepFailed) -> None:
+    """The new release is undone; start the previous one again (unless --no-restore) and record both."""
+    stop = ctx.stop_step
+    fields = {"failed_phase": str(failure.phase) if failure.phase else None, "cause": failure.cause}
+    if stop is None or not stop.touched:
+        if ctx.replaces is not None:
+            failure.undo_notes.append(f"release {ctx.replaces.id} was never stopped: it still serves")
+        finish(ctx, ReleaseOutcome.FAILED, **fields)
+        return
+    if not ctx.opts.restore:
+        failure.undo_notes.append("--no-restore: the previous release is left stopped (its containers are kept; "
+                                  "`spark-deploy rollback` starts it again)")
+        finish(ctx, ReleaseOutcome.FAILED, **fields)
+        return
+    try:
+        result = restore_previous(ctx, stop.ran)
+    except KeyboardInterrupt:
+        result = None
+        failure.undo_notes.append("RESTORE INTERRUPTED: the previous release may be stopped; "
+                                  "`spark-deploy status`, then `spark-deploy rollback`")
+        finish(ctx, ReleaseOutcome.FAILED, restore_failed="interrupted", **fields)
+        return
+    if result.ok:
+        failure.restored = result.release.id if result.release else None
+        failure.undo_notes.append(f"restored: {result.detail}")
+        finish(ctx, ReleaseOutcome.FAILED, restored=failure.restored, **fields)
+    else:
+        failure.restore_failed = result.detail
+        failure.undo_notes.append(f"RESTORE FAILED: {result.detail}")
+        failure.undo_notes.append("NOTHING MAY BE SERVING: the new release failed (above) and the previous one "
+                                  "did not come back; `spark-deploy status` shows what runs")
+        finish(ctx, ReleaseOutcome.FAILED, restore_failed=result.detail, **fields)
+
+
+def _release_lock(ctx: UpContext) -> None:
+    if ctx.lock is None:
+        return
+    try:
+        ctx.lock.release()
+    except Exception as exc:  # noqa: BLE001 - the lock then expires by itself; say so
+        ctx.events.warn(f"could not release the deploy lock ({exc}): it expires by itself, or "
+                        "`spark-deploy lock release --force`")
 
 
 def _close(ctx: UpContext) -> None:
     """Stop watching and close every connection (which kills what still runs remotely). A late second
     interrupt here must not replace the run's outcome: each part is retried once past it."""
-    for part in (ctx.monitor.stop, ctx.cluster.close):
+    for part in (ctx.monitor.stop, lambda: _release_lock(ctx), ctx.cluster.close):
         for _attempt in range(2):
             try:
                 part()

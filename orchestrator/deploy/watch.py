@@ -144,9 +144,11 @@ class Monitor:
         return box["value"]
 
     def watch(self, conn: NodeConnection, container: str, on_line: Callable[[str, str], None] | None = None,
-              name: str | None = None) -> "ContainerWatch":
-        """Follow `container` (an ID; `name` for messages) on `conn`; one watched container per node."""
+              name: str | None = None, since: str | None = None) -> "ContainerWatch":
+        """Follow `container` (an ID; `name` for messages) on `conn`; one watched container per node.
+        `since` (a Docker timestamp): only lines from then on, e.g. a restarted container's new start."""
         watch = ContainerWatch(conn, container, self, on_line, name)
+        watch.last_stamp = since
         self.watches[conn.name] = watch
         watch.start()
         return watch
@@ -222,7 +224,7 @@ class ContainerWatch:
             self.monitor.fail(failure)
 
     def _run(self) -> None:
-        since: list[str] = []
+        since: list[str] = ["--since", self.last_stamp] if self.last_stamp else []
         for _ in range(MAX_REFOLLOW + 1):
             try:
                 self.conn.stream(["docker", "logs", "--follow", "--timestamps", *since, self.container],

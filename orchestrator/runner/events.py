@@ -15,8 +15,10 @@ from typing import Iterator, Protocol
 
 class Phase(StrEnum):
     CONNECT = "connect"
+    LOCK = "lock"
     PREFLIGHT = "preflight"
     CURRENT = "current state"
+    RELEASE = "release"
     IMAGE = "image"
     SECRETS = "secrets"
     STOP_PREVIOUS = "stop previous"
@@ -28,6 +30,7 @@ class Phase(StrEnum):
     READY = "ready"
     LOG_CHECKS = "log checks"
     UNDO = "undo"
+    RESTORE = "restore"
     DOWN = "down"
 
 

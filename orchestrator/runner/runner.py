@@ -37,6 +37,8 @@ class StepFailed(Exception):
     def __init__(self, phase: Phase | None, cause: str, nodes: list[str] | None = None, interrupted: bool = False):
         self.phase, self.cause, self.nodes, self.interrupted = phase, cause, nodes or [], interrupted
         self.undo_notes: list[str] = []
+        self.restored: int | None = None  # `up`: the release that serves again after this failure
+        self.restore_failed: str | None = None  # ... or why it could not be restored
         super().__init__(cause)
 
     def __str__(self) -> str:

@@ -104,6 +104,10 @@ class NodeConnection:
         return self
 
     @property
+    def is_open(self) -> bool:
+        return bool(self._conn.is_connected)
+
+    @property
     def transport(self) -> paramiko.Transport:
         transport = self._conn.client.get_transport()
         if transport is None or not transport.is_active():
@@ -302,6 +306,26 @@ class NodeConnection:
                 sftp.close()
         finally:
             self._release()
+
+    def put_file(self, path: str, content: str, mode: int = 0o644) -> None:
+        """Replace `path` atomically and durably: written beside it, fsynced, renamed over it, and the
+        directory fsynced, so a reader (or a crash) sees the old file or the new one, never half of one."""
+        directory = os.path.dirname(path)
+        temp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+        self.run(["mkdir", "-p", directory], check=True, timeout=30)
+        self._acquire(time.monotonic() + 60, shield=False)
+        try:
+            sftp = paramiko.SFTPClient.from_transport(self.transport)
+            try:
+                with sftp.open(temp, "w") as handle:
+                    handle.chmod(mode)
+                    handle.write(content)
+            finally:
+                sftp.close()
+        finally:
+            self._release()
+        self.run_script('sync -- "$1" && mv -f -- "$1" "$2" && sync -- "$3"', temp, path, directory,
+                        check=True, timeout=30)
 
     # ---- killing -----------------------------------------------------------------------------
     def adopt(self, pgid: int) -> Callable[[], None]:

@@ -1,0 +1,198 @@
+"""`history`, `rollback`, `lock`, `audit`: thin wrappers over orchestrator.releases and deploy.rollback."""
+
+from __future__ import annotations
+
+import os
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ..config.load import load_inventory
+from ..config.local_checks import local_problems
+from ..config.source import ConfigError
+from ..deploy import rollback as rollback_mod
+from ..deploy.up import UpOptions
+from ..docker_cli.containers import ours
+from ..releases import audit as audit_mod
+from ..releases import lock as lock_mod
+from ..releases import store
+from ..releases.serving import serving_release
+from ..transport.group import Cluster, GroupError
+from .common import Failed, InventoryOpt, JsonOpt, emit_json, err, exit_codes, out
+from .deploy_cmds import _events, _signals_for_up, _up_and_report
+
+
+def _when(stamp: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(stamp)) if stamp else "-"
+
+
+def _open(inventory: Path):
+    inv, _ = load_inventory(inventory)
+    cluster = Cluster(inv)
+    alive, unreachable = cluster.open_reachable()
+    if not alive:
+        cluster.close()
+        raise Failed("no node answers: " + "; ".join(str(e) for e in unreachable.values()))
+    return inv, cluster, alive, unreachable
+
+
+def history(inventory: InventoryOpt = Path("inventory.yaml"), as_json: JsonOpt = False) -> None:
+    """The releases, newest first, read from every node, and which one serves now (by the running containers).
+
+    Example: spark-deploy history --json
+    """
+    with exit_codes():
+        inv, cluster, alive, unreachable = _open(inventory)
+        try:
+            hist = store.read_history(cluster, inv, alive)
+            try:
+                containers = cluster.each(ours, alive)
+            except GroupError as exc:
+                containers = dict(exc.results)
+        finally:
+            cluster.close()
+        now = serving_release(hist.releases, containers, inv.cluster) if not unreachable else None
+        for node, why in unreachable.items():
+            err.print(f"[yellow]warning[/]: {escape(node)} unreachable, its copy of the history was not read: "
+                      f"{escape(str(why))}")
+        for node, notes in hist.disagreements.items():
+            err.print(f"[yellow]warning[/]: {escape(node)}'s copy of the history disagrees: {escape('; '.join(notes))}")
+        if as_json:
+            emit_json([{"id": r.id, "plan_hash": r.plan_hash, "recipe": r.recipe, "image_id": r.image_id,
+                        "outcome": str(r.outcome), "outcome_text": r.outcome_text(), "failed_phase": r.failed_phase,
+                        "cause": r.cause, "restored": r.restored, "rollback_of": r.rollback_of,
+                        "started_at": r.started_at, "finished_at": r.finished_at, "by": r.by,
+                        "serving": now is not None and r.id == now.id, "run_id": r.run_id} for r in hist.releases])
+            return
+        if not hist.releases:
+            out.print("no releases recorded on any node yet")
+            return
+        table = Table(title=f"releases of {inv.cluster}")
+        for column in ("", "release", "outcome", "recipe", "plan", "image", "started (UTC)", "by"):
+            table.add_column(column, overflow="fold")
+        for r in hist.releases:
+            mark = "[bold green]▶ serving[/]" if now is not None and r.id == now.id else ""
+            table.add_row(mark, str(r.id), escape(r.outcome_text()), escape(r.recipe), r.plan_hash,
+                          r.image_id.removeprefix("sha256:")[:12], _when(r.started_at), escape(r.by))
+        out.print(table)
+        if unreachable:
+            out.print("which release serves is not judged: not every node answered")
+        elif now is None:
+            out.print("no release serves now (no plan runs on every rank)")
+
+
+def rollback(
+    release: Annotated[Optional[int], typer.Argument(help="The release to deploy again (default: the one that "
+                                                          "served before the current one).", show_default=False)] = None,
+    inventory: InventoryOpt = Path("inventory.yaml"),
+    yes: Annotated[bool, typer.Option("--yes", help="Deploy even though today's inventory changes the plan.")] = False,
+    no_restore: Annotated[bool, typer.Option("--no-restore", help="If it fails, leave the nodes empty instead of "
+                                                                  "starting the current release again.")] = False,
+    ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the API to serve.")] = 5400.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Deploy a previous release again, exactly as recorded (its kept containers are started, not re-created).
+
+    Example: spark-deploy rollback 3
+    """
+    with _signals_for_up(), exit_codes():
+        try:
+            prepared = rollback_mod.prepare(str(inventory), release)
+        except rollback_mod.RollbackRefused as exc:
+            raise Failed(str(exc)) from None
+        except GroupError as exc:
+            raise Failed(str(exc)) from None
+        problems = local_problems(prepared.dep, os.environ)
+        if problems:
+            raise ConfigError(problems)
+        target = prepared.target
+        current = f"release {prepared.current.id}" if prepared.current else "nothing serving"
+        if prepared.changes:
+            for line in prepared.changes:
+                err.print(escape(line))
+            if not yes:
+                raise Failed(f"release {target.id} would not run as recorded on today's inventory (above); "
+                             "rerun with --yes to deploy it anyway")
+        if not as_json:
+            out.print(f"rollback: {current} -> release {target.id} ({escape(target.recipe)}, plan {target.plan_hash}, "
+                      f"image {target.image_id[:19]})")
+        opts = UpOptions(rollback_of=target, restore=not no_restore, ready_timeout=ready_timeout)
+        _up_and_report(prepared.dep, _events(as_json), opts, as_json, plan=prepared.plan)
+
+
+class LockAction(StrEnum):
+    STATUS = "status"
+    RELEASE = "release"
+
+
+def lock(
+    action: Annotated[LockAction, typer.Argument(help="status, or release.")] = LockAction.STATUS,
+    inventory: InventoryOpt = Path("inventory.yaml"),
+    force: Annotated[bool, typer.Option("--force", help="Release a lock that is not stale (its owner may be alive).")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Who holds the deploy lock on the head node, since when, and whether it is stale; or release it.
+
+    Example: spark-deploy lock release --force
+    """
+    with exit_codes():
+        inv, _ = load_inventory(inventory)
+        with Cluster(inv) as cluster:
+            held = lock_mod.read_lock(cluster.head, inv)
+            why = lock_mod.stale_reason(held) if isinstance(held, lock_mod.LockDetails) else (
+                "unreadable" if held is not None else None)
+            if action is LockAction.STATUS:
+                if as_json:
+                    emit_json({"held": held is not None, "stale": why, "path": lock_mod.lock_path(inv),
+                               "owner": held.__dict__ if isinstance(held, lock_mod.LockDetails) else held})
+                elif held is None:
+                    out.print(f"not held ({lock_mod.lock_path(inv)} on {inv.head})")
+                else:
+                    shown = held.describe() if isinstance(held, lock_mod.LockDetails) else repr(held)
+                    out.print(f"held by {escape(shown)}" + (f" — [yellow]stale[/]: {escape(why)}" if why else ""))
+                return
+            if held is None:
+                out.print("not held: nothing to release")
+                return
+            if why is None and not force:
+                raise Failed(f"the lock is held by a live owner ({held.describe()}): --force releases it anyway")
+            lock_mod.force_release(cluster.head, inv)
+            audit_mod.append(cluster, inv, audit_mod.entry(
+                "lock-release", "released", detail=(f"stale: {why}" if why else "forced") + f"; was held by "
+                f"{held.describe() if isinstance(held, lock_mod.LockDetails) else 'unreadable'}"))
+            out.print("released")
+
+
+def audit(
+    inventory: InventoryOpt = Path("inventory.yaml"),
+    tail: Annotated[Optional[int], typer.Option("--tail", min=1, help="Only the last N lines.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The audit log, merged from every node: who did what, when, to which release, with what outcome.
+
+    Example: spark-deploy audit --tail 20
+    """
+    with exit_codes():
+        inv, cluster, alive, unreachable = _open(inventory)
+        try:
+            log = audit_mod.read(cluster, inv, alive)
+        finally:
+            cluster.close()
+        lines = log.lines[-tail:] if tail else log.lines
+        for node, why in {**{n: str(e) for n, e in unreachable.items()}, **log.unreadable}.items():
+            err.print(f"[yellow]warning[/]: {escape(node)}: audit log not read: {escape(why)}")
+        for node, count in log.missing_on.items():
+            err.print(f"[yellow]warning[/]: {escape(node)} lacks {count} line(s) the other node(s) have")
+        if as_json:
+            emit_json(lines)
+            return
+        for line in lines:
+            release = f" release {line['release']}" if line.get("release") is not None else ""
+            out.print(f"{_when(line.get('at'))}  {escape(line.get('by', '?'))}  {escape(line.get('action', '?'))}"
+                      f"{release}: {escape(str(line.get('outcome', '?')))}"
+                      + (f" — {escape(line['detail'])}" if line.get("detail") else ""))

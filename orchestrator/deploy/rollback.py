@@ -1,0 +1,133 @@
+"""`rollback [RELEASE]`: deploy a recorded release again, exactly as it was, as a release of its own.
+
+The recipe comes from the record (its text, image ID pinned), bound to today's inventory: the plan hash
+is the record's unless the inventory changed, which is shown rank by rank before `--yes` is required.
+Refused before anything is stopped when a node no longer holds the release's image ID, or its model
+cache resolves the revision to another commit. When the release's containers are still kept on every
+node they are started again (`docker start`), not re-created.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from ..config.load import Deployment, load_inventory
+from ..checks.model_cache import revision_on
+from ..docker_cli.containers import list_containers, ours
+from ..releases import store
+from ..releases.record import Release
+from ..releases.serving import rollback_target, serving_release
+from ..render.labels import Label
+from ..render.plan import Plan, build_plan
+from ..runner.events import Phase
+from ..runner.runner import StepFailed
+from ..transport.group import Cluster
+from .context import UpContext
+from .restore import Kept, recorded_deployment
+from .steps_prepare import NoUndo
+
+
+class RollbackRefused(Exception):
+    """Nothing was touched: the target cannot be deployed as recorded."""
+
+
+@dataclass
+class RollbackPlan:
+    target: Release
+    current: Release | None
+    dep: Deployment
+    plan: Plan
+    changes: list[str]  # side-by-side differences when today's inventory changes the plan; [] = identical
+
+
+def prepare(inventory_path: str, wanted: int | None) -> RollbackPlan:
+    """Read the history from the nodes, choose the target, rebuild its plan. Read only."""
+    inventory, _ = load_inventory(inventory_path)
+    with Cluster(inventory) as cluster:
+        history = store.read_history(cluster, inventory)
+        containers = cluster.each(ours)
+    current = serving_release(history.releases, containers, inventory.cluster)
+    try:
+        target = rollback_target(history.releases, current, wanted)
+    except ValueError as exc:
+        raise RollbackRefused(str(exc)) from None
+    dep = recorded_deployment(target, inventory_path)
+    plan = build_plan(dep)
+    changes = [] if plan.plan_hash == target.plan_hash else compare(target, plan)
+    return RollbackPlan(target, current, dep, plan, changes)
+
+
+def compare(record: Release, plan: Plan) -> list[str]:
+    """Per rank, the recorded argv beside today's (labels left out: they always differ by run)."""
+    lines = [f"the inventory changed since release {record.id}: plan {record.plan_hash} (recorded) -> "
+             f"{plan.plan_hash} (today)"]
+    for rank in record.ranks:
+        now = next((l for l in plan.ranks if l.rank == rank.rank), None)
+        before, after = _unlabelled(rank.argv), _unlabelled(list(now.argv)) if now else []
+        diff = [d for d in difflib.ndiff(before, after) if d[:1] in "+-"]
+        node_now = now.node.name if now else "(no such rank today)"
+        lines.append(f"  rank {rank.rank}: {rank.node} -> {node_now}")
+        width = max((len(d) for d in diff), default=0)
+        olds = [d[2:] for d in diff if d.startswith("- ")]
+        news = [d[2:] for d in diff if d.startswith("+ ")]
+        for i in range(max(len(olds), len(news))):
+            left = olds[i] if i < len(olds) else ""
+            right = news[i] if i < len(news) else ""
+            lines.append(f"    {left:<{min(width, 60)}} | {right}")
+    return lines
+
+
+def _unlabelled(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--label":
+            skip = True
+            continue
+        out.append(arg)
+    return out
+
+
+class CheckRollback(NoUndo):
+    """Before anything is stopped: every node still holds the release's image ID and the same model
+    revision; and whether its kept containers can simply be started again."""
+
+    phase, detail = Phase.PREFLIGHT, "the release's image ID and model revision on every node; kept containers"
+
+    def run(self, ctx: UpContext) -> None:
+        target: Release = ctx.opts.rollback_of
+        lacking = [n.conn.name for n in ctx.look.image.nodes if n.pinned is None]
+        if lacking:
+            raise StepFailed(self.phase, f"cannot roll back to release {target.id}: {', '.join(lacking)} no longer "
+                             f"hold(s) its image {target.image_id} ({target.image_ref}); nothing was stopped. Load "
+                             "that exact image there again (docker load), then retry", lacking)
+        repo, revision = ctx.dep.recipe.model.repo, ctx.dep.recipe.model.revision
+        now = ctx.cluster.each(lambda conn: revision_on(conn, ctx.dep.inventory.node(conn.name).hf_cache, repo, revision))
+        moved = {node: (target.model.per_node.get(node, "?"), seen) for node, seen in now.items()
+                 if node in target.model.per_node and target.model.per_node[node] != seen}
+        if moved:
+            raise StepFailed(self.phase, f"cannot roll back to release {target.id}: the model {repo}@{revision} "
+                             "differs from what it ran on: " + "; ".join(
+                                 f"{node} had {was or 'nothing'} and now has {seen or 'nothing'}"
+                                 for node, (was, seen) in moved.items()) + "; nothing was stopped", sorted(moved))
+        if ctx.plan.plan_hash == target.plan_hash:
+            ctx.reuse = self._kept(ctx, target)
+        if ctx.reuse:
+            ctx.events.note(f"release {target.id}'s containers are kept on every node: started again, not re-created")
+        else:
+            ctx.events.note(f"release {target.id}'s containers are not all kept: created again from its record")
+
+    def _kept(self, ctx: UpContext, target: Release) -> dict[str, Kept]:
+        found: dict[str, Kept] = {}
+        for launch in ctx.plan.ranks:
+            conn = ctx.conn(launch.node.name)
+            stopped = [c for c in list_containers(conn, [f"label={Label.PLAN_HASH}={target.plan_hash}",
+                                                         f"label={Label.RANK}={launch.rank}"]) if not c.running]
+            stopped.sort(key=lambda c: c.ours.run != target.container_run)  # the release's own first
+            if not stopped:
+                return {}
+            found[launch.node.name] = Kept(launch.node.name, stopped[0], launch.container)
+        return found

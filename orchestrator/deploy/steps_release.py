@@ -1,0 +1,173 @@
+"""The steps of `up` that make it a release: the deploy lock, then the record written to every node.
+
+The lock is taken right after connecting, before anything is read that a second command could change.
+A stale lock (owner gone, or expired) is taken over loudly; what its dead `up` left running — containers
+carrying its run label — is removed before this one goes on, so two deployments never run side by side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+from ..checks.model_cache import revision_on
+from ..docker_cli.containers import list_containers, remove_container
+from ..releases import audit, store
+from ..releases.lock import DeployLock, LockHeld
+from ..releases.record import ModelSeen, RankRecord, Release, ReleaseOutcome, who
+from ..render.labels import Label
+from ..runner.events import Kind, Phase
+from ..runner.runner import StepFailed
+from .context import UpContext
+from .steps_prepare import NoUndo
+
+
+class TakeLock(NoUndo):
+    phase, detail = Phase.LOCK, "the deploy lock on the head node"
+
+    def run(self, ctx: UpContext) -> None:
+        ttl = max(ctx.opts.ready_timeout, ctx.opts.listen_timeout) + 600
+        lock = DeployLock(ctx.cluster.head, ctx.dep.inventory, audit.command_line(), ttl, run_id=ctx.plan.run_id)
+        try:
+            lock.acquire()
+        except LockHeld as exc:
+            raise StepFailed(self.phase, str(exc), [ctx.cluster.head.name]) from None
+        ctx.lock = lock
+        lock.start_refreshing()
+        if lock.taken_over:
+            stale, why = lock.taken_over
+            owner = stale.describe() if stale else "unreadable"
+            ctx.events.warn(f"took over a stale deploy lock ({why}): {owner}", ctx.cluster.head.name)
+            audit.append(ctx.cluster, ctx.dep.inventory, audit.entry(
+                "lock-takeover", "taken", detail=f"{why}; was held by {owner}",
+                release=stale.release if stale else None))
+            if stale and stale.run_id:
+                clean_orphans(ctx, stale.run_id, stale.release)
+
+
+def clean_orphans(ctx: UpContext, run_id: str, release_id: int | None) -> None:
+    """Remove every container the dead `up` created (found by its run label, on every node)."""
+    def sweep(conn) -> list[str]:
+        gone = []
+        for c in list_containers(conn, [f"label={Label.RUN}={run_id}"]):
+            remove_container(conn, c.id)
+            ctx.events.container(Kind.CONTAINER_REMOVED, conn.name, c.name, c.id,
+                                 f"{c.name} ({c.id[:12]}, {c.status}) of the dead run {run_id} removed")
+            gone.append(c.name)
+        return gone
+
+    removed = ctx.cluster.each(sweep)
+    if not any(removed.values()):
+        ctx.events.note(f"the dead run {run_id} left no container behind")
+    if release_id is not None:
+        history = store.read_history(ctx.cluster, ctx.dep.inventory)
+        record = history.get(release_id)
+        if record is not None and record.outcome is ReleaseOutcome.DEPLOYING:
+            store.write_release(ctx.cluster, ctx.dep.inventory, record.touch(
+                outcome=ReleaseOutcome.ABANDONED, finished_at=time.time(),
+                cause=f"its `up` died while holding the lock (run {run_id}); its containers were removed"))
+
+
+class OpenRelease(NoUndo):
+    """Read the history (every node's copy, reconciled), name the release this one replaces, and write
+    this release's record — outcome "deploying" — to every node before anything is changed."""
+
+    phase, detail = Phase.RELEASE, "history from every node; this release's record written to every node"
+
+    def run(self, ctx: UpContext) -> None:
+        dep, plan = ctx.dep, ctx.plan
+        history = store.read_history(ctx.cluster, dep.inventory)
+        for node, notes in history.disagreements.items():
+            ctx.events.warn("release history: " + "; ".join(notes), node)
+        for line in store.repair(ctx.cluster, dep.inventory, history):
+            ctx.events.note(line)
+        ctx.history = history
+        ctx.replaces = _replaced_release(history, ctx)
+        seen = ctx.cluster.each(lambda conn: revision_on(
+            conn, dep.inventory.node(conn.name).hf_cache, dep.recipe.model.repo, dep.recipe.model.revision))
+        source = ctx.look.image.source
+        now = time.time()
+        record = Release(
+            id=history.next_id, cluster=dep.inventory.cluster, recipe=dep.recipe.name,
+            recipe_text=Path(dep.recipe_path).read_text(), recipe_digest=plan.recipe_digest,
+            inventory_digest=inventory_digest(dep), plan_hash=plan.plan_hash, run_id=plan.run_id,
+            container_run=_container_run(ctx), image_id=plan.image_id, image_ref=plan.image_ref,
+            diff_ids=list(source.pinned.diff_ids) if source and source.pinned else [],
+            ranks=_ranks(ctx),
+            model=ModelSeen(repo=dep.recipe.model.repo, revision=dep.recipe.model.revision, per_node=seen),
+            secrets=list(dep.recipe.secrets), by=who(), command=audit.command_line(), started_at=now,
+            updated_at=now, rollback_of=ctx.opts.rollback_of.id if ctx.opts.rollback_of else None,
+            replaced=ctx.replaces.id if ctx.replaces else None)
+        store.write_release(ctx.cluster, dep.inventory, record)
+        ctx.release = record
+        if ctx.lock:
+            ctx.lock.note(release=record.id)
+        verb = f"rollback to release {ctx.opts.rollback_of.id}: release" if ctx.opts.rollback_of else "release"
+        if ctx.replaces:
+            ctx.events.note(f"{verb} {record.id}: plan {plan.plan_hash} replaces release {ctx.replaces.id} "
+                            f"(plan {ctx.replaces.plan_hash}, {ctx.replaces.recipe})")
+        else:
+            ctx.events.note(f"{verb} {record.id}: plan {plan.plan_hash}")
+
+
+def _ranks(ctx: UpContext) -> list[RankRecord]:
+    """The argv that runs: a rollback that starts kept containers runs what they were created with."""
+    if ctx.reuse and ctx.opts.rollback_of is not None:
+        return [r.model_copy() for r in ctx.opts.rollback_of.ranks]
+    return [RankRecord(rank=l.rank, node=l.node.name, container=l.container, argv=list(l.argv))
+            for l in ctx.plan.ranks]
+
+
+def _container_run(ctx: UpContext) -> str:
+    kept = next(iter(ctx.reuse.values()), None)
+    return kept.container.ours.run if kept is not None else ctx.plan.run_id
+
+
+def _replaced_release(history: store.History, ctx: UpContext) -> Release | None:
+    """The release whose containers this `up` stops: the newest record of the running plan hash."""
+    if ctx.decision is None or not ctx.decision.previous_running:
+        return None
+    hashes = {c.ours.plan_hash for cs in ctx.decision.previous.values() for c in cs if c.running and c.ours}
+    return next((r for r in history.releases if r.plan_hash in hashes
+                 and r.outcome in (ReleaseOutcome.SERVING, ReleaseOutcome.DEPLOYING)), None) or \
+        next((r for r in history.releases if r.plan_hash in hashes), None)
+
+
+def inventory_digest(dep) -> str:
+    canonical = json.dumps(dep.inventory.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def finish(ctx: UpContext, outcome: ReleaseOutcome | str, **fields) -> None:
+    """Write the release's final state to every node it can reach, the replaced release's new state, and
+    one audit line. With no release (failed before one was opened, or already serving): the audit line.
+
+    Best effort by design: the deployment's outcome stands whatever the record write says, and a node
+    that missed it is named (and repaired by the next mutating command)."""
+    if ctx.lock is None or not ctx.lock.held:
+        return  # never got as far as the lock: nothing was done, nothing to record
+    targets = [c for c in ctx.cluster.nodes if c.is_open]
+    detail = str(outcome)
+    if ctx.release is not None and isinstance(outcome, ReleaseOutcome):
+        ctx.release = ctx.release.touch(outcome=outcome, finished_at=time.time(), **fields)
+        _write(ctx, ctx.release, targets)
+        if outcome is ReleaseOutcome.SERVING and ctx.replaces is not None:
+            ended = ReleaseOutcome.ROLLED_BACK if ctx.opts.rollback_of else ReleaseOutcome.SUPERSEDED
+            _write(ctx, ctx.replaces.touch(outcome=ended, replaced_by=ctx.release.id), targets)
+        detail = ctx.release.outcome_text()
+    elif fields.get("failed_phase"):
+        detail = f"failed in {fields['failed_phase']} before a release was recorded: {fields.get('cause', '')}"
+    missed = audit.append(ctx.cluster, ctx.dep.inventory, audit.entry(
+        "rollback" if ctx.opts.rollback_of else "up", str(outcome), release=ctx.release.id if ctx.release else None, detail=detail,
+        plan_hash=ctx.plan.plan_hash, recipe=ctx.dep.recipe.name), targets)
+    for node, why in missed.items():
+        ctx.events.warn(f"audit line not written: {why}", node)
+
+
+def _write(ctx: UpContext, record: Release, targets) -> None:
+    try:
+        store.write_release(ctx.cluster, ctx.dep.inventory, record, targets)
+    except Exception as exc:  # noqa: BLE001 - named, never hidden; the next command repairs the copy
+        ctx.events.warn(f"release {record.id} record not written everywhere: {exc}")

@@ -1,0 +1,199 @@
+"""The deploy lock: one file in the head node's state dir, created atomically, that every mutating
+command (`up`, `rollback`, `down`, `prune`, `pin`) holds while it runs.
+
+It says who holds it (user@host, pid, command) and until when; `up` refreshes it while alive. Kamal's
+users were blocked for weeks by a lock a cancelled deploy left behind, so a lock is *stale* — reported,
+then taken over with a warning and an audit line — when its expiry passed, or when its owner ran on
+this very host and that process is gone (pid and process start time both checked: a reused pid is not
+the owner).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import secrets
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+from ..config.inventory import Inventory
+from ..transport.node import NodeConnection
+from .record import who
+
+# "$1" lock path, "$2" our details. Hard-linking a complete temp file is the atomic create: the lock
+# appears whole or not at all, and `ln` refuses when it exists.
+_CREATE = r'''set -u
+mkdir -p -- "$(dirname -- "$1")"
+tmp="$1.new-$$"
+printf '%s' "$2" > "$tmp" && sync -- "$tmp"
+if ln -- "$tmp" "$1" 2>/dev/null; then rm -f -- "$tmp"; echo TAKEN; exit 0; fi
+rm -f -- "$tmp"; echo HELD; cat -- "$1" 2>/dev/null || true'''
+
+# "$1" lock path, "$2" the stale details we saw, "$3" a token. Moving the lock aside is atomic: of two
+# takers only one moves it. If what was moved is not what we judged stale, it goes back untouched.
+_SET_ASIDE = r'''set -u
+aside="$1.stale-$3"
+mv -- "$1" "$aside" 2>/dev/null || { echo GONE; exit 0; }
+if [ "$(cat -- "$aside")" = "$2" ]; then rm -f -- "$aside"; echo ASIDE; exit 0; fi
+ln -- "$aside" "$1" 2>/dev/null; rm -f -- "$aside"; echo CHANGED'''
+
+# "$1" lock path, "$2" our token, "$3" new details: only the holder replaces or removes its lock.
+_REFRESH = r'''grep -q -- "\"token\": \"$2\"" "$1" 2>/dev/null || { echo LOST; exit 0; }
+printf '%s' "$3" > "$1.refresh-$$" && mv -f -- "$1.refresh-$$" "$1" && echo OK'''
+_RELEASE = r'''grep -q -- "\"token\": \"$2\"" "$1" 2>/dev/null || { echo NOT-OURS; exit 0; }
+rm -f -- "$1" && echo RELEASED'''
+_READ = '[ -f "$1" ] && cat -- "$1" || true'
+
+MARGIN = 600.0  # seconds of expiry beyond the command's own longest wait
+
+
+@dataclass
+class LockDetails:
+    owner: str  # user@host
+    host: str
+    pid: int
+    pid_start: str  # /proc/<pid>/stat field 22: a reused pid has another start time
+    command: list[str]
+    started_at: float
+    expires_at: float
+    token: str
+    run_id: str | None = None  # the `up` holding it: what a taker finds orphaned
+    release: int | None = None
+
+    def to_text(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def parse(cls, text: str) -> "LockDetails | None":
+        try:
+            data = json.loads(text)
+            return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+        except (ValueError, TypeError):
+            return None
+
+    def since(self) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.started_at))
+
+    def describe(self) -> str:
+        return (f"{self.owner} (pid {self.pid}, `{' '.join(self.command)}`) since {self.since()}, expires "
+                f"{time.strftime('%H:%M:%S UTC', time.gmtime(self.expires_at))}")
+
+
+def stale_reason(details: LockDetails | None, now: float | None = None) -> str | None:
+    """Why a lock held by someone else may be taken over, or None when its owner may still be working."""
+    now = time.time() if now is None else now
+    if details is None:
+        return "the lock file is unreadable (not written by spark-deploy, or damaged)"
+    if details.expires_at < now:
+        return f"it expired at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(details.expires_at))}"
+    if details.host == socket.gethostname() and not _alive(details.pid, details.pid_start):
+        return f"its owner process {details.pid} on {details.host} is gone"
+    return None
+
+
+def _alive(pid: int, start: str) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return _start_time(pid) == start if start else True
+
+
+def _start_time(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+class LockHeld(Exception):
+    def __init__(self, node: str, details: LockDetails | None, path: str):
+        self.details = details
+        shown = details.describe() if details else "an unreadable lock"
+        super().__init__(f"{node}: another spark-deploy command holds the deploy lock: {shown}. Wait for it, "
+                         f"or if you know it is gone: spark-deploy lock release --force ({path})")
+
+
+def lock_path(inventory: Inventory) -> str:
+    return posixpath.join(inventory.node(inventory.head).state_dir, "lock", f"{inventory.cluster}.json")
+
+
+class DeployLock:
+    """Held on the head node; `acquire` raises LockHeld at once when someone else holds a live lock."""
+
+    def __init__(self, conn: NodeConnection, inventory: Inventory, command: list[str], ttl: float,
+                 run_id: str | None = None):
+        self.conn, self.path, self.ttl = conn, lock_path(inventory), ttl
+        self.details = LockDetails(owner=who(), host=socket.gethostname(), pid=os.getpid(),
+                                   pid_start=_start_time(os.getpid()), command=command, started_at=time.time(),
+                                   expires_at=time.time() + ttl, token=secrets.token_hex(8), run_id=run_id)
+        self.taken_over: tuple[LockDetails | None, str] | None = None  # (stale details, why) when we took over
+        self._stop = threading.Event()
+        self._refresher: threading.Thread | None = None
+        self.held = False
+
+    def acquire(self) -> "DeployLock":
+        for _attempt in range(3):
+            result = self._script(_CREATE, self.details.to_text())
+            lines = result.stdout.splitlines()
+            if lines and lines[0] == "TAKEN":
+                self.held = True
+                return self
+            text = "\n".join(lines[1:])
+            current = LockDetails.parse(text) if text else None
+            if not text:
+                continue  # released between our ln and our cat: try again
+            why = stale_reason(current)
+            if why is None:
+                raise LockHeld(self.conn.name, current, self.path)
+            aside = self._script(_SET_ASIDE, text, secrets.token_hex(4)).stdout.strip()
+            if aside == "ASIDE":
+                self.taken_over = (current, why)
+            # GONE / CHANGED: someone else moved or refreshed it; look again
+        raise LockHeld(self.conn.name, None, self.path)
+
+    def start_refreshing(self, every: float = 30.0) -> None:
+        """Push the expiry forward while this command lives (a killed one stops refreshing, so it expires)."""
+        def loop() -> None:
+            while not self._stop.wait(every):
+                self.details.expires_at = time.time() + self.ttl
+                try:
+                    self._script(_REFRESH, self.details.token, self.details.to_text())
+                except Exception:  # noqa: BLE001 - a missed refresh only shortens the expiry
+                    pass
+
+        self._refresher = threading.Thread(target=loop, name="lock-refresh", daemon=True)
+        self._refresher.start()
+
+    def note(self, **changes) -> None:
+        """Record more about the holder (its release, its run) in the lock file."""
+        for key, value in changes.items():
+            setattr(self.details, key, value)
+        self._script(_REFRESH, self.details.token, self.details.to_text())
+
+    def release(self) -> None:
+        self._stop.set()
+        if self.held:
+            self._script(_RELEASE, self.details.token)
+            self.held = False
+
+    def _script(self, script: str, *args: str):
+        return self.conn.run_script(script, self.path, *args, timeout=30, check=True, shield=True)
+
+
+def read_lock(conn: NodeConnection, inventory: Inventory) -> LockDetails | None | str:
+    """The current lock's details; None when no lock; the raw text when it cannot be parsed."""
+    text = conn.run_script(_READ, lock_path(inventory), timeout=30, check=True).stdout
+    if not text.strip():
+        return None
+    return LockDetails.parse(text) or text
+
+
+def force_release(conn: NodeConnection, inventory: Inventory) -> None:
+    conn.run(["rm", "-f", "--", lock_path(inventory)], timeout=30, check=True)
