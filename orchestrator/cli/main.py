@@ -26,6 +26,7 @@ app.command()(release_cmds.history)
 app.command()(release_cmds.rollback)
 app.command()(release_cmds.lock)
 app.command()(release_cmds.audit)
+app.command()(release_cmds.prune)
 app.command()(demo.demo)
 # Always mounted: without the `sim` extra its commands exit 2 with the install line (cli/extras.py).
 app.add_typer(sim_cmds.app, name="sim", help="A simulated DGX Spark cluster (real sshd and dockerd per node).")

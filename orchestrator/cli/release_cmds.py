@@ -15,6 +15,7 @@ from rich.table import Table
 from ..config.load import load_inventory
 from ..config.local_checks import local_problems
 from ..config.source import ConfigError
+from ..deploy import prune as prune_mod
 from ..deploy import rollback as rollback_mod
 from ..deploy.up import UpOptions
 from ..docker_cli.containers import ours
@@ -23,6 +24,7 @@ from ..releases import lock as lock_mod
 from ..releases import store
 from ..releases.serving import serving_release
 from ..transport.group import Cluster, GroupError
+from ..transport.node import NodeError
 from .common import Failed, InventoryOpt, JsonOpt, emit_json, err, exit_codes, out
 from .deploy_cmds import _events, _signals_for_up, _up_and_report
 
@@ -195,4 +197,48 @@ def audit(
             release = f" release {line['release']}" if line.get("release") is not None else ""
             out.print(f"{_when(line.get('at'))}  {escape(line.get('by', '?'))}  {escape(line.get('action', '?'))}"
                       f"{release}: {escape(str(line.get('outcome', '?')))}"
-                      + (f" — {escape(line['detail'])}" if line.get("detail") else ""))
+                      + (f" — {escape(line['detail'])}" if line.get("detail") not in (None, "", line.get("outcome"))
+                         else ""))
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.4g} {unit}" if unit != "B" else f"{n} B"
+        n /= 1000
+    return f"{n} B"
+
+
+def prune(
+    inventory: InventoryOpt = Path("inventory.yaml"),
+    keep: Annotated[int, typer.Option("--keep", min=1, help="Keep the containers and images of this many of the "
+                                                            "newest releases that served.")] = 3,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove stopped containers and images of older releases on every node; print the bytes freed.
+
+    Never the serving release's, nor an image any other container uses. Example: spark-deploy prune --keep 2
+    """
+    with exit_codes():
+        inv, _ = load_inventory(inventory)
+        events = _events(as_json)
+        try:
+            result = prune_mod.prune(inv, keep, events)
+        except (lock_mod.LockHeld, NodeError, GroupError) as exc:
+            events.result(False, error=str(exc))
+            events.close()
+            raise Failed(str(exc)) from None
+        events.result(result.ok, kept=result.kept, serving=result.serving, freed_bytes=result.freed,
+                      nodes={n: p.__dict__ for n, p in result.nodes.items()}, unreachable=result.unreachable)
+        events.close()
+        if not as_json:
+            out.print(f"kept releases {', '.join(map(str, result.kept)) or 'none'}"
+                      + (f" (release {result.serving} serves)" if result.serving else ""))
+            for node, p in result.nodes.items():
+                out.print(f"{escape(node)}: removed {len(p.containers)} container(s), {len(p.images)} image(s), "
+                          f"freed {_bytes(p.freed)}" + (f" — [red]{escape(p.error)}[/]" if p.error else ""))
+            out.print(f"freed {_bytes(result.freed)} in all (docker system df, before and after)")
+        if not result.ok:
+            raise Failed("prune incomplete: " + "; ".join(
+                [f"{n}: unreachable" for n in result.unreachable] + [f"{n}: {p.error}" for n, p in result.nodes.items()
+                                                                    if p.error]))

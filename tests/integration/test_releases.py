@@ -13,6 +13,10 @@ import urllib.request
 import pytest
 
 from deploy_helpers import CLI, node_docker, recipe_variant, spark_deploy
+from image_variants import derive_image
+
+from orchestrator.docker_cli.disk import parse_human_size
+from orchestrator.sim.state import NODE_STATE_DIR
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +71,9 @@ def test_a_failed_up_restores_the_serving_release_and_history_says_so(clean, tmp
     assert len(release2_hash) == 1
 
     third = up(cluster, a3)
+    if os.environ.get("SHOW_OUTPUT"):
+        print(second.stdout, third.stdout, third.stderr, spark_deploy("history", "-i", cluster.inventory_path).stdout,
+              spark_deploy("audit", "-i", cluster.inventory_path).stdout, sep="\n-----\n")
     assert third.returncode == 1, third.stderr + third.stdout
     assert "no-such-flag" in third.stderr, third.stderr
     assert "release 2 serves again" in third.stderr, third.stderr
@@ -81,3 +88,131 @@ def test_a_failed_up_restores_the_serving_release_and_history_says_so(clean, tmp
     assert by_id[3]["outcome"] == "failed" and by_id[3]["restored"] == 2 and by_id[3]["failed_phase"]
     assert not by_id[1]["serving"] and not by_id[3]["serving"]
     assert by_id[2]["plan_hash"] in release2_hash
+
+
+def record_on(cluster, node: int, release: int) -> dict:
+    path = f"{NODE_STATE_DIR}/releases/sim-{cluster.name}/{release:06d}.json"
+    return json.loads(cluster.exec(node, ["cat", path]).stdout)
+
+
+def started_at(cluster) -> dict[str, str]:
+    return {name: d["State"]["StartedAt"] for n in (1, 2) for name, d in running(cluster, n).items()}
+
+
+def image_recipe(cluster, dest, tag: str, image_id: str, **kw):
+    from ruamel.yaml import YAML
+
+    path = recipe_variant(cluster, dest, **kw)
+    yaml = YAML()
+    doc = yaml.load(path.read_text())
+    doc["image"]["ref"], doc["image"]["id"] = tag, image_id
+    with path.open("w") as handle:
+        yaml.dump(doc, handle)
+    return path
+
+
+def test_rollback_serves_the_recorded_argv_and_refuses_when_a_node_lost_the_image(clean, tmp_path):
+    cluster = clean
+    v2 = derive_image(cluster, 1, "vllm-sim:latest", "vllm-sim:rollback-v2", extra_mb=4)
+    a = recipe_variant(cluster, tmp_path / "a.yaml")
+    b = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
+    c = image_recipe(cluster, tmp_path / "c.yaml", "vllm-sim:rollback-v2", v2, vllm={"max_model_len": 1024})
+    for recipe in (a, b):
+        result = up(cluster, recipe)
+        assert result.returncode == 0, result.stderr + result.stdout
+
+    back = spark_deploy("rollback", "1", "-i", cluster.inventory_path, timeout=600)
+    assert back.returncode == 0, back.stderr + back.stdout
+    assert "started again, not re-created" in back.stdout
+    records = {r["id"]: r for r in history(cluster)}
+    assert records[3]["rollback_of"] == 1 and records[3]["serving"] is True
+    assert records[3]["plan_hash"] == records[1]["plan_hash"]
+    assert records[2]["outcome"] == "rolled back"
+    recorded = record_on(cluster, 1, 1)
+    for rank in recorded["ranks"]:
+        node = 1 if rank["rank"] == 0 else 2
+        live = running(cluster, node)[rank["container"]]
+        argv = rank["argv"]
+        assert live["Config"]["Cmd"] == argv[argv.index(recorded["image_id"]) + 1:], "the recorded argv must run"
+        assert live["Config"]["Labels"]["spark-deploy.run"] == recorded["run_id"], "started again, not re-created"
+    assert completion(cluster)
+
+    # release 4 runs the derived image; release 5 goes back to a: release 4's containers are kept, stopped
+    for recipe in (c, a):
+        result = up(cluster, recipe)
+        assert result.returncode == 0, result.stderr + result.stdout
+    kept = node_docker(cluster, 2, "ps", "-aq", "--filter", f"ancestor={v2}", check=True).stdout.split()
+    assert kept, "release 4's container must be kept on node 2"
+    node_docker(cluster, 2, "rm", *kept, check=True)
+    node_docker(cluster, 2, "rmi", v2, check=True)
+    before, hashes = started_at(cluster), plan_hashes(cluster)
+
+    refused = spark_deploy("rollback", "4", "-i", cluster.inventory_path, timeout=600)
+    assert refused.returncode == 1, refused.stderr + refused.stdout
+    assert "spark-2" in refused.stderr and v2 in refused.stderr, refused.stderr
+    assert "nothing was stopped" in refused.stderr
+    assert started_at(cluster) == before and plan_hashes(cluster) == hashes, "nothing may be touched"
+    node_docker(cluster, 1, "rmi", "-f", "vllm-sim:rollback-v2")
+
+
+def test_sigint_during_the_ready_wait_serves_the_previous_release_again(clean, tmp_path):
+    cluster = clean
+    a = recipe_variant(cluster, tmp_path / "a.yaml")
+    slow = recipe_variant(cluster, tmp_path / "slow.yaml", vllm={"max_model_len": 2048},
+                          env={"SIM_LOAD_SECONDS": "60"})
+    first = up(cluster, a)
+    assert first.returncode == 0, first.stderr + first.stdout
+    serving = plan_hashes(cluster)
+
+    proc = subprocess.Popen([*CLI, "up", str(slow), "-i", str(cluster.inventory_path), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    try:
+        for line in proc.stdout:
+            event = json.loads(line)
+            if event.get("event") == "phase-start" and event.get("phase") == "ready":
+                break
+        else:
+            pytest.fail("the up never reached the ready wait: " + proc.stderr.read())
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    final = json.loads(rest.strip().splitlines()[-1])
+    assert final["event"] == "result" and final["ok"] is False and final["restored"] == 1, final
+    assert plan_hashes(cluster) == serving
+    assert completion(cluster)
+    records = {r["id"]: r for r in history(cluster)}
+    assert records[1]["serving"] and records[1]["outcome"] == "serving"
+    assert records[2]["outcome"] == "failed" and records[2]["restored"] == 1
+
+
+def test_prune_frees_what_it_reports_and_never_touches_the_serving_release(clean, tmp_path):
+    cluster = clean
+    old = derive_image(cluster, 1, "vllm-sim:latest", "vllm-sim:prune-old", extra_mb=24)
+    c = image_recipe(cluster, tmp_path / "c.yaml", "vllm-sim:prune-old", old, vllm={"max_model_len": 1024})
+    a = recipe_variant(cluster, tmp_path / "a.yaml")
+    for recipe in (c, a):
+        result = up(cluster, recipe)
+        assert result.returncode == 0, result.stderr + result.stdout
+    serving_before = started_at(cluster)
+
+    def df_total(node: int) -> int:
+        out = node_docker(cluster, node, "system", "df", "--format", "{{.Size}}", check=True).stdout.split()
+        return sum(parse_human_size(x) for x in out)
+
+    before = {n: df_total(n) for n in (1, 2)}
+    pruned = spark_deploy("prune", "--keep", "1", "-i", cluster.inventory_path, "--json")
+    assert pruned.returncode == 0, pruned.stderr + pruned.stdout
+    report = json.loads(pruned.stdout.strip().splitlines()[-1])
+    assert report["event"] == "result" and report["ok"] is True, report
+    after = {n: df_total(n) for n in (1, 2)}
+    measured = sum(before[n] - after[n] for n in (1, 2))
+    assert report["freed_bytes"] >= 2 * 24_000_000, report
+    assert abs(report["freed_bytes"] - measured) <= 0.01 * measured + 200_000, (report, before, after)
+    for node in (1, 2):
+        assert node_docker(cluster, node, "image", "inspect", old).code != 0, "the old image must be gone"
+    assert started_at(cluster) == serving_before, "the serving release must not be touched"
+    assert completion(cluster)

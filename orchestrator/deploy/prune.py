@@ -1,0 +1,125 @@
+"""`prune [--keep N]`: remove the stopped containers and the images of releases older than the N newest
+that served, per node, and report the bytes freed as `docker system df` measured them before and after.
+
+Never touched: anything running (the serving release's containers above all), the containers and images
+of the releases kept, and any image that any container on the node uses — including containers
+spark-deploy did not create.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from ..config.inventory import Inventory
+from ..docker_cli.containers import Container, list_containers, ours, remove_container
+from ..docker_cli.disk import disk_usage
+from ..releases import audit, store
+from ..releases.guard import holding_lock
+from ..releases.record import Release
+from ..releases.serving import ever_served, serving_release
+from ..runner.events import Events, Kind
+from ..transport.group import Cluster, GroupError
+from ..transport.node import NodeConnection, NodeError
+
+
+@dataclass
+class NodePruned:
+    containers: list[str] = field(default_factory=list)  # names removed
+    images: list[str] = field(default_factory=list)  # IDs removed
+    freed: int = 0  # bytes, docker system df before - after
+    error: str | None = None
+
+
+@dataclass
+class PruneResult:
+    kept: list[int]
+    serving: int | None
+    nodes: dict[str, NodePruned] = field(default_factory=dict)
+    unreachable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def freed(self) -> int:
+        return sum(n.freed for n in self.nodes.values())
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreachable and not any(n.error for n in self.nodes.values())
+
+
+def kept_releases(releases: list[Release], serving: Release | None, keep: int) -> list[Release]:
+    """Pure: the serving release plus the `keep` newest releases that served (newest first)."""
+    chosen = [r for r in releases if ever_served(r)][:keep]
+    if serving is not None and serving not in chosen:
+        chosen.insert(0, serving)
+    return chosen
+
+
+def to_remove(containers: list[Container], kept: list[Release]) -> list[Container]:
+    """Pure: our stopped containers that belong to no kept release (by the run label they carry)."""
+    runs = {r.container_run for r in kept}
+    return [c for c in containers if c.ours is not None and not c.running and c.ours.run not in runs]
+
+
+def prune(inventory: Inventory, keep: int, events: Events) -> PruneResult:
+    cluster = Cluster(inventory)
+    try:
+        alive, failures = cluster.open_reachable()
+        if not any(c.name == inventory.head for c in alive):
+            raise NodeError(inventory.head, "unreachable: prune needs the deploy lock on the head "
+                                            f"({failures.get(inventory.head)})")
+        with holding_lock(cluster, inventory, events):
+            history = store.read_history(cluster, inventory, alive)
+            containers = cluster.each(ours, alive)
+            serving = serving_release(history.releases, containers, inventory.cluster)
+            kept = kept_releases(history.releases, serving, keep)
+            result = PruneResult([r.id for r in kept], serving.id if serving else None,
+                                 unreachable={n: str(e) for n, e in failures.items()})
+            kept_images = {r.image_id for r in kept}
+            old_images = {r.image_id for r in history.releases} - kept_images
+
+            def one(conn: NodeConnection) -> NodePruned:
+                return _prune_node(conn, to_remove(containers[conn.name], kept), old_images, kept_images, events)
+
+            try:
+                result.nodes = cluster.each(one, alive)
+            except GroupError as exc:
+                result.nodes = dict(exc.results)
+                result.nodes.update({n: NodePruned(error=str(e)) for n, e in exc.failures.items()})
+            audit.append(cluster, inventory, audit.entry(
+                "prune", "ok" if result.ok else "incomplete", detail=f"kept releases {result.kept}; freed "
+                f"{result.freed} bytes; " + "; ".join(f"{n}: {len(p.containers)} container(s), {len(p.images)} "
+                                                      f"image(s)" for n, p in result.nodes.items())), alive)
+            return result
+    finally:
+        cluster.close()
+
+
+def _prune_node(conn: NodeConnection, containers: list[Container], old_images: set[str], kept_images: set[str],
+                events: Events) -> NodePruned:
+    done = NodePruned()
+    before = disk_usage(conn)
+    for c in containers:
+        remove_container(conn, c.id)
+        done.containers.append(c.name)
+        events.container(Kind.CONTAINER_REMOVED, conn.name, c.name, c.id, f"{c.name} ({c.id[:12]}) removed")
+    used = {c.image for c in list_containers(conn, [])}  # every container left, whoever made it
+    for image_id in sorted((old_images | {c.image for c in containers}) - kept_images - used):
+        tags = _tags(conn, image_id)
+        if tags is None:
+            continue  # not on this node
+        result = conn.run(["docker", "rmi", *(tags or [image_id])], timeout=120)
+        if not result.ok and "No such image" not in result.stderr:
+            done.error = f"could not remove image {image_id[:19]}: {result.stderr.strip()}"
+            continue
+        done.images.append(image_id)
+        events.note(f"image {image_id[:19]} ({', '.join(tags) or 'untagged'}) removed", conn.name)
+    done.freed = max(0, before.total - disk_usage(conn).total)
+    return done
+
+
+def _tags(conn: NodeConnection, image_id: str) -> list[str] | None:
+    result = conn.run(["docker", "image", "inspect", "--format", "{{json .RepoTags}}", image_id], timeout=30)
+    if not result.ok:
+        return None
+    return list(json.loads(result.stdout.strip() or "[]") or [])
