@@ -176,6 +176,9 @@ def status(
             out.print(table)
             for d in report.deployments:
                 verdict = "[green]every rank running one plan[/]" if d.ok else "[red]" + escape("; ".join(d.problems)) + "[/]"
+                if d.ok:
+                    verdict += f" (plan {d.plan_hashes[0]}, " + (f"release {d.release})" if d.release is not None
+                                                                  else "no release record)")
                 out.print(f"{escape(d.recipe)}: {verdict}")
             for e in report.endpoints:
                 health = "[green]healthy[/]" if e.healthy else f"[red]not healthy[/] ({escape(e.error)})"

@@ -13,7 +13,10 @@ from ..config.edit import set_image_id
 from ..config.inventory import Inventory
 from ..config.recipe import Recipe
 from ..docker_cli.images import ImageIdentity, inspect_image
-from ..transport.node import NodeConnection, SSHTarget
+from ..releases import audit
+from ..releases.lock import DeployLock
+from ..transport.group import Cluster, GroupError
+from ..transport.node import NodeConnection
 
 
 class PinOutcome(StrEnum):
@@ -33,18 +36,34 @@ class PinResult:
     digest_verified: bool | None  # None: image.ref is a tag, there is no registry digest to verify
 
 
-def read_identity(inventory: Inventory, node: str, ref: str) -> ImageIdentity | None:
-    conn = NodeConnection(SSHTarget.of(inventory, inventory.node(node)))
-    try:
-        conn.open()
-        return inspect_image(conn, ref)
-    finally:
-        conn.close()
+def read_identity(conn: NodeConnection, ref: str) -> ImageIdentity | None:
+    return inspect_image(conn, ref)
 
 
 def pin(recipe_path: str | Path, recipe: Recipe, inventory: Inventory, node: str, replace: bool) -> PinResult:
-    ref = recipe.image.ref
-    found = read_identity(inventory, node, ref)
+    """Under the deploy lock (an `up` reading this recipe must not see it change half way), with an
+    audit line on the head and the node read from."""
+    cluster = Cluster(inventory)
+    conns = [cluster[inventory.head]] + ([cluster[node]] if node != inventory.head else [])
+    try:
+        cluster.each(lambda c: c.open(), conns)
+        lock = DeployLock(cluster[inventory.head], inventory, audit.command_line(), ttl=300).acquire()
+        try:
+            result = _pin(recipe_path, recipe, cluster[node], replace)
+            audit.append(cluster, inventory, audit.entry("pin", str(result.outcome), detail=f"{recipe_path}: "
+                         f"image.id {result.found.id} (from {node})"), conns)
+            return result
+        finally:
+            lock.release()
+    except GroupError as exc:
+        raise next(iter(exc.failures.values())) from None
+    finally:
+        cluster.close()
+
+
+def _pin(recipe_path: str | Path, recipe: Recipe, conn: NodeConnection, replace: bool) -> PinResult:
+    node, ref = conn.name, recipe.image.ref
+    found = read_identity(conn, ref)
     if found is None:
         raise PinRefused(f"{node} has no image {ref}: pull or load it there first")
     verified = None

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from ..config.inventory import Inventory
 from ..docker_cli.containers import ours
 from ..http_api.endpoint import Endpoint
+from ..releases import store
+from ..releases.record import ReleaseOutcome
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
 from .readiness import completes, health
@@ -45,6 +47,8 @@ class DeploymentState:
     ok: bool
     problems: list[str] = field(default_factory=list)
     plan_hashes: list[str] = field(default_factory=list)
+    release: int | None = None  # the serving release, from the records on the nodes (None: no record)
+    release_outcome: str = ""
 
 
 @dataclass
@@ -106,11 +110,19 @@ def collect(inventory: Inventory, recipe: str | None = None, probe: bool = True)
         except GroupError as exc:
             found = exc.results
             unreachable.update({n: str(e) for n, e in exc.failures.items()})
+        history = store.read_history(cluster, inventory, alive) if alive else None
     finally:
         cluster.close()
     rows = sorted((r for rs in found.values() for r in rs), key=lambda r: (r.recipe, int(r.rank or 0)))
     endpoints = [_endpoint(inventory, row, probe) for row in rows if row.rank == "0" and row.state == "running"]
-    return StatusReport(rows, unreachable, endpoints, judge(rows, unreachable))
+    deployments = judge(rows, unreachable)
+    for d in deployments:
+        if d.ok and history is not None and len(d.plan_hashes) == 1:
+            record = next((r for r in history.releases if r.plan_hash == d.plan_hashes[0]
+                           and r.outcome is ReleaseOutcome.SERVING), None)
+            if record is not None:
+                d.release, d.release_outcome = record.id, record.outcome_text()
+    return StatusReport(rows, unreachable, endpoints, deployments)
 
 
 def _endpoint(inventory: Inventory, row: ContainerRow, probe: bool) -> EndpointState:

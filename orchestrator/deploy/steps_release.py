@@ -15,6 +15,7 @@ from pathlib import Path
 from ..checks.model_cache import revision_on
 from ..docker_cli.containers import list_containers, remove_container
 from ..releases import audit, store
+from ..releases.guard import report_takeover
 from ..releases.lock import DeployLock, LockHeld
 from ..releases.record import ModelSeen, RankRecord, Release, ReleaseOutcome, who
 from ..render.labels import Label
@@ -36,15 +37,20 @@ class TakeLock(NoUndo):
             raise StepFailed(self.phase, str(exc), [ctx.cluster.head.name]) from None
         ctx.lock = lock
         lock.start_refreshing()
-        if lock.taken_over:
-            stale, why = lock.taken_over
-            owner = stale.describe() if stale else "unreadable"
-            ctx.events.warn(f"took over a stale deploy lock ({why}): {owner}", ctx.cluster.head.name)
-            audit.append(ctx.cluster, ctx.dep.inventory, audit.entry(
-                "lock-takeover", "taken", detail=f"{why}; was held by {owner}",
-                release=stale.release if stale else None))
-            if stale and stale.run_id:
-                clean_orphans(ctx, stale.run_id, stale.release)
+        stale = report_takeover(ctx.cluster, ctx.dep.inventory, ctx.events, lock)
+        if stale and stale.run_id:
+            clean_orphans(ctx, stale.run_id, stale.release)
+        ctx.history = read_and_repair(ctx)
+
+
+def read_and_repair(ctx: UpContext) -> store.History:
+    """The history, reconciled; a node whose copy is missing or older gets the newest copies back."""
+    history = store.read_history(ctx.cluster, ctx.dep.inventory)
+    for node, notes in history.disagreements.items():
+        ctx.events.warn("release history: " + "; ".join(notes), node)
+    for line in store.repair(ctx.cluster, ctx.dep.inventory, history):
+        ctx.events.note(line)
+    return store.read_history(ctx.cluster, ctx.dep.inventory) if history.behind else history
 
 
 def clean_orphans(ctx: UpContext, run_id: str, release_id: int | None) -> None:
@@ -78,12 +84,7 @@ class OpenRelease(NoUndo):
 
     def run(self, ctx: UpContext) -> None:
         dep, plan = ctx.dep, ctx.plan
-        history = store.read_history(ctx.cluster, dep.inventory)
-        for node, notes in history.disagreements.items():
-            ctx.events.warn("release history: " + "; ".join(notes), node)
-        for line in store.repair(ctx.cluster, dep.inventory, history):
-            ctx.events.note(line)
-        ctx.history = history
+        history = ctx.history
         ctx.replaces = _replaced_release(history, ctx)
         seen = ctx.cluster.each(lambda conn: revision_on(
             conn, dep.inventory.node(conn.name).hf_cache, dep.recipe.model.repo, dep.recipe.model.revision))

@@ -23,6 +23,15 @@ pytestmark = pytest.mark.integration
 SECRET_MARKER = "hf_SECRETMARKER9f3c1d77"
 
 
+@pytest.fixture
+def fresh(clean):
+    """`clean`, and no release history, audit or lock on the nodes: release numbers start at 1."""
+    for node in (1, 2):
+        clean.exec(node, ["rm", "-rf", f"{NODE_STATE_DIR}/releases", f"{NODE_STATE_DIR}/audit",
+                          f"{NODE_STATE_DIR}/lock"])
+    return clean
+
+
 def history(cluster) -> list[dict]:
     result = spark_deploy("history", "-i", cluster.inventory_path, "--json")
     assert result.returncode == 0, result.stderr + result.stdout
@@ -56,8 +65,8 @@ def up(cluster, recipe, *extra, env=None):
     return spark_deploy("up", recipe, "-i", cluster.inventory_path, *extra, env=env, timeout=600)
 
 
-def test_a_failed_up_restores_the_serving_release_and_history_says_so(clean, tmp_path):
-    cluster = clean
+def test_a_failed_up_restores_the_serving_release_and_history_says_so(fresh, tmp_path):
+    cluster = fresh
     a = recipe_variant(cluster, tmp_path / "a.yaml")
     a2 = recipe_variant(cluster, tmp_path / "a2.yaml", vllm={"max_model_len": 2048})
     a3 = recipe_variant(cluster, tmp_path / "a3.yaml", vllm={"max_model_len": 2048}, extra={"no-such-flag": True})
@@ -88,6 +97,12 @@ def test_a_failed_up_restores_the_serving_release_and_history_says_so(clean, tmp
     assert by_id[3]["outcome"] == "failed" and by_id[3]["restored"] == 2 and by_id[3]["failed_phase"]
     assert not by_id[1]["serving"] and not by_id[3]["serving"]
     assert by_id[2]["plan_hash"] in release2_hash
+    status = spark_deploy("status", "-i", cluster.inventory_path, "--json")
+    assert status.returncode == 0, status.stderr
+    assert [d["release"] for d in json.loads(status.stdout)["deployments"]] == [2]
+    lines = json.loads(spark_deploy("audit", "-i", cluster.inventory_path, "--json").stdout)
+    assert [(l["action"], l.get("release"), l["outcome"]) for l in lines] == [
+        ("up", 1, "serving"), ("up", 2, "serving"), ("up", 3, "failed")]
 
 
 def record_on(cluster, node: int, release: int) -> dict:
@@ -111,8 +126,8 @@ def image_recipe(cluster, dest, tag: str, image_id: str, **kw):
     return path
 
 
-def test_rollback_serves_the_recorded_argv_and_refuses_when_a_node_lost_the_image(clean, tmp_path):
-    cluster = clean
+def test_rollback_serves_the_recorded_argv_and_refuses_when_a_node_lost_the_image(fresh, tmp_path):
+    cluster = fresh
     v2 = derive_image(cluster, 1, "vllm-sim:latest", "vllm-sim:rollback-v2", extra_mb=4)
     a = recipe_variant(cluster, tmp_path / "a.yaml")
     b = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
@@ -155,8 +170,8 @@ def test_rollback_serves_the_recorded_argv_and_refuses_when_a_node_lost_the_imag
     node_docker(cluster, 1, "rmi", "-f", "vllm-sim:rollback-v2")
 
 
-def test_sigint_during_the_ready_wait_serves_the_previous_release_again(clean, tmp_path):
-    cluster = clean
+def test_sigint_during_the_ready_wait_serves_the_previous_release_again(fresh, tmp_path):
+    cluster = fresh
     a = recipe_variant(cluster, tmp_path / "a.yaml")
     slow = recipe_variant(cluster, tmp_path / "slow.yaml", vllm={"max_model_len": 2048},
                           env={"SIM_LOAD_SECONDS": "60"})
@@ -189,8 +204,8 @@ def test_sigint_during_the_ready_wait_serves_the_previous_release_again(clean, t
     assert records[2]["outcome"] == "failed" and records[2]["restored"] == 1
 
 
-def test_prune_frees_what_it_reports_and_never_touches_the_serving_release(clean, tmp_path):
-    cluster = clean
+def test_prune_frees_what_it_reports_and_never_touches_the_serving_release(fresh, tmp_path):
+    cluster = fresh
     old = derive_image(cluster, 1, "vllm-sim:latest", "vllm-sim:prune-old", extra_mb=24)
     c = image_recipe(cluster, tmp_path / "c.yaml", "vllm-sim:prune-old", old, vllm={"max_model_len": 1024})
     a = recipe_variant(cluster, tmp_path / "a.yaml")
