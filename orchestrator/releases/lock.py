@@ -70,7 +70,7 @@ class LockDetails:
     def parse(cls, text: str) -> "LockDetails | None":
         try:
             data = json.loads(text)
-            return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+            return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})  # a missing field: TypeError
         except (ValueError, TypeError):
             return None
 
