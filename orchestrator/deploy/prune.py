@@ -55,10 +55,12 @@ def kept_releases(releases: list[Release], serving: Release | None, keep: int) -
     return chosen
 
 
-def to_remove(containers: list[Container], kept: list[Release]) -> list[Container]:
-    """Pure: our stopped containers that belong to no kept release (by the run label they carry)."""
+def to_remove(containers: list[Container], kept: list[Release], cluster: str | None = None) -> list[Container]:
+    """Pure: our stopped containers that belong to no kept release (by the run label they carry); with
+    `cluster`, only that cluster's (the same machines may serve another inventory)."""
     runs = {r.container_run for r in kept}
-    return [c for c in containers if c.ours is not None and not c.running and c.ours.run not in runs]
+    return [c for c in containers if c.ours is not None and not c.running and c.ours.run not in runs
+            and (cluster is None or c.ours.cluster == cluster)]
 
 
 def prune(inventory: Inventory, keep: int, events: Events) -> PruneResult:
@@ -79,7 +81,8 @@ def prune(inventory: Inventory, keep: int, events: Events) -> PruneResult:
             old_images = {r.image_id for r in history.releases} - kept_images
 
             def one(conn: NodeConnection) -> NodePruned:
-                return _prune_node(conn, to_remove(containers[conn.name], kept), old_images, kept_images, events)
+                return _prune_node(conn, to_remove(containers[conn.name], kept, inventory.cluster), old_images,
+                                   kept_images, events)
 
             try:
                 result.nodes = cluster.each(one, alive)

@@ -16,7 +16,7 @@ from deploy_helpers import CLI, node_docker, recipe_variant, spark_deploy
 from image_variants import derive_image
 
 from orchestrator.docker_cli.disk import parse_human_size
-from orchestrator.sim.state import NODE_STATE_DIR
+from orchestrator.sim.state import NODE_HF_CACHE, NODE_STATE_DIR
 
 pytestmark = pytest.mark.integration
 
@@ -231,3 +231,47 @@ def test_prune_frees_what_it_reports_and_never_touches_the_serving_release(fresh
         assert node_docker(cluster, node, "image", "inspect", old).code != 0, "the old image must be gone"
     assert started_at(cluster) == serving_before, "the serving release must not be touched"
     assert completion(cluster)
+
+
+def test_rollback_shows_an_inventory_change_and_refuses_a_moved_model(fresh, tmp_path):
+    from ruamel.yaml import YAML
+
+    cluster = fresh
+    a = recipe_variant(cluster, tmp_path / "a.yaml")
+    b = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
+    for recipe in (a, b):
+        result = up(cluster, recipe)
+        assert result.returncode == 0, result.stderr + result.stdout
+    yaml = YAML()
+    doc = yaml.load(cluster.inventory_path.read_text())
+    doc["nodes"][1].setdefault("env", {})["NCCL_DEBUG"] = "WARN"
+    changed = tmp_path / "inventory.yaml"
+    with changed.open("w") as handle:
+        yaml.dump(doc, handle)
+    before = started_at(cluster)
+
+    asked = spark_deploy("rollback", "1", "-i", changed, timeout=600)
+    assert asked.returncode == 1, asked.stderr + asked.stdout
+    assert "the inventory changed since release 1" in asked.stderr and "NCCL_DEBUG=WARN" in asked.stderr
+    assert "--yes" in asked.stderr
+    assert started_at(cluster) == before, "nothing may be touched before --yes"
+
+    done = spark_deploy("rollback", "1", "-i", changed, "--yes", timeout=600)
+    assert done.returncode == 0, done.stderr + done.stdout
+    records = {r["id"]: r for r in history(cluster)}
+    assert records[3]["rollback_of"] == 1 and records[3]["serving"]
+    assert records[3]["plan_hash"] != records[1]["plan_hash"], "today's inventory makes another plan"
+    assert "NCCL_DEBUG=WARN" in json.dumps(running(cluster, 2)["sd-sim-tiny-r1"]["Config"]["Env"])
+
+    ref = f"{NODE_HF_CACHE}/hub/models--sim--tiny-moe/refs/main"
+    original = cluster.exec(2, ["cat", ref]).stdout
+    cluster.exec(2, ["sh", "-c", f"printf %s {'0' * 40} > {ref}"])
+    try:
+        before = started_at(cluster)
+        refused = spark_deploy("rollback", "2", "-i", changed, "--yes", timeout=600)
+        assert refused.returncode == 1, refused.stderr + refused.stdout
+        assert "spark-2" in refused.stderr and "sim/tiny-moe@main" in refused.stderr, refused.stderr
+        assert "nothing was stopped" in refused.stderr
+        assert started_at(cluster) == before
+    finally:
+        cluster.exec(2, ["sh", "-c", f"printf %s {original.strip()} > {ref}"])

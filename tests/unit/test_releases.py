@@ -414,6 +414,13 @@ def test_to_remove_only_our_stopped_containers_of_releases_not_kept():
     assert [c.name for c in removed] == ["sd-sim-tiny-r0-run-1", "sd-sim-tiny-r0-run-0"]
 
 
+def test_to_remove_leaves_another_clusters_containers_on_the_same_machines():
+    mine = box("A", 0, run="run-1", status="exited", name="sd-sim-tiny-r0-run-1")
+    theirs = box("Z", 0, run="run-9", status="exited", name="sd-other-r0-run-9", cluster="other-pair")
+    assert to_remove([mine, theirs], [], CLUSTER) == [mine]
+    assert to_remove([mine, theirs], []) == [mine, theirs]  # no cluster given: every cluster's
+
+
 def test_to_remove_uses_the_container_run_of_a_rollback_that_restarted_kept_containers():
     rollback = release(4, plan="A", run="run-4", container_run="run-1")
     kept_box = box("A", 0, run="run-1", status="exited")
