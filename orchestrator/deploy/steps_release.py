@@ -149,6 +149,7 @@ def finish(ctx: UpContext, outcome: ReleaseOutcome | str, **fields) -> None:
     that missed it is named (and repaired by the next mutating command)."""
     if ctx.lock is None or not ctx.lock.held:
         return  # never got as far as the lock: nothing was done, nothing to record
+    ctx.cluster.renew_cancel()  # after an interrupt: recording what happened is new work
     targets = [c for c in ctx.cluster.nodes if c.is_open]
     detail = str(outcome)
     if ctx.release is not None and isinstance(outcome, ReleaseOutcome):

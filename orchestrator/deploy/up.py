@@ -135,6 +135,10 @@ def _after_failure(ctx: UpContext, failure: StepFailed) -> None:
             failure.undo_notes.append(f"release {ctx.replaces.id} was never stopped: it still serves")
         finish(ctx, ReleaseOutcome.FAILED, **fields)
         return
+    if not stop.ran:
+        failure.undo_notes.append("nothing of the previous deployment was running before this up: nothing to restore")
+        finish(ctx, ReleaseOutcome.FAILED, **fields)
+        return
     if not ctx.opts.restore:
         failure.undo_notes.append("--no-restore: the previous release is left stopped (its containers are kept; "
                                   "`spark-deploy rollback` starts it again)")
