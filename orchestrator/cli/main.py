@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import config_cmds, demo, deploy_cmds, pin_cmd, release_cmds
+from . import config_cmds, demo, deploy_cmds, pin_cmd, preflight_cmd, release_cmds
 from . import sim as sim_cmds
 
 app = typer.Typer(
@@ -18,6 +18,7 @@ app = typer.Typer(
 app.command()(config_cmds.validate)
 app.command()(config_cmds.render)
 app.command()(pin_cmd.pin)
+app.command()(preflight_cmd.preflight)
 app.command()(deploy_cmds.up)
 app.command()(deploy_cmds.down)
 app.command()(deploy_cmds.status)

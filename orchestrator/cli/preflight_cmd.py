@@ -1,0 +1,67 @@
+"""`preflight`: every registered check, one row per check and one column per node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ..config.load import load_deployment
+from ..render.plan import build_plan
+from ..transport.group import Cluster
+from .common import BadInput, InventoryOpt, JsonOpt, RecipeArg, emit_json, exit_codes, out
+
+_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+
+
+def preflight(
+    recipe: RecipeArg,
+    inventory: InventoryOpt = Path("inventory.yaml"),
+    only: Annotated[Optional[list[str]], typer.Option("--only", help="Run only this check (repeatable).")] = None,
+    skip: Annotated[Optional[list[str]], typer.Option("--skip", help="Leave this check out (repeatable).")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check every node for the failures the field notes name, before a 20-70 minute load. Read only.
+
+    Example: spark-deploy preflight recipes/dspark-0731-b12x.yaml --strict
+    """
+    from .. import preflight as registry  # registers the checks
+
+    with exit_codes():
+        dep = load_deployment(recipe, inventory)
+        try:
+            specs = registry.select(only, skip)
+        except registry.UnknownCheck as exc:
+            raise BadInput(str(exc)) from None
+        cluster = Cluster(dep.inventory)
+        try:
+            report = registry.run_checks(dep, build_plan(dep), cluster, specs)
+        finally:
+            cluster.close()
+        if as_json:
+            emit_json(report.as_dict())
+        else:
+            table = Table(title=f"preflight: {dep.recipe.name} on {dep.inventory.cluster}")
+            table.add_column("check")
+            for node in report.nodes:
+                table.add_column(node, overflow="fold")
+            for v in report.verdicts:
+                values = {c.value for c in v.cells.values()}
+                row = []
+                for node in report.nodes:
+                    cell = v.cells.get(node)
+                    if cell is None:
+                        row.append("-")
+                        continue
+                    text = f"[{_STYLE[str(cell.status)]}]{escape(str(cell.status))}[/] {escape(cell.value)}"
+                    row.append(f"[reverse]{text}[/]" if len(values) > 1 and v.scope.value == "parity" else text)
+                table.add_row(escape(v.name), *row)
+            out.print(table)
+            for v in report.failed(strict):
+                out.print(f"[bold red]{escape(v.name)}[/] ({', '.join(v.failed_nodes(strict))}): {escape(v.fix)}")
+        if not report.ok(strict):
+            raise typer.Exit(1)

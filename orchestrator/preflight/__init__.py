@@ -1,0 +1,9 @@
+"""`spark-deploy preflight`: a registry of facts (command + pure parser) and checks (pure judges).
+
+Importing this package registers every check module below.
+"""
+
+from . import checks_host  # noqa: F401  (registers)
+from .run import Report, UnknownCheck, run_checks, select
+
+__all__ = ["Report", "UnknownCheck", "run_checks", "select"]

@@ -1,0 +1,109 @@
+"""Host facts and checks: Docker engine, GPU (parity, SM clock), kernel and OS, clocks between nodes."""
+
+from __future__ import annotations
+
+import json
+
+from ..config.load import Deployment
+from .facts import Observed, fact
+from .registry import Cell, Scope, Status, Verdict, check, missing, parity
+
+Seen = dict[str, dict[str, Observed]]
+
+
+@fact("docker_info", "docker info --format '{{json .}}'")
+def parse_docker_info(stdout: str) -> dict:
+    """`docker info --format '{{json .}}'` -> engine version and storage (containerd's image store gives
+    the same image another ID than overlay2: identity is compared by DiffIDs)."""
+    data = json.loads(stdout)
+    status = {k: v for k, v in (data.get("DriverStatus") or [])}
+    return {"version": data.get("ServerVersion", ""), "driver": data.get("Driver", ""),
+            "containerd_store": "io.containerd.snapshotter" in json.dumps(status) or
+            data.get("Driver", "").startswith("overlayfs")}
+
+
+@fact("gpu", "nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader,nounits "
+      "&& nvidia-smi | grep -o 'CUDA Version: [0-9.]*'")
+def parse_gpu(stdout: str) -> dict:
+    """The first GPU's name, driver, SM clock and its max (MHz), and the CUDA version the driver offers."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    name, driver, clock, max_clock = [p.strip() for p in lines[0].split(",")]
+    cuda = next((line.split(":", 1)[1].strip() for line in lines[1:] if line.startswith("CUDA Version")), "")
+    return {"name": name, "driver": driver, "clock": int(float(clock)), "max_clock": int(float(max_clock)),
+            "cuda": cuda}
+
+
+@fact("kernel", "uname -r")
+def parse_kernel(stdout: str) -> str:
+    value = stdout.strip()
+    if not value:
+        raise ValueError("empty")
+    return value
+
+
+@fact("os_release", "cat /etc/os-release")
+def parse_os_release(stdout: str) -> str:
+    fields = dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line)
+    return fields.get("PRETTY_NAME", fields.get("ID", "")).strip('"')
+
+
+@fact("clock", "date +%s.%N")
+def parse_clock(stdout: str) -> float:
+    return float(stdout.strip())
+
+
+@check("docker-engine", ("docker_info",), Scope.PARITY)
+def docker_engine(seen: Seen, dep: Deployment) -> Verdict:
+    return parity("docker-engine", seen, "docker_info", lambda v: f"{v['version']} / {v['driver']}",
+                  "the Docker engine version or storage driver differs: images may get different IDs (compared "
+                  "by layer DiffIDs), and behaviour may differ", status=Status.WARN)
+
+
+@check("gpu-parity", ("gpu",), Scope.PARITY, field_note=10)
+def gpu_parity(seen: Seen, dep: Deployment) -> Verdict:
+    return parity("gpu-parity", seen, "gpu", lambda v: f"{v['name']}, driver {v['driver']}, CUDA {v['cuda']}",
+                  "GPU, driver or CUDA version differ between nodes: a build difference changed throughput by "
+                  "22-24% (field note 10); install the same driver on every node", field_note=10)
+
+
+@check("sm-clock", ("gpu",), Scope.NODE, field_note=10)
+def sm_clock(seen: Seen, dep: Deployment) -> Verdict:
+    cells = missing(seen, ("gpu",))
+    low = []
+    for node, facts in seen.items():
+        if node in cells:
+            continue
+        g = facts["gpu"].value
+        if g["max_clock"] and g["clock"] < 0.95 * g["max_clock"]:
+            cells[node] = Cell(Status.WARN, f"{g['clock']} of {g['max_clock']} MHz")
+            low.append(node)
+        else:
+            cells[node] = Cell(Status.OK, f"{g['clock']} of {g['max_clock']} MHz")
+    fix = (f"the SM clock on {', '.join(low)} is below its maximum (locked after a power fault?): "
+           "`nvidia-smi -rgc` resets it, or power-cycle the node") if low else ""
+    return Verdict("sm-clock", Scope.NODE, cells, fix, 10)
+
+
+@check("kernel", ("kernel", "os_release"), Scope.PARITY)
+def kernel(seen: Seen, dep: Deployment) -> Verdict:
+    merged = {n: {"kernel": Observed(value=f"{f['kernel'].value} ({f['os_release'].value})")
+                  if f.get("kernel") and f["kernel"].ok and f.get("os_release") and f["os_release"].ok
+                  else (f.get("kernel") or Observed(error="not gathered"))} for n, f in seen.items()}
+    return parity("kernel", merged, "kernel", str, "the kernel or OS release differs between nodes: run the same "
+                  "DGX OS update on every node")
+
+
+@check("time-offset", ("clock",), Scope.PARITY)
+def time_offset(seen: Seen, dep: Deployment) -> Verdict:
+    cells = missing(seen, ("clock",))
+    stamps = {n: f["clock"].value for n, f in seen.items() if n not in cells}
+    if not stamps:
+        return Verdict("time-offset", Scope.PARITY, cells)
+    ref = min(stamps.values())
+    off = {n: t - ref for n, t in stamps.items()}
+    bad = [n for n, o in off.items() if o > 2.0]
+    for node, o in off.items():
+        cells[node] = Cell(Status.WARN if node in bad else Status.OK, f"+{o:.2f} s")
+    fix = (f"the clocks of {', '.join(bad)} are ahead by more than 2 s (read in parallel): logs are merged by time; "
+           "enable NTP (timedatectl set-ntp true)") if bad else ""
+    return Verdict("time-offset", Scope.PARITY, cells, fix)

@@ -1,0 +1,136 @@
+"""Facts: a command run on a node plus a pure parser of what it printed (pyinfra's model).
+
+Every fact a preflight needs is gathered in ONE SSH round trip per node: a constant driver script runs
+each fact's constant script in turn, its variable parts passed as positional arguments (never spliced
+into the script), and frames each fact's stdout, stderr and exit code. Parsers are pure functions, unit
+tested on captured real outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..config.inventory import Node
+from ..config.load import Deployment
+from ..render.plan import Plan
+from ..transport.group import Cluster, GroupError
+from ..transport.node import NodeConnection
+
+SEP = "\x1e"  # record separator: never in the output of the commands we run
+
+# "$@" = (name, script, argc, args...)*; per fact: a header line, stdout, a stderr marker, stderr.
+_DRIVER = r'''e=$(mktemp) || exit 1
+while [ $# -gt 0 ]; do
+  name=$1; script=$2; n=$3; shift 3
+  args=("${@:1:$n}"); shift "$n"
+  out=$(bash -c "$script" fact "${args[@]}" 2>"$e"); rc=$?
+  printf '\036F %s %s\n%s\n\036E\n' "$name" "$rc" "$out"; cat -- "$e"; : > "$e"
+done
+rm -f -- "$e"'''
+
+
+@dataclass(frozen=True)
+class FactInput:
+    """What a fact's arguments may depend on: the node's inventory entry and the deployment."""
+
+    node: Node
+    dep: Deployment
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class Fact:
+    name: str
+    script: str  # a constant; "$1".. are its args
+    parse: Callable[[str], Any]
+    args: Callable[[FactInput], list[str]] = lambda _i: []
+    ok_codes: tuple[int, ...] = (0,)
+
+
+@dataclass
+class Observed:
+    """One fact on one node: its parsed value, or why there is none (the command failed, the parser refused)."""
+
+    value: Any = None
+    error: str | None = None
+    raw: str = ""
+    code: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+FACTS: dict[str, Fact] = {}
+
+
+def fact(name: str, script: str, args: Callable[[FactInput], list[str]] | None = None,
+         ok_codes: tuple[int, ...] = (0,)):
+    """Register `parse` as the parser of the fact `name` (`script` run on the node)."""
+    def register(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+        if name in FACTS:
+            raise ValueError(f"fact {name!r} registered twice")
+        FACTS[name] = Fact(name, script, parse, args or (lambda _i: []), ok_codes)
+        return parse
+    return register
+
+
+def driver_args(facts: list[Fact], given: FactInput) -> list[str]:
+    argv: list[str] = []
+    for f in facts:
+        args = [str(a) for a in f.args(given)]
+        argv += [f.name, f.script, str(len(args)), *args]
+    return argv
+
+
+def parse_framed(stdout: str, facts: dict[str, Fact]) -> dict[str, Observed]:
+    """Pure: the driver's framed output -> each fact's Observed (parsed, or the error)."""
+    seen: dict[str, Observed] = {}
+    for block in stdout.split(SEP + "F ")[1:]:
+        header, _, rest = block.partition("\n")
+        name, _, code = header.partition(" ")
+        out, _, err = rest.partition("\n" + SEP + "E\n")
+        spec = facts.get(name)
+        if spec is None:
+            continue
+        rc = int(code) if code.strip().lstrip("-").isdigit() else -1
+        if rc not in spec.ok_codes:
+            seen[name] = Observed(error=(err.strip() or out.strip() or f"exit {rc}").splitlines()[-1][:300], raw=out,
+                                  code=rc)
+            continue
+        try:
+            seen[name] = Observed(value=spec.parse(out), raw=out, code=rc)
+        except Exception as exc:  # noqa: BLE001 - a parser that refuses says why; never a silent default
+            seen[name] = Observed(error=f"unexpected output ({exc})", raw=out, code=rc)
+    return seen
+
+
+def gather_node(conn: NodeConnection, names: list[str], given: FactInput, timeout: float = 90) -> dict[str, Observed]:
+    facts = [FACTS[n] for n in names]
+    result = conn.run_script(_DRIVER, *driver_args(facts, given), timeout=timeout, check=True)
+    seen = parse_framed(result.stdout, {f.name: f for f in facts})
+    for name in names:
+        seen.setdefault(name, Observed(error="the fact printed nothing (the driver stopped early)"))
+    return seen
+
+
+@dataclass
+class Gathered:
+    per_node: dict[str, dict[str, Observed]] = field(default_factory=dict)
+    unreachable: dict[str, str] = field(default_factory=dict)
+
+
+def gather(cluster: Cluster, conns: list[NodeConnection], dep: Deployment, plan: Plan, names: list[str]) -> Gathered:
+    """Every fact on every node in parallel, one SSH command per node."""
+    out = Gathered()
+
+    def one(conn: NodeConnection) -> dict[str, Observed]:
+        return gather_node(conn, names, FactInput(dep.inventory.node(conn.name), dep, plan))
+
+    try:
+        out.per_node = cluster.each(one, conns)
+    except GroupError as exc:
+        out.per_node = dict(exc.results)
+        out.unreachable = {n: str(e) for n, e in exc.failures.items()}
+    return out

@@ -1,0 +1,73 @@
+"""Run the registry: gather the facts every selected check needs (one SSH command per node), judge them.
+
+Read only: nothing is started or changed on any node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..config.load import Deployment
+from ..render.plan import Plan
+from ..transport.group import Cluster
+from .facts import gather
+from .registry import CHECKS, Cell, CheckSpec, Scope, Status, Verdict, missing
+
+
+class UnknownCheck(ValueError):
+    pass
+
+
+def select(only: list[str] | None = None, skip: list[str] | None = None, up_subset: bool = False) -> list[CheckSpec]:
+    for name in (only or []) + (skip or []):
+        if name not in CHECKS:
+            raise UnknownCheck(f"no check named {name!r}; checks: {', '.join(sorted(CHECKS))}")
+    specs = [s for s in CHECKS.values() if (not only or s.name in only) and s.name not in (skip or [])]
+    return [s for s in specs if s.in_up or not up_subset or s.name in (only or [])]
+
+
+@dataclass
+class Report:
+    verdicts: list[Verdict]
+    nodes: list[str]
+    unreachable: dict[str, str] = field(default_factory=dict)
+
+    def failed(self, strict: bool = False) -> list[Verdict]:
+        return [v for v in self.verdicts if v.failed_nodes(strict)]
+
+    def ok(self, strict: bool = False) -> bool:
+        return not self.failed(strict)
+
+    def as_dict(self) -> dict:
+        return {"ok": self.ok(), "nodes": self.nodes, "checks": [v.as_dict() for v in self.verdicts]}
+
+
+def run_checks(dep: Deployment, plan: Plan, cluster: Cluster, specs: list[CheckSpec]) -> Report:
+    """`cluster` is opened here as far as it goes: an unreachable node is the first failed check."""
+    conns, failures = cluster.open_reachable()
+    nodes = [n.name for n in dep.inventory.ranked]
+    reach = Verdict("reachable", Scope.NODE, {
+        n: Cell(Status.FAIL, str(failures[n])) if n in failures else Cell(Status.OK, "SSH, host key verified")
+        for n in nodes}, "check the address, sshd, and that the host key is in known_hosts (verify its "
+                         "fingerprint first)" if failures else "")
+    names = sorted({f for s in specs for f in s.facts})
+    gathered = gather(cluster, conns, dep, plan, names) if conns and names else None
+    per_node = gathered.per_node if gathered else {}
+    unreachable = {**{n: str(e) for n, e in failures.items()}, **(gathered.unreachable if gathered else {})}
+    for node, why in (gathered.unreachable if gathered else {}).items():
+        reach.cells[node] = Cell(Status.FAIL, f"gathering facts failed: {why}")
+    verdicts = [reach]
+    for spec in specs:
+        try:
+            verdict = spec.judge(per_node, dep)
+        except Exception as exc:  # noqa: BLE001 - a broken judge is a skip that says so, not a pass
+            verdict = Verdict(spec.name, spec.scope, {n: Cell(Status.SKIP, f"the check itself failed: {exc}")
+                                                      for n in per_node}, "", spec.field_note)
+        for node in unreachable:
+            verdict.cells.setdefault(node, Cell(Status.SKIP, "unreachable"))
+        verdict.cells = {n: verdict.cells[n] for n in nodes if n in verdict.cells}
+        verdicts.append(verdict)
+    return Report(verdicts, nodes, unreachable)
+
+
+__all__ = ["Report", "UnknownCheck", "missing", "run_checks", "select"]
