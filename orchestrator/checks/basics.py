@@ -23,6 +23,7 @@ class CheckResult:
     status: Status
     evidence: dict[str, str] = field(default_factory=dict)
     fix: str = ""
+    bad: list[str] = field(default_factory=list)  # the nodes (evidence keys' node part) that fail it
 
     @property
     def ok(self) -> bool:
@@ -57,7 +58,7 @@ def docker_answers(cluster: Cluster) -> CheckResult:
         return r.ok, (f"engine {r.stdout.strip()}" if r.ok else (r.stderr.strip().splitlines() or ["no answer"])[-1])
     evidence, bad = _per_node(cluster, probe)
     return CheckResult("docker", "fail" if bad else "ok", evidence,
-                       f"start the Docker engine on {', '.join(bad)} (systemctl start docker)" if bad else "")
+                       f"start the Docker engine on {', '.join(bad)} (systemctl start docker)" if bad else "", bad)
 
 
 def gpu_visible(cluster: Cluster) -> CheckResult:
@@ -67,7 +68,7 @@ def gpu_visible(cluster: Cluster) -> CheckResult:
         return r.ok and "GPU" in r.stdout, text.splitlines()[0]
     evidence, bad = _per_node(cluster, probe)
     return CheckResult("gpu", "fail" if bad else "ok", evidence,
-                       f"nvidia-smi sees no GPU on {', '.join(bad)}" if bad else "")
+                       f"nvidia-smi sees no GPU on {', '.join(bad)}" if bad else "", bad)
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def ports_free(cluster: Cluster, ports: list[int]) -> CheckResult:
             taken.append(port)
     return CheckResult("ports", "fail" if taken else "ok", evidence,
                        f"port(s) {', '.join(map(str, taken))} on {head.name} are taken by another process: stop it or "
-                       "change serve.port / vllm.master_port" if taken else "")
+                       "change serve.port / vllm.master_port" if taken else "", [head.name] if taken else [])
 
 
 def jit_cache_local(cluster: Cluster, nodes: dict[str, Node]) -> CheckResult:
@@ -122,7 +123,7 @@ def jit_cache_local(cluster: Cluster, nodes: dict[str, Node]) -> CheckResult:
         _per_node(cluster, lambda conn: (conn.run(["rm", "-f", f"{nodes[conn.name].jit_cache}/{token[conn.name]}"],
                                                   timeout=20).ok, ""))
         return CheckResult("jit-cache", "fail", evidence, f"create a local JIT directory on {', '.join(bad)}: "
-                                                          "mkdir -p <jit_cache> (local disk, not NFS)")
+                                                          "mkdir -p <jit_cache> (local disk, not NFS)", bad)
 
     def look_and_clean(conn: NodeConnection):
         """Every node wrote before any node looks. Of nodes sharing a directory, the first to look still sees
@@ -137,4 +138,4 @@ def jit_cache_local(cluster: Cluster, nodes: dict[str, Node]) -> CheckResult:
     evidence, bad = _per_node(cluster, look_and_clean)
     return CheckResult("jit-cache", "fail" if bad else "ok", evidence,
                        "each node needs its own local JIT directory: two ranks compiling into one directory kill "
-                       "the peer (field note 2)" if bad else "")
+                       "the peer (field note 2)" if bad else "", bad)

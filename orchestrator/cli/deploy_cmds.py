@@ -20,6 +20,7 @@ from ..deploy import logs as logs_mod
 from ..deploy import status as status_mod
 from ..deploy import down as down_mod
 from ..deploy.up import DeployFailed, UnpinnedImage, UpOptions, up as run_up
+from .. import preflight as preflight_registry
 from ..releases.lock import LockHeld
 from ..runner.events import Events
 from ..runner.sinks import JsonSink, TerminalSink
@@ -66,6 +67,8 @@ def up(
                                                  help="Warn when no node has logged anything for this many seconds.")] = 300.0,
     no_restore: Annotated[bool, typer.Option("--no-restore", help="If it fails, leave the nodes empty instead of "
                                                                   "starting the previous release again.")] = False,
+    skip_check: Annotated[Optional[list[str]], typer.Option("--skip-check", help="Leave this preflight check out "
+                                                                               "(repeatable; the rare override).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Deploy a recipe: preflight, image sync, stop the previous (kept), head, wait LISTEN, peers, ready, log checks.
@@ -80,7 +83,11 @@ def up(
         events = _events(as_json)
         opts = UpOptions(force=force, keep_on_failure=keep_on_failure, replace_image=sync_image,
                          ready_timeout=ready_timeout, join_timeout=join_timeout, heartbeat=heartbeat,
-                         stall_warning=stall_warning, restore=not no_restore)
+                         stall_warning=stall_warning, restore=not no_restore, skip_checks=list(skip_check or []))
+        try:
+            preflight_registry.select(skip=opts.skip_checks)
+        except preflight_registry.UnknownCheck as exc:
+            raise BadInput(str(exc)) from None
         _up_and_report(dep, events, opts, as_json)
 
 

@@ -27,6 +27,7 @@ class UpOptions:
     poll: float = 0.05  # LISTEN probe interval: one short SSH exec each
     heartbeat: float = 30.0  # seconds between "still waiting" lines during long waits
     stall_warning: float = 300.0  # warn when no node has logged anything for this long
+    skip_checks: list = field(default_factory=list)  # --skip-check NAME: preflight checks left out
     restore: bool = True  # a failed or interrupted `up` starts the previous release again (--no-restore: not)
     rollback_of: object = None  # releases.record.Release: this `up` deploys that release again (`rollback`)
 

@@ -10,6 +10,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from .. import preflight
 from ..checks import basics
 from ..docker_cli import image_sync
 from ..docker_cli.containers import Container, named, rename_container, stop_container
@@ -41,6 +42,19 @@ def judge(phase: Phase, results: list[basics.CheckResult], ctx: UpContext) -> No
             sorted({node.split(":")[0] for r in failed for node in r.evidence}))
 
 
+def judge_report(phase: Phase, report, ctx: UpContext) -> None:
+    """The registry's verdicts as check events; any fail stops `up` before anything is touched."""
+    for v in report.verdicts:
+        ctx.events.check(v.name, str(v.status), {n: c.value for n, c in v.cells.items()},
+                         "; ".join(f"{n}: {c.value}" for n, c in v.cells.items()))
+    failed = report.failed()
+    if failed:
+        raise StepFailed(phase, "; ".join(
+            f"{v.name} failed on {', '.join(v.failed_nodes())} ("
+            + "; ".join(f"{n}: {v.cells[n].value}" for n in v.failed_nodes()) + f"). {v.fix}" for v in failed)
+            + " (--skip-check NAME overrides one check)", sorted({n for v in failed for n in v.failed_nodes()}))
+
+
 class Connect(NoUndo):
     phase, detail = Phase.CONNECT, "host keys verified"
 
@@ -57,11 +71,10 @@ class Preflight(NoUndo):
 
     def run(self, ctx: UpContext) -> None:
         cluster, plan = ctx.cluster, ctx.plan
-        nodes = {n.name: n for n in ctx.dep.inventory.nodes}
         names = {launch.node.name: [launch.container] for launch in plan.ranks}
+        specs = preflight.select(skip=["ports", "image", *ctx.opts.skip_checks], up_subset=True)
         tasks = {
-            "docker": lambda: basics.docker_answers(cluster), "gpu": lambda: basics.gpu_visible(cluster),
-            "jit": lambda: basics.jit_cache_local(cluster, nodes),
+            "registry": lambda: preflight.run_checks(ctx.dep, plan, cluster, specs, opened=True),
             "ports": lambda: basics.ports_free(cluster, plan.ports),
             "named": lambda: cluster.each(lambda c: named(c, names[c.name])),
             "image": lambda: image_sync.survey(cluster.nodes, plan.image_id, plan.image_ref),
@@ -72,13 +85,12 @@ class Preflight(NoUndo):
             outcome = {name: (f.exception() or f.result()) for name, f in futures.items()}
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
-        for name in ("docker", "gpu", "jit"):
-            if isinstance(outcome[name], BaseException):
-                error = outcome[name]
-                nodes = sorted(error.failures) if isinstance(error, GroupError) else []
-                raise StepFailed(self.phase, f"the {name} check could not run (a transport error, not a verdict "
-                                 f"on the node): {error}", nodes)
-        judge(self.phase, [outcome[name] for name in ("docker", "gpu", "jit")], ctx)  # a dead engine first
+        if isinstance(outcome["registry"], BaseException):
+            error = outcome["registry"]
+            nodes = sorted(error.failures) if isinstance(error, GroupError) else []
+            raise StepFailed(self.phase, f"the checks could not run (a transport error, not a verdict on a node): "
+                             f"{error}", nodes)
+        judge_report(self.phase, outcome["registry"], ctx)  # a dead engine, a missing shard: before anything
         for name in ("ports", "named", "image"):
             if isinstance(outcome[name], BaseException):
                 raise outcome[name]

@@ -71,9 +71,21 @@ class CheckSpec:
     judge: Judge
     field_note: int | None = None
     in_up: bool = True  # part of the fast subset `up` runs first
+    probe: Callable | None = None  # an active check: probe(cluster, conns, dep, plan) -> Verdict
 
 
 CHECKS: dict[str, CheckSpec] = {}
+
+
+def active_check(name: str, scope: Scope, *, field_note: int | None = None, in_up: bool = True):
+    """Register a check that must act to look (the JIT token test writes and removes a file; the port and
+    image looks reuse up's own probes). It runs its own command per node, still read-only in effect."""
+    def register(probe: Callable) -> Callable:
+        if name in CHECKS:
+            raise ValueError(f"check {name!r} registered twice")
+        CHECKS[name] = CheckSpec(name, (), scope, lambda seen, dep: None, field_note, in_up, probe)
+        return probe
+    return register
 
 
 def check(name: str, facts: tuple[str, ...] | list[str], scope: Scope, *, field_note: int | None = None,

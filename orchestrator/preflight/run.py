@@ -42,9 +42,10 @@ class Report:
         return {"ok": self.ok(), "nodes": self.nodes, "checks": [v.as_dict() for v in self.verdicts]}
 
 
-def run_checks(dep: Deployment, plan: Plan, cluster: Cluster, specs: list[CheckSpec]) -> Report:
-    """`cluster` is opened here as far as it goes: an unreachable node is the first failed check."""
-    conns, failures = cluster.open_reachable()
+def run_checks(dep: Deployment, plan: Plan, cluster: Cluster, specs: list[CheckSpec], opened: bool = False) -> Report:
+    """`cluster` is opened here as far as it goes (unless `opened`: `up` connected already): an unreachable
+    node is the first failed check."""
+    conns, failures = (list(cluster.nodes), {}) if opened else cluster.open_reachable()
     nodes = [n.name for n in dep.inventory.ranked]
     reach = Verdict("reachable", Scope.NODE, {
         n: Cell(Status.FAIL, str(failures[n])) if n in failures else Cell(Status.OK, "SSH, host key verified")
@@ -59,7 +60,7 @@ def run_checks(dep: Deployment, plan: Plan, cluster: Cluster, specs: list[CheckS
     verdicts = [reach]
     for spec in specs:
         try:
-            verdict = spec.judge(per_node, dep)
+            verdict = spec.probe(cluster, conns, dep, plan) if spec.probe else spec.judge(per_node, dep)
         except Exception as exc:  # noqa: BLE001 - a broken judge is a skip that says so, not a pass
             verdict = Verdict(spec.name, spec.scope, {n: Cell(Status.SKIP, f"the check itself failed: {exc}")
                                                       for n in per_node}, "", spec.field_note)

@@ -1,0 +1,111 @@
+"""The preflight framework (facts framed in one command, the registry, parity) and the host parsers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator import preflight
+from orchestrator.preflight import checks_host
+from orchestrator.preflight.facts import SEP, Fact, Observed, driver_args, parse_framed
+from orchestrator.preflight.registry import CHECKS, Scope, Status, parity
+
+SAMPLES = Path(__file__).parent / "samples"
+
+
+def framed(*blocks: tuple[str, int, str, str]) -> str:
+    return "".join(f"{SEP}F {name} {rc}\n{out}\n{SEP}E\n{err}" for name, rc, out, err in blocks)
+
+
+FACTS = {"a": Fact("a", "true", int), "b": Fact("b", "true", str.strip), "c": Fact("c", "true", int, ok_codes=(0, 1))}
+
+
+def test_framed_output_is_split_per_fact_with_codes_and_parser_errors():
+    seen = parse_framed(framed(("a", 0, "42", ""), ("b", 3, "", "boom\nreal reason"), ("c", 1, "x", "")), FACTS)
+    assert seen["a"].ok and seen["a"].value == 42
+    assert not seen["b"].ok and seen["b"].error == "real reason" and seen["b"].code == 3
+    assert not seen["c"].ok and "unexpected output" in seen["c"].error  # exit 1 allowed, but int("x") refused
+
+
+def test_a_fact_that_printed_nothing_is_absent_not_a_default():
+    assert parse_framed("", FACTS) == {}
+    assert "a" not in parse_framed(framed(("b", 0, "x", "")), FACTS)
+
+
+def test_driver_args_carry_each_fact_with_its_own_argument_count():
+    specs = [Fact("x", "s1", str, lambda i: ["p q", "r"]), Fact("y", "s2", str)]
+    assert driver_args(specs, None) == ["x", "s1", "2", "p q", "r", "y", "s2", "0"]
+
+
+def seen(values: dict[str, object], fact: str = "v") -> dict[str, dict[str, Observed]]:
+    return {node: {fact: v if isinstance(v, Observed) else Observed(value=v)} for node, v in values.items()}
+
+
+def test_parity_two_nodes_disagreeing_marks_both_and_names_both_values():
+    v = parity("p", seen({"spark-1": "580.1", "spark-2": "575.9"}), "v", str, "install the same driver")
+    assert {n: c.status for n, c in v.cells.items()} == {"spark-1": Status.FAIL, "spark-2": Status.FAIL}
+    assert "spark-1: 580.1" in v.fix and "spark-2: 575.9" in v.fix
+
+
+def test_parity_three_nodes_marks_the_odd_one_out_and_skips_an_unread_one():
+    v = parity("p", seen({"a": "1", "b": "1", "c": "2", "d": Observed(error="nvidia-smi: not found")}), "v", str, "fix")
+    assert {n: c.status for n, c in v.cells.items()} == {"a": Status.OK, "b": Status.OK, "c": Status.FAIL,
+                                                          "d": Status.SKIP}
+    assert "nvidia-smi: not found" in v.cells["d"].value
+
+
+def test_parity_all_equal_is_ok_with_no_fix():
+    v = parity("p", seen({"a": "1", "b": "1"}), "v", str, "fix")
+    assert v.status is Status.OK and v.fix == ""
+
+
+def test_docker_info_on_this_machines_real_output():
+    info = checks_host.parse_docker_info((SAMPLES / "docker-info.json").read_text())
+    assert info["version"] == "20.10.24+dfsg1" and info["driver"] == "overlay2" and info["containerd_store"] is False
+
+
+# nvidia-smi's query output as the sim's stub prints it (the layout of the real tool; no GB10 on this machine)
+GPU_OK = "NVIDIA GB10, 580.95.05, 2418, 2418\nCUDA Version: 13.0\n"
+
+
+def test_gpu_query_and_the_cuda_version_from_the_banner():
+    assert checks_host.parse_gpu(GPU_OK) == {"name": "NVIDIA GB10", "driver": "580.95.05", "clock": 2418,
+                                             "max_clock": 2418, "cuda": "13.0"}
+    with pytest.raises(ValueError):
+        checks_host.parse_gpu("No devices were found\n")
+
+
+def test_sm_clock_locked_low_is_a_warning_naming_the_node():
+    facts = {"spark-1": {"gpu": Observed(value=checks_host.parse_gpu(GPU_OK))},
+             "spark-2": {"gpu": Observed(value=checks_host.parse_gpu("NVIDIA GB10, 580.95.05, 2200, 3003\n"))}}
+    v = checks_host.sm_clock(facts, None)
+    assert v.cells["spark-1"].status is Status.OK and v.cells["spark-2"].status is Status.WARN
+    assert "2200 of 3003 MHz" in v.cells["spark-2"].value and "spark-2" in v.fix
+    assert v.failed_nodes() == [] and v.failed_nodes(strict=True) == ["spark-2"]
+
+
+def test_os_release_kernel_and_clock_parsers():
+    assert checks_host.parse_os_release((SAMPLES / "os-release.txt").read_text())
+    assert checks_host.parse_kernel("6.8.0-1021-nvidia-64k\n") == "6.8.0-1021-nvidia-64k"
+    with pytest.raises(ValueError):
+        checks_host.parse_kernel("\n")
+    assert checks_host.parse_clock("1764590000.123456789\n") == pytest.approx(1764590000.1234567)
+
+
+def test_time_offset_warns_on_a_node_ahead_by_more_than_two_seconds():
+    v = checks_host.time_offset(seen({"a": 100.0, "b": 100.3, "c": 105.0}, "clock"), None)
+    assert [n for n, c in v.cells.items() if c.status is Status.WARN] == ["c"]
+
+
+def test_select_refuses_an_unknown_name_and_the_up_subset_keeps_an_explicit_one():
+    with pytest.raises(preflight.UnknownCheck, match="no check named 'gpu-parityy'"):
+        preflight.select(only=["gpu-parityy"])
+    assert [s.name for s in preflight.select(only=["kernel"])] == ["kernel"]
+    assert "kernel" not in [s.name for s in preflight.select(skip=["kernel"])]
+    assert all(CHECKS[s.name].in_up for s in preflight.select(up_subset=True))
+
+
+def test_every_registered_check_has_a_scope_and_known_facts():
+    for spec in CHECKS.values():
+        assert isinstance(spec.scope, Scope)
