@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from . import faults_model
 from .state import NODE_JIT_CACHE, SHARED_MOUNT, NodeInfo, SimError, SimInputError
 
 IFACE = "eth0"
@@ -263,6 +264,10 @@ KINDS: dict[str, Callable] = {
     "free-port": free_port,
     "fill-disk": fill_disk,
     "free-disk": free_disk,
+    "model-remove-shard": faults_model.remove_shard,
+    "model-change-blob": faults_model.change_blob,
+    "model-incomplete": faults_model.incomplete,
+    "model-reset": faults_model.reset,
 }
 
 

@@ -1,0 +1,123 @@
+"""Issue 10, model revision parity on a real 2-node sim cluster: a healthy cache passes; a shard removed, a
+blob changed, or an `.incomplete` blob left on spark-2 fails `spark-deploy preflight` naming spark-2, the
+check and both values; `model-reset` puts the node back and preflight passes again."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ruamel.yaml import YAML
+
+from deploy_helpers import spark_deploy
+
+CHECKS = ("model-files", "model-shards", "model-incomplete")
+SHARD2 = "model-00002-of-00003.safetensors"
+ROOT = "/srv/hf-cache/hub/models--sim--tiny-moe"
+
+
+def preflight(cluster, *extra: str, recipe=None):
+    only = [a for c in CHECKS for a in ("--only", c)]
+    return spark_deploy("preflight", recipe or cluster.recipe_path, "-i", cluster.inventory_path, *only, *extra,
+                        timeout=120)
+
+
+def verdicts(result) -> dict[str, dict]:
+    return {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+
+
+def blob_of(cluster, node: int, name: str) -> str:
+    """The blob a snapshot file points at on that node, read with the node's own readlink."""
+    rev = cluster.exec(node, ["cat", f"{ROOT}/refs/main"]).stdout.strip()
+    return cluster.exec(node, ["readlink", f"{ROOT}/snapshots/{rev}/{name}"]).stdout.strip().rsplit("/", 1)[-1]
+
+
+def incomplete_blobs(cluster, node: int) -> list[str]:
+    out = cluster.exec(node, ["find", f"{ROOT}/blobs", "-maxdepth", "1", "-name", "*.incomplete", "-printf", "%f\n"])
+    return out.stdout.split()
+
+
+def assert_healthy(cluster) -> None:
+    res = preflight(cluster, "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = verdicts(res)
+    for name in CHECKS:
+        assert {n: c["status"] for n, c in got[name]["per_node"].items()} == {"spark-1": "ok", "spark-2": "ok"}, got
+
+
+@pytest.fixture
+def pair(sim_cluster_factory):
+    cluster = sim_cluster_factory(nodes=2, load_image_on=())
+    assert_healthy(cluster)
+    return cluster
+
+
+def test_remove_shard(pair):
+    blob = blob_of(pair, 1, SHARD2)
+    pair.fault(2, "model-remove-shard")
+    res = preflight(pair, "--json")
+    assert res.returncode == 1, res.stdout + res.stderr
+    got = verdicts(res)
+    files = got["model-files"]["per_node"]
+    assert files["spark-1"]["status"] == "ok"
+    assert files["spark-2"]["status"] == "fail"
+    assert files["spark-2"]["value"] == f"{SHARD2}: missing vs spark-1: blob {blob[:16]} (76136 B)"
+    shards = got["model-shards"]["per_node"]
+    assert shards["spark-2"] == {"status": "fail", "value": f"missing: {SHARD2} (the index names 3)"}
+    assert shards["spark-1"]["status"] == "ok"
+    assert got["model-incomplete"]["status"] == "ok"
+    # the table names the failed node, the check and its fix
+    table = preflight(pair)
+    assert table.returncode == 1
+    assert "model-shards (spark-2): shards the index names are missing on spark-2" in table.stdout
+    pair.fault(2, "model-reset")
+    assert_healthy(pair)
+
+
+def test_change_blob(pair):
+    before = blob_of(pair, 2, SHARD2)
+    pair.fault(2, "model-change-blob")
+    after = blob_of(pair, 2, SHARD2)
+    assert after != before and blob_of(pair, 1, SHARD2) == before
+    res = preflight(pair, "--json")
+    assert res.returncode == 1, res.stdout + res.stderr
+    files = verdicts(res)["model-files"]
+    cell = files["per_node"]["spark-2"]
+    assert cell["status"] == "fail"
+    assert cell["value"] == (f"{SHARD2}: blob {after[:16]} (76136 B) vs spark-1: blob {before[:16]} (76136 B)")
+    assert f"{SHARD2}: spark-1: blob {before} (76136 B), spark-2: blob {after} (76136 B)" in files["fix"]
+    assert verdicts(res)["model-shards"]["status"] == "ok"  # the file is there: only its content differs
+    pair.fault(2, "model-reset")
+    assert_healthy(pair)
+
+
+def test_incomplete_blob(pair):
+    pair.fault(2, "model-incomplete")
+    partial = incomplete_blobs(pair, 2)
+    assert len(partial) == 1
+    res = preflight(pair, "--json")
+    assert res.returncode == 1, res.stdout + res.stderr
+    got = verdicts(res)["model-incomplete"]
+    assert got["per_node"]["spark-1"] == {"status": "ok", "value": "no .incomplete blob"}
+    assert got["per_node"]["spark-2"] == {"status": "fail", "value": f"partial download: blobs/{partial[0]} (4096 B)"}
+    assert "spark-2" in got["fix"] and "huggingface-cli download sim/tiny-moe --revision main" in got["fix"]
+    pair.fault(2, "model-reset")
+    assert not incomplete_blobs(pair, 2)
+    assert_healthy(pair)
+
+
+def test_revision_not_in_the_cache(pair, tmp_path):
+    yaml = YAML()
+    doc = yaml.load(pair.recipe_path.read_text())
+    doc["model"]["revision"] = "v2"
+    recipe = tmp_path / "recipe-v2.yaml"
+    with recipe.open("w") as handle:
+        yaml.dump(doc, handle)
+    res = preflight(pair, "--json", recipe=recipe)
+    assert res.returncode == 1, res.stdout + res.stderr
+    for name, check in verdicts(res).items():
+        if name in CHECKS:
+            assert {n: c["status"] for n, c in check["per_node"].items()} == {"spark-1": "fail", "spark-2": "fail"}
+            assert check["per_node"]["spark-2"]["value"] == f"no snapshot: no refs/v2 in {ROOT}"
+            assert "huggingface-cli download sim/tiny-moe --revision v2" in check["fix"]
+
