@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from . import faults_model
+from . import faults_host, faults_model
 from .state import NODE_JIT_CACHE, SHARED_MOUNT, NodeInfo, SimError, SimInputError
 
 IFACE = "eth0"
@@ -268,6 +268,9 @@ KINDS: dict[str, Callable] = {
     "model-change-blob": faults_model.change_blob,
     "model-incomplete": faults_model.incomplete,
     "model-reset": faults_model.reset,
+    "meminfo": faults_host.meminfo,
+    "mtu": faults_host.mtu,
+    "kernel": faults_host.kernel,
 }
 
 

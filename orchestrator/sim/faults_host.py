@@ -1,0 +1,145 @@
+"""Host faults for preflight's memory, fabric and kernel checks: each a real change inside ONE node container.
+
+- `meminfo available=SIZE [total=SIZE]`: a copy of the node's /proc/meminfo with those lines changed,
+  bind-mounted over /proc/meminfo in the node's mount namespace (sshd and every SSH command see it; the
+  host and the other nodes do not). The kernel's own accounting is untouched: only readers of the file
+  (preflight, `free`) are fooled. `reset=true` unmounts it.
+- `mtu mtu=N [dev=eth0]`: `ip link set dev DEV mtu N` (a real MTU change of the node's interface);
+  `reset=true` restores the MTU saved at the first change.
+- `kernel release=STR`: a wrapper /usr/local/bin/uname (ahead of /usr/bin on the SSH user's PATH) that
+  prints STR for `uname -r` and runs the real uname otherwise. It fakes only what `uname -r` prints through
+  PATH: the kernel, /proc/sys/kernel/osrelease and `uname -a` stay real. `reset=true` removes it.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tarfile
+
+from .state import NodeInfo, SimError, SimInputError
+
+IFACE = "eth0"  # the sim node's fabric interface (as faults.IFACE; imported from there would be circular)
+
+MEMINFO_COPY = "/run/sim-meminfo"
+UNAME_WRAPPER = "/usr/local/bin/uname"
+MTU_SAVED = "/run/sim-mtu-{dev}"
+
+_SIZE = re.compile(r"(\d+)([kmgt]?)i?b?", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1, "m": 1 << 10, "g": 1 << 20, "t": 1 << 30}  # in kB (KiB), as /proc/meminfo counts
+
+
+def _bool(kind: str, value) -> bool:
+    text = str(value).lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise SimInputError(f"fault {kind}: reset={value!r} is not a boolean")
+
+
+def _kib(kind: str, key: str, value) -> int:
+    """`2g`, `512m`, `1048576` (kB) -> kB."""
+    m = _SIZE.fullmatch(str(value).strip())
+    if not m:
+        raise SimInputError(f"fault {kind}: {key}={value!r} is not a size (e.g. 2g, 512m, or kB)")
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def _put_file(cluster, node: NodeInfo, path: str, data: bytes, mode: int) -> None:
+    directory, name = path.rsplit("/", 1)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = len(data), mode
+        tar.addfile(info, io.BytesIO(data))
+    if not cluster.container(node.index).put_archive(directory, buf.getvalue()):
+        raise SimError(f"{node.name}: writing {path} failed")
+
+
+def _unmount_meminfo(cluster, node: NodeInfo) -> None:
+    cluster.exec(node.index, ["sh", "-c", 'while mountpoint -q /proc/meminfo; do umount /proc/meminfo || exit 1; done'])
+
+
+def meminfo(cluster, node: NodeInfo, opts: dict) -> str:
+    unknown = set(opts) - {"available", "total", "reset"}
+    if unknown or not opts or ("reset" in opts and len(opts) > 1):
+        raise SimInputError("fault meminfo takes available=SIZE [total=SIZE], or reset=true")
+    if "reset" in opts:
+        if not _bool("meminfo", opts["reset"]):
+            raise SimInputError("fault meminfo: reset=false does nothing")
+        _unmount_meminfo(cluster, node)
+        return f"{node.name}: /proc/meminfo is the kernel's again"
+    want = {"MemAvailable": _kib("meminfo", "available", opts["available"])} if "available" in opts else {}
+    if "total" in opts:
+        want["MemTotal"] = _kib("meminfo", "total", opts["total"])
+    _unmount_meminfo(cluster, node)  # start from the real file, not an earlier fault's copy
+    lines = []
+    for line in cluster.exec(node.index, ["cat", "/proc/meminfo"]).stdout.splitlines():
+        key = line.split(":", 1)[0]
+        lines.append(f"{key}:{want[key]:>16} kB" if key in want else line)
+    _put_file(cluster, node, MEMINFO_COPY, ("\n".join(lines) + "\n").encode(), 0o444)
+    cluster.exec(node.index, ["mount", "--bind", MEMINFO_COPY, "/proc/meminfo"])
+    seen = cluster.exec(node.index, ["cat", "/proc/meminfo"]).stdout
+    for key, kb in want.items():
+        if not re.search(rf"^{key}:\s+{kb} kB$", seen, re.MULTILINE):
+            raise SimError(f"{node.name}: /proc/meminfo does not show {key} {kb} kB after the bind mount")
+    return f"{node.name}: /proc/meminfo shows " + ", ".join(f"{k} {v} kB" for k, v in want.items())
+
+
+def mtu(cluster, node: NodeInfo, opts: dict) -> str:
+    unknown = set(opts) - {"mtu", "dev", "reset"}
+    dev = str(opts.get("dev", IFACE))
+    if unknown or ("mtu" in opts) == ("reset" in opts) or not re.fullmatch(r"[A-Za-z0-9_.@-]{1,15}", dev):
+        raise SimInputError("fault mtu takes mtu=N [dev=IFACE], or reset=true [dev=IFACE]")
+    saved = MTU_SAVED.format(dev=dev)
+    if "reset" in opts:
+        if not _bool("mtu", opts["reset"]):
+            raise SimInputError("fault mtu: reset=false does nothing")
+        res = cluster.exec(node.index, ["sh", "-c", '[ -s "$1" ] && ip link set dev "$2" mtu "$(cat "$1")" && '
+                                        'rm -f -- "$1" && cat "/sys/class/net/$2/mtu"', "sh", saved, dev], check=False)
+        if res.code != 0:
+            return f"{node.name}: {dev} MTU was not changed by a fault (nothing to reset)"
+        return f"{node.name}: {dev} mtu {res.stdout.strip()} again"
+    try:
+        value = int(opts["mtu"])
+    except ValueError:
+        raise SimInputError(f"fault mtu: mtu={opts['mtu']!r} is not a number") from None
+    if not 68 <= value <= 65535:
+        raise SimInputError(f"fault mtu: mtu={value} outside 68..65535")
+    cluster.exec(node.index, ["sh", "-c", '[ -s "$1" ] || cat "/sys/class/net/$2/mtu" > "$1"', "sh", saved, dev])
+    res = cluster.exec(node.index, ["ip", "link", "set", "dev", dev, "mtu", str(value)], check=False)
+    if res.code != 0:
+        raise SimError(f"{node.name}: ip link set dev {dev} mtu {value} failed: {res.stderr.strip()}")
+    now = cluster.exec(node.index, ["cat", f"/sys/class/net/{dev}/mtu"]).stdout.strip()
+    if now != str(value):
+        raise SimError(f"{node.name}: {dev} mtu is {now} after setting {value}")
+    return f"{node.name}: {dev} mtu {value}"
+
+
+_WRAPPER = """#!/bin/sh
+# spark-deploy sim fault `kernel`: fakes what `uname -r` prints on PATH; the kernel itself is unchanged.
+if [ "$#" -eq 1 ] && { [ "$1" = -r ] || [ "$1" = --kernel-release ]; }; then
+  echo {release}
+  exit 0
+fi
+exec /usr/bin/uname "$@"
+"""
+
+
+def kernel(cluster, node: NodeInfo, opts: dict) -> str:
+    if set(opts) not in ({"release"}, {"reset"}):
+        raise SimInputError("fault kernel takes release=STRING (what `uname -r` prints), or reset=true")
+    if "reset" in opts:
+        if not _bool("kernel", opts["reset"]):
+            raise SimInputError("fault kernel: reset=false does nothing")
+        cluster.exec(node.index, ["rm", "-f", "--", UNAME_WRAPPER])
+        return f"{node.name}: uname is the real one again"
+    release = str(opts["release"])
+    if not re.fullmatch(r"[A-Za-z0-9._+~-]{1,64}", release):
+        raise SimInputError(f"fault kernel: release={release!r} must be 1-64 of A-Z a-z 0-9 . _ + ~ -")
+    _put_file(cluster, node, UNAME_WRAPPER, _WRAPPER.replace("{release}", release).encode(), 0o755)
+    seen = cluster.exec(node.index, ["sh", "-lc", "uname -r"]).stdout.strip()
+    if seen != release:
+        raise SimError(f"{node.name}: `uname -r` prints {seen!r} after installing the wrapper")
+    return f"{node.name}: `uname -r` prints {release} (wrapper {UNAME_WRAPPER}; the kernel is unchanged)"
