@@ -1,0 +1,132 @@
+"""The vLLM preflight checks on a real simulated cluster: the stand-in image's own parser (run once on the
+head, offline, then cached by image ID), the model's n_predict from each node's HF cache, overlay targets
+in the image and sources on the nodes. Failures exit 1 before any container of ours exists."""
+
+from __future__ import annotations
+
+import json
+
+from ruamel.yaml import YAML
+
+from deploy_helpers import node_docker, our_containers, recipe_variant, spark_deploy
+from orchestrator.config.load import load_deployment
+from orchestrator.sim import fake_model
+
+CHECKS = ("--only", "vllm-flags", "--only", "speculative-tokens", "--only", "overlay-targets")
+
+
+def preflight(cluster, recipe, cache) -> tuple[int, dict, str]:
+    r = spark_deploy("preflight", recipe, "-i", cluster.inventory_path, *CHECKS, "--json",
+                     env={"XDG_CACHE_HOME": str(cache)})
+    try:
+        doc = json.loads(r.stdout)
+    except ValueError:
+        raise AssertionError(f"no JSON (exit {r.returncode}): {r.stdout}\n{r.stderr}") from None
+    return r.returncode, {c["name"]: c for c in doc["checks"]}, r.stdout + r.stderr
+
+
+def node_now(cluster) -> str:
+    return cluster.exec(1, ["date", "+%s.%N"]).stdout.strip()
+
+
+def created(cluster, since: str, until: str) -> list[str]:
+    """Containers the head's engine created in that window (its event log: --rm leaves no other trace)."""
+    r = node_docker(cluster, 1, "events", "--since", since, "--until", until, "--filter", "type=container",
+                    "--filter", "event=create", "--format", "{{.Actor.Attributes.image}}", check=True)
+    return [line for line in r.stdout.splitlines() if line]
+
+
+def all_containers(cluster) -> dict[str, list[str]]:
+    return {i.name: node_docker(cluster, i.index, "ps", "-a", "--format", "{{.Names}}", check=True).stdout.split()
+            for i in cluster.nodes()}
+
+
+def test_vllm_checks_healthy_cached_and_failing(sim_cluster_factory, tmp_path):
+    cluster = sim_cluster_factory(2)
+    cache = tmp_path / "xdg"
+    dep = load_deployment(cluster.recipe_path, cluster.inventory_path)
+    image = dep.recipe.image.id
+    head = dep.inventory.head
+    before = all_containers(cluster)
+
+    # healthy, first run: the image is asked once, on the head, and the answer is cached by its ID
+    t0 = node_now(cluster)
+    code, checks, text = preflight(cluster, cluster.recipe_path, cache)
+    t1 = node_now(cluster)
+    assert code == 0, text
+    flags = checks["vllm-flags"]
+    assert flags["status"] == "ok" and list(flags["per_node"]) == [head], flags
+    assert "cached" not in flags["per_node"][head]["value"]
+    assert checks["speculative-tokens"]["status"] == "ok"
+    assert checks["overlay-targets"]["status"] == "skip"  # the sim recipe has no overlays
+    assert created(cluster, t0, t1) == [image]
+    assert (cache / "spark-deploy" / "vllm-help" / (image.replace(":", "-") + ".json")).is_file()
+
+    # second run: from the cache, no container created
+    t2 = node_now(cluster)
+    code, checks, text = preflight(cluster, cluster.recipe_path, cache)
+    t3 = node_now(cluster)
+    assert code == 0, text
+    assert "cached" in checks["vllm-flags"]["per_node"][head]["value"]
+    assert created(cluster, t2, t3) == []
+
+    # an unknown flag in vllm.extra
+    bad = recipe_variant(cluster, tmp_path / "unknown.yaml", extra={"max-num-seqz": 8})
+    code, checks, text = preflight(cluster, bad, cache)
+    assert code == 1
+    value = checks["vllm-flags"]["per_node"][head]["value"]
+    assert checks["vllm-flags"]["status"] == "fail" and "unknown flag --max-num-seqz" in value
+    assert "--max-num-seqs" in value  # the closest real one
+
+    # a bad choice (--moe-backend cannot be given wrong: vllm.moe_backend is a Literal and vllm.extra
+    # refuses the owned flag; --linear-backend is a choice flag of the same kind)
+    bad = recipe_variant(cluster, tmp_path / "choice.yaml", extra={"linear-backend": "flashinfer_b13x"})
+    code, checks, text = preflight(cluster, bad, cache)
+    assert code == 1
+    value = checks["vllm-flags"]["per_node"][head]["value"]
+    assert "--linear-backend: invalid choice 'flashinfer_b13x' (closest: flashinfer_b12x" in value
+
+    # num_speculative_tokens against an MTP model's n_predict=5, written into both nodes' snapshot
+    config = json.dumps({**fake_model.model_config(), "n_predict": 5})
+    for info in cluster.nodes():
+        node = dep.inventory.node(info.name)
+        cluster.exec(info.index, ["sh", "-c", 'd="$1/hub/$2"; f="$d/snapshots/$(cat "$d/refs/main")/config.json"; '
+                                  'rm -f "$f" && printf "%s\\n" "$3" > "$f"', "sh", node.hf_cache,
+                                  fake_model.CACHE_DIR_NAME, config])
+    code, checks, text = preflight(cluster, cluster.recipe_path, cache)
+    assert code == 0 and "n_predict=5" in checks["speculative-tokens"]["per_node"][head]["value"], text
+    bad = recipe_variant(cluster, tmp_path / "spec.yaml",
+                         vllm={"speculative_config": {"method": "dspark", "num_speculative_tokens": 7}})
+    code, checks, text = preflight(cluster, bad, cache)
+    assert code == 1
+    spec = checks["speculative-tokens"]
+    assert spec["status"] == "fail" and set(spec["per_node"]) == {i.name for i in cluster.nodes()}
+    assert all("num_speculative_tokens=7 is not divisible by n_predict=5" in c["value"]
+               for c in spec["per_node"].values())
+
+    # overlays: one target the image has, one it lacks; one source only on the head
+    cluster.exec(1, ["sh", "-c", "echo patched > /opt/overlay-only-here.py"])
+    yaml = YAML()
+    doc = yaml.load(cluster.recipe_path.read_text())
+    doc["mounts"]["overlays"] = [
+        {"source": "/etc/os-release", "target": "/usr/lib/python3/dist-packages/standin/jit.py"},
+        {"source": "/opt/overlay-only-here.py", "target": "/usr/lib/python3/dist-packages/vllm/fused_moe.py"}]
+    overlays = tmp_path / "overlays.yaml"
+    with overlays.open("w") as handle:
+        yaml.dump(doc, handle)
+    t4 = node_now(cluster)
+    code, checks, text = preflight(cluster, overlays, cache)
+    t5 = node_now(cluster)
+    assert code == 1
+    ov = checks["overlay-targets"]
+    peer = next(i.name for i in cluster.nodes() if i.name != head)
+    assert ov["per_node"][head]["status"] == "fail"
+    assert "target missing in the image: /usr/lib/python3/dist-packages/vllm/fused_moe.py" in \
+        ov["per_node"][head]["value"]
+    assert "standin/jit.py" not in ov["per_node"][head]["value"]
+    assert ov["per_node"][peer] == {"status": "fail", "value": "source missing: /opt/overlay-only-here.py"}
+    assert created(cluster, t4, t5) == [image]  # the targets' one throwaway container (flags: cached)
+
+    # nothing of ours was started by any of it, and no throwaway container stayed
+    assert our_containers(cluster) == {i.name: [] for i in cluster.nodes()}
+    assert all_containers(cluster) == before
