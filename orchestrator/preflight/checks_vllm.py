@@ -228,7 +228,7 @@ def parse_spec_model_config(stdout: str) -> dict[str, int | None] | None:
         return None
     cfg = json.loads(stdout)
     if not isinstance(cfg, dict):
-        raise ValueError("config.json is not an object")
+        raise TypeError("config.json is not an object")
     return {k: cfg.get(k) for k in ("n_predict", "num_nextn_predict_layers")}
 
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 
+from deploy_helpers import node_docker, our_containers, recipe_variant, spark_deploy
 from ruamel.yaml import YAML
 
-from deploy_helpers import node_docker, our_containers, recipe_variant, spark_deploy
 from orchestrator.config.load import load_deployment
 from orchestrator.sim import fake_model
 
+REWRITE_CONFIG = 'd="$1/hub/$2"; f="$d/snapshots/$(cat "$d/refs/main")/config.json"; rm -f "$f" && printf "%s\\n" "$3" > "$f"'
 CHECKS = ("--only", "vllm-flags", "--only", "speculative-tokens", "--only", "overlay-targets")
 
 
@@ -90,8 +91,7 @@ def test_vllm_checks_healthy_cached_and_failing(sim_cluster_factory, tmp_path):
     config = json.dumps({**fake_model.model_config(), "n_predict": 5})
     for info in cluster.nodes():
         node = dep.inventory.node(info.name)
-        cluster.exec(info.index, ["sh", "-c", 'd="$1/hub/$2"; f="$d/snapshots/$(cat "$d/refs/main")/config.json"; '
-                                  'rm -f "$f" && printf "%s\\n" "$3" > "$f"', "sh", node.hf_cache,
+        cluster.exec(info.index, ["sh", "-c", REWRITE_CONFIG, "sh", node.hf_cache,
                                   fake_model.CACHE_DIR_NAME, config])
     code, checks, text = preflight(cluster, cluster.recipe_path, cache)
     assert code == 0 and "n_predict=5" in checks["speculative-tokens"]["per_node"][head]["value"], text

@@ -13,10 +13,17 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fakes import IMAGE_ID, deployment
+
 from orchestrator.preflight import checks_vllm as cv
-from orchestrator.preflight.facts import FACTS, FactInput, Observed, _DRIVER, driver_args, parse_framed
+from orchestrator.preflight.facts import (
+    _DRIVER,
+    FACTS,
+    FactInput,
+    Observed,
+    driver_args,
+    parse_framed,
+)
 from orchestrator.preflight.help_parse import Layout, canonical, layout, parse_help
 from orchestrator.preflight.registry import Status
 from orchestrator.render.plan import build_plan
@@ -205,7 +212,7 @@ def test_speculative_tokens_skip_without_a_speculative_config(tmp_path):
     node = FactInput(dep.inventory.node("spark-1"), dep, build_plan(dep))
     assert cv._spec_args(node) == []
     verdict = cv.speculative_tokens({"spark-1": {"spec_model_config": Observed(value=None)}}, dep)
-    assert verdict.cells["spark-1"] .status is Status.SKIP and "no vllm.speculative_config" in \
+    assert verdict.cells["spark-1"].status is Status.SKIP and "no vllm.speculative_config" in \
         verdict.cells["spark-1"].value
 
 
@@ -284,7 +291,7 @@ def fake_docker(tmp_path, monkeypatch):
 def run_facts(names: list[str], given: FactInput) -> dict[str, Observed]:
     facts = [FACTS[n] for n in names]
     out = subprocess.run(["bash", "-c", _DRIVER, "driver", *driver_args(facts, given)], capture_output=True,
-                         text=True, timeout=60, cwd=ROOT)
+                         text=True, timeout=60, cwd=ROOT, check=False)
     return parse_framed(out.stdout, {f.name: f for f in facts})
 
 
