@@ -135,6 +135,12 @@ def _download_fix(dep: Deployment) -> str:
     return f"download the model there: {_download_cmd(dep)}"
 
 
+def _ranked(seen: Seen, dep: Deployment) -> Seen:
+    """The nodes in rank order (facts arrive in completion order): values and fixes read the same every run."""
+    rank = {n.name: i for i, n in enumerate(dep.inventory.ranked)}
+    return dict(sorted(seen.items(), key=lambda item: (rank.get(item[0], len(rank)), item[0])))
+
+
 def _split(seen: Seen) -> tuple[dict[str, Cell], dict[str, Snapshot], list[str]]:
     """Skip cells for nodes whose fact is missing, fail cells for nodes without the snapshot, and the
     snapshots of the others."""
@@ -209,6 +215,7 @@ def _listed(items: list[str], limit: int = 3) -> str:
 
 @check("model-files", (FACT,), Scope.PARITY, field_note=11)
 def model_files(seen: Seen, dep: Deployment) -> Verdict:
+    seen = _ranked(seen, dep)
     cells, present, absent = _split(seen)
     problems, full = _compare(present)
     for node, snap in present.items():
@@ -231,6 +238,7 @@ def model_files(seen: Seen, dep: Deployment) -> Verdict:
 
 @check("model-shards", (FACT,), Scope.NODE, field_note=11)
 def model_shards(seen: Seen, dep: Deployment) -> Verdict:
+    seen = _ranked(seen, dep)
     cells, present, absent = _split(seen)
     bad: list[str] = []
     for node, snap in present.items():
@@ -263,6 +271,7 @@ def model_shards(seen: Seen, dep: Deployment) -> Verdict:
 
 @check("model-incomplete", (FACT,), Scope.NODE, field_note=11)
 def model_incomplete(seen: Seen, dep: Deployment) -> Verdict:
+    seen = _ranked(seen, dep)
     cells, present, absent = _split(seen)
     bad: list[str] = []
     for node, facts in seen.items():

@@ -289,6 +289,14 @@ def test_files_changed_blob_names_the_node_the_file_and_both_values(dep):
     assert GOOD_BLOB2 in v.fix and CHANGED_BLOB2 in v.fix and "spark-2" in v.fix and DOWNLOAD in v.fix
 
 
+
+def test_files_values_in_rank_order_whatever_order_the_nodes_answered(dep):
+    """Facts arrive in completion order; the fix must read the same every run."""
+    forward = model_files(seen("healthy", "model-change-blob"), dep)
+    backward = model_files(dict(reversed(list(seen("healthy", "model-change-blob").items()))), dep)
+    assert backward.fix == forward.fix
+    assert f"{SHARD2}: spark-1: blob {GOOD_BLOB2} (76136 B), spark-2: blob {CHANGED_BLOB2} (76136 B)" in backward.fix
+
 def test_files_majority_marks_only_the_odd_node(dep):
     v = model_files(seen("healthy", "healthy", "model-change-blob"), dep)
     assert [n for n, c in v.cells.items() if c.status is Status.FAIL] == ["spark-3"]
