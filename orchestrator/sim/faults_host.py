@@ -96,8 +96,8 @@ def mtu(cluster, node: NodeInfo, opts: dict) -> str:
     if "reset" in opts:
         if not _bool("mtu", opts["reset"]):
             raise SimInputError("fault mtu: reset=false does nothing")
-        res = cluster.exec(node.index, ["sh", "-c", '[ -s "$1" ] && ip link set dev "$2" mtu "$(cat "$1")" && '
-                                        'rm -f -- "$1" && cat "/sys/class/net/$2/mtu"', "sh", saved, dev], check=False)
+        script = '[ -s "$1" ] && ip link set dev "$2" mtu "$(cat "$1")" && rm -f -- "$1" && cat "/sys/class/net/$2/mtu"'
+        res = cluster.exec(node.index, ["sh", "-c", script, "sh", saved, dev], check=False)
         if res.code != 0:
             return f"{node.name}: {dev} MTU was not changed by a fault (nothing to reset)"
         return f"{node.name}: {dev} mtu {res.stdout.strip()} again"
