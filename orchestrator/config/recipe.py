@@ -46,10 +46,24 @@ OWNED_FLAGS = {
 }
 
 
+def _owned_alias(flag: str) -> str | None:
+    """The owned flag that `flag` abbreviates (argparse accepts unique prefixes: `max-model` is
+    `max-model-len`) or negates (`no-enable-prefix-caching`, `disable-prefix-caching`)."""
+    for negative, positive in (("no-", ""), ("disable-", "enable-"), ("enable-", "disable-")):
+        if flag.startswith(negative) and positive + flag[len(negative):] in OWNED_FLAGS:
+            return positive + flag[len(negative):]
+    prefixed = [owned for owned in OWNED_FLAGS if owned.startswith(flag) and len(flag) >= 3 and owned != flag]
+    return prefixed[0] if prefixed else None
+
+
 def _not_owned(flag: str) -> str:
     """A `vllm.extra` key check: it runs per key, so the error points at that key's own line."""
     if flag in OWNED_FLAGS:
         raise ValueError(f"--{flag} is set by {OWNED_FLAGS[flag]}, not by vllm.extra")
+    alias = _owned_alias(flag)
+    if alias is not None:
+        raise ValueError(f"--{flag} abbreviates or negates --{alias}, which is set by {OWNED_FLAGS[alias]}: "
+                         "set it there, not in vllm.extra")
     if flag in SECRET_FLAGS:
         raise ValueError(f"--{flag} carries a secret: list its variable under `secrets:` instead")
     return flag

@@ -132,7 +132,9 @@ def _after_failure(ctx: UpContext, failure: StepFailed) -> None:
     fields = {"failed_phase": str(failure.phase) if failure.phase else None, "cause": failure.cause}
     if stop is None or not stop.touched:
         if ctx.replaces is not None:
-            failure.undo_notes.append(f"release {ctx.replaces.id} was never stopped: it still serves")
+            failure.undo_notes.append(f"nothing was stopped: release {ctx.replaces.id} still serves")
+        elif ctx.decision is not None and ctx.decision.previous_running:
+            failure.undo_notes.append("nothing was stopped: what served before still serves")
         finish(ctx, ReleaseOutcome.FAILED, **fields)
         return
     if not stop.ran:

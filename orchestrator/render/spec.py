@@ -89,7 +89,8 @@ def _mounts(recipe: Recipe, node: Node) -> tuple[Mount, ...]:
 def _extra_args(recipe: Recipe) -> list[tuple[str, str | bool]]:
     out: list[tuple[str, str | bool]] = []
     for flag, value in recipe.vllm.extra.items():
-        if value is False:
+        if value is False:  # vLLM's BooleanOptionalAction: the negative form is --no-FLAG (preflight checks it exists)
+            out.append((f"no-{flag}", True))
             continue
         out.append((flag, True if value is True else str(value)))
     return out

@@ -22,7 +22,7 @@ from docker.types import IPAMConfig, IPAMPool
 from rich.console import Console
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from . import fake_model, images, provision
+from . import faults_host, fake_model, images, provision
 from .state import (
     LABEL, NODE_HF_CACHE, SHARED_MOUNT, NodeInfo, SimError, SimInputError, check_name,
     container_name, docker_volume_name, free_subnets, gateway_ip, network_name, node_ip,
@@ -179,6 +179,7 @@ class SimCluster:
 
         with concurrent.futures.ThreadPoolExecutor(count) as pool:
             list(pool.map(prepare, containers.values()))
+            list(pool.map(lambda n: faults_host.meminfo(self, n, dict(faults_host.SPARK_MEMINFO)), infos))
         vllm_id = built.vllm.id
         vllm_tags = [images.VLLM_REFERENCE_TAG] + _own_tags(built.vllm)
         for i in load_on:

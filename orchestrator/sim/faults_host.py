@@ -3,7 +3,8 @@
 - `meminfo available=SIZE [total=SIZE]`: a copy of the node's /proc/meminfo with those lines changed,
   bind-mounted over /proc/meminfo in the node's mount namespace (sshd and every SSH command see it; the
   host and the other nodes do not). The kernel's own accounting is untouched: only readers of the file
-  (preflight, `free`) are fooled. `reset=true` unmounts it.
+  (preflight, `free`) are fooled. `sim up` starts every node at a DGX Spark's figures (SPARK_MEMINFO: the
+  machine running the sim has far less memory than a GB10); `reset=true` goes back to those.
 - `mtu mtu=N [dev=eth0]`: `ip link set dev DEV mtu N` (a real MTU change of the node's interface);
   `reset=true` restores the MTU saved at the first change.
 - `kernel release=STR`: a wrapper /usr/local/bin/uname (ahead of /usr/bin on the SSH user's PATH) that
@@ -22,6 +23,8 @@ from .state import NodeInfo, SimError, SimInputError
 IFACE = "eth0"  # the sim node's fabric interface (as faults.IFACE; imported from there would be circular)
 
 MEMINFO_COPY = "/run/sim-meminfo"
+# A GB10's 128 GB of unified memory as Linux reports it (MemTotal ~119.7 GiB), with the OS using ~4 GiB.
+SPARK_MEMINFO = {"total": "125519872", "available": "121325568"}  # kB
 UNAME_WRAPPER = "/usr/local/bin/uname"
 MTU_SAVED = "/run/sim-mtu-{dev}"
 
@@ -68,8 +71,7 @@ def meminfo(cluster, node: NodeInfo, opts: dict) -> str:
     if "reset" in opts:
         if not _bool("meminfo", opts["reset"]):
             raise SimInputError("fault meminfo: reset=false does nothing")
-        _unmount_meminfo(cluster, node)
-        return f"{node.name}: /proc/meminfo is the kernel's again"
+        return meminfo(cluster, node, dict(SPARK_MEMINFO)).replace("shows", "is back at a Spark's:", 1)
     want = {"MemAvailable": _kib("meminfo", "available", opts["available"])} if "available" in opts else {}
     if "total" in opts:
         want["MemTotal"] = _kib("meminfo", "total", opts["total"])

@@ -95,8 +95,16 @@ def _fails(cluster, recipe, *, expect: list[str], extra_args=(), env=None):
 
 
 def test_unknown_vllm_flag_fails_fast_naming_the_head(clean, tmp_path):
+    """Past preflight (--skip-check vllm-flags), the head's own parser refusal is caught at once."""
     recipe = recipe_variant(clean, tmp_path / "r.yaml", extra={"bogus-flag": 1})
-    _fails(clean, recipe, expect=["spark-1", "unrecognized arguments: --bogus-flag 1", "exited with code 2"])
+    _fails(clean, recipe, expect=["spark-1", "unrecognized arguments: --bogus-flag 1", "exited with code 2"],
+           extra_args=("--skip-check", "vllm-flags"))
+
+
+def test_unknown_vllm_flag_is_refused_by_preflight_before_any_container_starts(clean, tmp_path):
+    recipe = recipe_variant(clean, tmp_path / "r.yaml", extra={"bogus-flag": 1})
+    result = _fails(clean, recipe, expect=["during preflight", "vllm-flags", "--bogus-flag"])
+    assert "started sd-sim-tiny" not in result.stdout
 
 
 def test_peer_jit_assertion_fails_naming_the_peer(clean, tmp_path):

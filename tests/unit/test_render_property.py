@@ -205,7 +205,7 @@ SLOTS = [
     Slot("speculative_config.<extra key>", R, [("vllm", "speculative_config", "zq_spec_key")],
          ["rejection_sample_method", "we ird\"key\n"], key=True, kind="json", reject=None,
          avoid={"method", "num_speculative_tokens"}),
-    Slot("vllm.extra.<flag>", R, [("vllm", "extra", "zq-flag")], ["block-size", "no-enable-prefix-caching"],
+    Slot("vllm.extra.<flag>", R, [("vllm", "extra", "zq-flag")], ["block-size", "no-enable-chunked-prefill"],
          key=True, avoid={"zq-switch"}),
     Slot("vllm.extra.<switch flag>", R, [("vllm", "extra", "zq-switch")], ["trust-remote-code"], key=True,
          avoid={"zq-flag"}),
