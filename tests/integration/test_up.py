@@ -335,9 +335,15 @@ def test_pin_writes_the_image_id_keeping_comments(clean, tmp_path):
 
 
 def test_model_missing_on_the_peer(clean):
+    """Preflight reads each node's HF cache first; past it (--skip-check), the peer's own load fails fast."""
     clean.exec(2, ["mv", "/srv/hf-cache/hub", "/srv/hf-cache/hub.off"])
     try:
-        _fails(clean, clean.recipe_path, expect=["spark-2", "exited with code 1", "not in this node's HF cache"])
+        result = _fails(clean, clean.recipe_path, expect=["during preflight", "model-files", "spark-2",
+                                                          "huggingface-cli download sim/tiny-moe"])
+        assert "started sd-sim-tiny" not in result.stdout
+        skip = [arg for name in ("model-files", "model-shards", "model-incomplete") for arg in ("--skip-check", name)]
+        _fails(clean, clean.recipe_path, expect=["spark-2", "exited with code 1", "not in this node's HF cache"],
+               extra_args=skip)
     finally:
         clean.exec(2, ["mv", "/srv/hf-cache/hub.off", "/srv/hf-cache/hub"])
 
