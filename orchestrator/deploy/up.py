@@ -133,8 +133,8 @@ def _after_failure(ctx: UpContext, failure: StepFailed) -> None:
     if stop is None or not stop.touched:
         if ctx.replaces is not None:
             failure.undo_notes.append(f"nothing was stopped: release {ctx.replaces.id} still serves")
-        elif ctx.decision is not None and ctx.decision.previous_running:
-            failure.undo_notes.append("nothing was stopped: what served before still serves")
+        elif ctx.lock is not None:  # got past connecting: say what the nodes are left as
+            failure.undo_notes.append("nothing was stopped: whatever served before still serves")
         finish(ctx, ReleaseOutcome.FAILED, **fields)
         return
     if not stop.ran:
