@@ -27,3 +27,12 @@ def test_every_registered_command_is_covered():
 def test_unknown_option_is_bad_input():
     result = CliRunner().invoke(app, ["render", "orchestrator/sim/recipes/sim-tiny.yaml", "--bogus"])
     assert result.exit_code == 2
+
+
+def test_sim_fault_help_lists_every_fault_kind():
+    from orchestrator.sim.faults import KINDS
+
+    result = CliRunner().invoke(app, ["sim", "fault", "--help"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert [k for k in KINDS if k not in text] == []
