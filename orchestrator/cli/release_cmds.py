@@ -67,7 +67,8 @@ def history(inventory: InventoryOpt = Path("inventory.yaml"), as_json: JsonOpt =
         if as_json:
             emit_json([{"id": r.id, "plan_hash": r.plan_hash, "recipe": r.recipe, "image_id": r.image_id,
                         "outcome": str(r.outcome), "outcome_text": r.outcome_text(), "failed_phase": r.failed_phase,
-                        "cause": r.cause, "restored": r.restored, "rollback_of": r.rollback_of,
+                        "cause": r.cause, "restored": r.restored, "restore_failed": r.restore_failed,
+                        "rollback_of": r.rollback_of,
                         "started_at": r.started_at, "finished_at": r.finished_at, "by": r.by,
                         "serving": now is not None and r.id == now.id, "run_id": r.run_id} for r in hist.releases])
             return

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 from ruamel.yaml import YAML
@@ -75,3 +76,13 @@ def pinned_id(cluster: SimCluster) -> str:
 def unique_name() -> str:
     """Cluster names unique per process, so two test runs never collide."""
     return f"d{os.getpid()}x{next(_names)}"
+
+
+def completion(cluster: SimCluster, port: int = 8000) -> str:
+    """One real completion from the head's API (the sim's served model name is `tiny`)."""
+    head = cluster.node(1)
+    body = json.dumps({"model": "tiny", "prompt": "hello", "max_tokens": 4}).encode()
+    request = urllib.request.Request(f"http://{head.ip}:{port}/v1/completions", body,
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["choices"][0]["text"]

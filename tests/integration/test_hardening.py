@@ -11,14 +11,9 @@
 from __future__ import annotations
 
 import json
-import os
-import queue
 import re
 import secrets as pysecrets
 import signal
-import subprocess
-import tempfile
-import threading
 import time
 import urllib.request
 
@@ -27,58 +22,15 @@ from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_inventory
 
-from deploy_helpers import CLI, assert_nothing_left, node_docker, recipe_variant, spark_deploy
+from background import up_json
+from deploy_helpers import assert_nothing_left, node_docker, recipe_variant, spark_deploy
 
 pytestmark = pytest.mark.integration
 
 NODES = ("spark-1", "spark-2")
 
 
-class UpRun:
-    """`up --json` in the background: its events arrive on a queue, so a test can wait on one with a bound."""
-
-    def __init__(self, recipe, inventory, *args: str, env: dict | None = None):
-        self.stderr_file = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([*CLI, "up", str(recipe), "-i", str(inventory), "--json", *args],
-                                     stdout=subprocess.PIPE, stderr=self.stderr_file, text=True,
-                                     env={**os.environ, "COLUMNS": "200", **(env or {})})
-        self.events: list[dict] = []
-        self._queue: queue.Queue = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            event = json.loads(line)
-            self.events.append(event)
-            self._queue.put(event)
-        self._queue.put(None)
-
-    def wait_for(self, predicate, timeout: float = 180) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                event = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"no matching event within {timeout:.0f} s; events: {self.events[-10:]}") from None
-            if event is None:
-                raise AssertionError(f"up ended (exit {self.proc.wait()}) before the event; stderr:\n{self.stderr()}")
-            if predicate(event):
-                return event
-
-    def finish(self, timeout: float = 120) -> int:
-        code = self.proc.wait(timeout=timeout)
-        self._reader.join(10)
-        return code
-
-    def stderr(self) -> str:
-        self.stderr_file.seek(0)
-        return self.stderr_file.read()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
+UpRun = up_json  # `up --json` in the background (background.py)
 
 
 def phase_start(name: str):

@@ -7,12 +7,10 @@ import json
 import os
 import signal
 import subprocess
-import time
-import urllib.request
 
 import pytest
 
-from deploy_helpers import CLI, node_docker, recipe_variant, spark_deploy
+from deploy_helpers import CLI, completion, node_docker, recipe_variant, spark_deploy
 from image_variants import derive_image
 
 from orchestrator.docker_cli.disk import parse_human_size
@@ -50,15 +48,6 @@ def running(cluster, node: int) -> dict[str, dict]:
 
 def plan_hashes(cluster) -> set[str]:
     return {d["Config"]["Labels"]["spark-deploy.plan-hash"] for n in (1, 2) for d in running(cluster, n).values()}
-
-
-def completion(cluster, port: int = 8000) -> str:
-    head = cluster.node(1)
-    body = json.dumps({"model": "tiny", "prompt": "hello", "max_tokens": 4}).encode()
-    request = urllib.request.Request(f"http://{head.ip}:{port}/v1/completions", body,
-                                     {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())["choices"][0]["text"]
 
 
 def up(cluster, recipe, *extra, env=None):
@@ -278,3 +267,26 @@ def test_rollback_shows_an_inventory_change_and_refuses_a_moved_model(fresh, tmp
         assert started_at(cluster) == before
     finally:
         cluster.exec(2, ["sh", "-c", f"printf %s {original.strip()} > {ref}"])
+
+
+def test_a_restore_that_fails_too_says_so_loudly_with_both_causes(fresh, tmp_path):
+    """The model vanishes from node 2 under a serving release: the new release's peer cannot load it, and
+    neither can the restarted old one. Both causes are named and the record says the restore failed."""
+    cluster = fresh
+    a = recipe_variant(cluster, tmp_path / "a.yaml")
+    b = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
+    first = up(cluster, a)
+    assert first.returncode == 0, first.stderr + first.stdout
+    cluster.exec(2, ["mv", f"{NODE_HF_CACHE}/hub", f"{NODE_HF_CACHE}/hub.off"])
+    try:
+        skip = [arg for name in ("model-files", "model-shards", "model-incomplete", "speculative-tokens")
+                for arg in ("--skip-check", name)]
+        second = up(cluster, b, *skip)
+        assert second.returncode == 1, second.stderr + second.stdout
+        assert "RESTORE FAILED" in second.stderr and "NOTHING MAY BE SERVING" in second.stderr, second.stderr
+        assert second.stderr.count("not in this node's HF cache") >= 2, "both causes must be named"
+        records = {r["id"]: r for r in history(cluster)}
+        assert records[2]["outcome"] == "failed" and records[2]["restored"] is None and records[2]["restore_failed"]
+        assert not any(r["serving"] for r in records.values())
+    finally:
+        cluster.exec(2, ["mv", f"{NODE_HF_CACHE}/hub.off", f"{NODE_HF_CACHE}/hub"])
