@@ -146,10 +146,22 @@ def finish(ctx: UpContext, outcome: ReleaseOutcome | str, **fields) -> None:
     one audit line. With no release (failed before one was opened, or already serving): the audit line.
 
     Best effort by design: the deployment's outcome stands whatever the record write says, and a node
-    that missed it is named (and repaired by the next mutating command)."""
+    that missed it is named (and repaired by the next mutating command). A late Ctrl-C here must not
+    replace the outcome: the write is tried once more past it."""
     if ctx.lock is None or not ctx.lock.held:
         return  # never got as far as the lock: nothing was done, nothing to record
-    ctx.cluster.renew_cancel()  # after an interrupt: recording what happened is new work
+    for attempt in range(2):
+        try:
+            ctx.cluster.renew_cancel()  # after an interrupt: recording what happened is new work
+            _finish(ctx, outcome, **fields)
+            return
+        except KeyboardInterrupt:
+            if attempt:
+                ctx.events.warn("interrupted again while recording the outcome: the record may lag (the next "
+                                "command that takes the lock reports it)")
+
+
+def _finish(ctx: UpContext, outcome: ReleaseOutcome | str, **fields) -> None:
     targets = [c for c in ctx.cluster.nodes if c.is_open]
     detail = str(outcome)
     if ctx.release is not None and isinstance(outcome, ReleaseOutcome):

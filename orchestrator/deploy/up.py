@@ -110,7 +110,10 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
             return UpResult(ctx.endpoint.url, recipe.served_name, plan.plan_hash, plan.run_id, already_serving=True)
         runner.run(launch_steps(ctx), ctx)
     except StepFailed as failure:
-        _after_failure(ctx, failure)
+        try:
+            _after_failure(ctx, failure)
+        except KeyboardInterrupt:  # a late interrupt between the restore's parts: the failure stands
+            failure.undo_notes.append("interrupted again after the undo: `spark-deploy status` shows what runs")
         raise
     else:
         finish(ctx, ReleaseOutcome.SERVING, log_checks=[_check(r) for r in ctx.expectations])
