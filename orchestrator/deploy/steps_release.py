@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -161,8 +162,34 @@ def finish(ctx: UpContext, outcome: ReleaseOutcome | str, **fields) -> None:
                                 "command that takes the lock reports it)")
 
 
+def _answering(ctx: UpContext, within: float = 3.0) -> list:
+    """The open connections that answer within a few seconds: a node lost mid-run must not hold up the
+    outcome by every write's full timeout (the next command that takes the lock repairs its copy). The
+    probes run in daemon threads: one stuck opening a channel is abandoned, not waited for."""
+    conns = [c for c in ctx.cluster.nodes if c.is_open]
+    answered: dict[str, bool] = {}
+
+    def probe(conn) -> None:
+        try:
+            answered[conn.name] = conn.run(["true"], timeout=within).ok
+        except Exception:  # noqa: BLE001 - any error: not answering
+            answered[conn.name] = False
+
+    threads = [threading.Thread(target=probe, args=(c,), daemon=True) for c in conns]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + within
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    for conn in conns:
+        if not answered.get(conn.name):
+            ctx.events.warn(f"no answer within {within:.0f} s: the outcome is not recorded there now (the next "
+                            "command that takes the lock copies it back)", conn.name)
+    return [c for c in conns if answered.get(c.name)]
+
+
 def _finish(ctx: UpContext, outcome: ReleaseOutcome | str, **fields) -> None:
-    targets = [c for c in ctx.cluster.nodes if c.is_open]
+    targets = _answering(ctx)
     detail = str(outcome)
     if ctx.release is not None and isinstance(outcome, ReleaseOutcome):
         ctx.release = ctx.release.touch(outcome=outcome, finished_at=time.time(), **fields)

@@ -28,11 +28,15 @@ def test_a_peer_that_cannot_reach_the_rendezvous_fails_naming_it_and_the_address
     master = f"{peer_argv[peer_argv.index('--master-addr') + 1]}:{peer_argv[peer_argv.index('--master-port') + 1]}"
     pair.fault(2, "partition")
     try:
-        started = time.monotonic()
-        result = spark_deploy("up", pair.recipe_path, "-i", pair.inventory_path, "--join-timeout", "15", timeout=240)
+        refused = spark_deploy("up", pair.recipe_path, "-i", pair.inventory_path, timeout=240)
+        started = time.monotonic()  # past preflight's fabric-reach check: the rendezvous wait must catch it too
+        result = spark_deploy("up", pair.recipe_path, "-i", pair.inventory_path, "--join-timeout", "15",
+                              "--skip-check", "fabric-reach", timeout=240)
         elapsed = time.monotonic() - started
     finally:
         pair.fault(2, "heal")
+    assert refused.returncode == 1 and "during preflight" in refused.stderr and "fabric-reach" in refused.stderr
+    assert "spark-2" in refused.stderr and "nothing was stopped" in refused.stderr, refused.stderr
     assert result.returncode == 1, result.stdout + result.stderr
     assert "spark-2 has not joined the rendezvous" in result.stderr
     assert master in result.stderr and "cannot reach" in result.stderr
