@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..checks import basics
 from ..docker_cli import image_sync
 from ..transport.group import GroupError
-from .registry import Cell, Scope, Status, Verdict, active_check
+from .registry import Cell, Scope, Status, Verdict, active_check, worst
 
 _STATUS = {"ok": Status.OK, "warn": Status.WARN, "fail": Status.FAIL}
 
@@ -21,13 +21,11 @@ def _verdict(name: str, scope: Scope, result: basics.CheckResult, field_note: in
         status = _STATUS[result.status] if node in result.bad else Status.OK
         shown = f"{detail} {text}" if detail else text
         if node in cells:
-            cells[node] = Cell(max(cells[node].status, status, key=_RANK.index), f"{cells[node].value}; {shown}")
+            cells[node] = Cell(worst(cells[node].status, status), f"{cells[node].value}; {shown}")
         else:
             cells[node] = Cell(status, shown)
     return Verdict(name, scope, cells, result.fix, field_note)
 
-
-_RANK = [Status.OK, Status.WARN, Status.FAIL]
 
 
 def _guard(name: str, scope: Scope, probe) -> Verdict:

@@ -26,7 +26,7 @@ from ..config.load import Deployment
 from ..render.plan import Plan, build_plan
 from .facts import FactInput, Observed, fact
 from .help_parse import Layout, Options, canonical, layout, parse_help
-from .registry import Cell, Scope, Status, Verdict, check, missing
+from .registry import Cell, Scope, Status, Verdict, check, missing, worst
 
 Seen = dict[str, dict[str, Observed]]
 CACHED = "@cached"  # the args marker: the controller already knows this image's answer
@@ -263,7 +263,6 @@ def speculative_tokens(seen: Seen, dep: Deployment) -> Verdict:
 
 # --- overlay mounts: targets in the image, sources on every node -------------------------------------
 
-_RANK = [Status.OK, Status.SKIP, Status.WARN, Status.FAIL]
 _EXISTS = r'''for p; do if [ -e "$p" ]; then echo "yes $p"; else echo "no $p"; fi; done'''
 
 
@@ -332,7 +331,7 @@ def overlay_targets(seen: Seen, dep: Deployment) -> Verdict:
         target = _judge_targets(seen[head], image, [m.target for m in overlays], problems)
         source = cells.get(head)
         cells[head] = target if source is None else Cell(
-            max(source.status, target.status, key=_RANK.index), f"{source.value}; {target.value}")
+            worst(source.status, target.status), f"{source.value}; {target.value}")
     fix = ("an overlay whose target the image no longer has, or whose source is absent, silently stops "
            "applying (field note 7): " + "; ".join(problems)) if problems else ""
     return Verdict("overlay-targets", Scope.NODE, cells, fix, 7)

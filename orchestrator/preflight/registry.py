@@ -8,7 +8,7 @@ per node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Callable
 
@@ -32,6 +32,11 @@ class Status(StrEnum):
 _ORDER = {Status.OK: 0, Status.SKIP: 1, Status.WARN: 2, Status.FAIL: 3}
 
 
+def worst(*statuses: Status) -> Status:
+    """The status that decides: fail over warn over skip over ok."""
+    return max(statuses, key=_ORDER.__getitem__, default=Status.SKIP)
+
+
 @dataclass
 class Cell:
     status: Status
@@ -48,7 +53,7 @@ class Verdict:
 
     @property
     def status(self) -> Status:
-        return max((c.status for c in self.cells.values()), key=_ORDER.__getitem__, default=Status.SKIP)
+        return worst(*(c.status for c in self.cells.values()))
 
     def failed_nodes(self, strict: bool = False) -> list[str]:
         bad = {Status.FAIL} | ({Status.WARN} if strict else set())
