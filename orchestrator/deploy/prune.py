@@ -8,12 +8,12 @@ spark-deploy did not create.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from ..config.inventory import Inventory
 from ..docker_cli.containers import Container, list_containers, ours, remove_container
 from ..docker_cli.disk import disk_usage
+from ..docker_cli.images import inspect_image
 from ..releases import audit, store
 from ..releases.guard import holding_lock
 from ..releases.record import Release
@@ -108,9 +108,10 @@ def _prune_node(conn: NodeConnection, containers: list[Container], old_images: s
         events.container(Kind.CONTAINER_REMOVED, conn.name, c.name, c.id, f"{c.name} ({c.id[:12]}) removed")
     used = {c.image for c in list_containers(conn, [])}  # every container left, whoever made it
     for image_id in sorted((old_images | {c.image for c in containers}) - kept_images - used):
-        tags = _tags(conn, image_id)
-        if tags is None:
+        found = inspect_image(conn, image_id)
+        if found is None:
             continue  # not on this node
+        tags = list(found.repo_tags)
         result = conn.run(["docker", "rmi", *(tags or [image_id])], timeout=120)
         if not result.ok and "No such image" not in result.stderr:
             done.error = f"could not remove image {image_id[:19]}: {result.stderr.strip()}"
@@ -120,9 +121,3 @@ def _prune_node(conn: NodeConnection, containers: list[Container], old_images: s
     done.freed = max(0, before.total - disk_usage(conn).total)
     return done
 
-
-def _tags(conn: NodeConnection, image_id: str) -> list[str] | None:
-    result = conn.run(["docker", "image", "inspect", "--format", "{{json .RepoTags}}", image_id], timeout=30)
-    if not result.ok:
-        return None
-    return list(json.loads(result.stdout.strip() or "[]") or [])
