@@ -23,6 +23,8 @@ def preflight(
     only: Annotated[Optional[list[str]], typer.Option("--only", help="Run only this check (repeatable).")] = None,
     skip: Annotated[Optional[list[str]], typer.Option("--skip", help="Leave this check out (repeatable).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
+    verify_blobs: Annotated[bool, typer.Option(
+        "--verify-blobs", help="Also hash every model blob on every node (reads all the weights: minutes).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Check every node for the failures the field notes name, before a 20-70 minute load. Read only.
@@ -34,7 +36,7 @@ def preflight(
     with exit_codes():
         dep = load_deployment(recipe, inventory)
         try:
-            specs = registry.select(only, skip)
+            specs = registry.select(only, skip, include=["model-blobs"] if verify_blobs else None)
         except registry.UnknownCheck as exc:
             raise BadInput(str(exc)) from None
         cluster = Cluster(dep.inventory)

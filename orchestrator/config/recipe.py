@@ -209,6 +209,13 @@ class Expectations(Model):
     identical: list[IdenticalExpectation] = []
 
 
+class PreflightSettings(Model):
+    """What preflight judges against. Nothing here shapes the launch, so it is not in the recipe digest."""
+
+    # left free for the OS, Docker and sshd after vLLM takes gpu_memory_utilization x MemTotal (field note 8)
+    memory_reserve_gib: float = Field(default=4.0, ge=0.5, le=64)
+
+
 class Recipe(Model):
     name: Name
     description: Text | None = None
@@ -221,6 +228,7 @@ class Recipe(Model):
     mounts: Mounts = Mounts()
     docker: DockerOptions = DockerOptions()
     expect: Expectations = Expectations()
+    preflight: PreflightSettings = PreflightSettings()
 
     @field_validator("secrets")
     @classmethod
@@ -235,7 +243,8 @@ class Recipe(Model):
 
     def digest(self) -> str:
         """A short stable hash of everything that shapes the launch; labels carry it."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        canonical = json.dumps(self.model_dump(mode="json", exclude={"preflight"}), sort_keys=True,
+                               separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 

@@ -22,7 +22,6 @@ def in_rank_order(seen: Seen, dep: Deployment) -> list[tuple[str, dict[str, Obse
     return sorted(seen.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
 
 GIB = 1 << 30
-RESERVE_BYTES = 4 * GIB  # left free after vLLM's share; not yet settable in the recipe
 VLLM_DEFAULT_UTILIZATION = 0.9  # vLLM's own default when the recipe sets none
 EARLYOOM_DEFAULT_PERCENT = 10.0  # earlyoom(1): "-m PERCENT ... (default 10 %)"
 
@@ -110,13 +109,18 @@ def utilization(dep: Deployment) -> float:
     return dep.recipe.vllm.gpu_memory_utilization or VLLM_DEFAULT_UTILIZATION
 
 
+def reserve(dep: Deployment) -> int:
+    """Bytes left free after vLLM's share: the recipe's preflight.memory_reserve_gib (default 4)."""
+    return int(dep.recipe.preflight.memory_reserve_gib * GIB)
+
+
 def gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
 @check("memory-headroom", ("meminfo", "earlyoom"), Scope.NODE, field_note=8)
 def memory_headroom(seen: Seen, dep: Deployment) -> Verdict:
-    util = utilization(dep)
+    util, keep = utilization(dep), reserve(dep)
     cells = missing(seen, ("meminfo",))
     short, tripped = [], []
     for node, facts in in_rank_order(seen, dep):
@@ -127,8 +131,8 @@ def memory_headroom(seen: Seen, dep: Deployment) -> Verdict:
         headroom = mem.available - vllm
         value = (f"MemAvailable {gib(mem.available)} - vLLM {util:g} x MemTotal {gib(mem.total)} = {gib(vllm)} "
                  f"leaves {gib(headroom)}")
-        if headroom < RESERVE_BYTES:
-            cells[node] = Cell(Status.FAIL, f"{value}, under the {gib(RESERVE_BYTES)} reserve")
+        if headroom < keep:
+            cells[node] = Cell(Status.FAIL, f"{value}, under the {gib(keep)} reserve")
             short.append(node)
             continue
         oom = facts.get("earlyoom")
@@ -145,8 +149,9 @@ def memory_headroom(seen: Seen, dep: Deployment) -> Verdict:
                                                    else "; earlyoom not running"))
     fixes = []
     if short:
-        fixes.append(f"{', '.join(short)}: starting would leave less than {gib(RESERVE_BYTES)} for the OS "
-                     f"(0.95 rebooted a Spark, field note 8): lower vllm.gpu_memory_utilization or free memory")
+        fixes.append(f"{', '.join(short)}: starting would leave less than {gib(keep)} for the OS "
+                     f"(0.95 rebooted a Spark, field note 8): lower vllm.gpu_memory_utilization, free memory, "
+                     f"or (knowingly) lower preflight.memory_reserve_gib")
     if tripped:
         fixes.append(f"{', '.join(tripped)}: earlyoom would kill the service once vLLM has its share (0.835 did, "
                      "field note 8): lower vllm.gpu_memory_utilization or earlyoom's -m/-M")

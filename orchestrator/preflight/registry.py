@@ -77,18 +77,20 @@ class CheckSpec:
     field_note: int | None = None
     in_up: bool = True  # part of the fast subset `up` runs first
     probe: Callable | None = None  # an active check: probe(cluster, conns, dep, plan) -> Verdict
+    opt_in: bool = False  # runs only when named (--only, or a flag such as --verify-blobs): it is slow
 
 
 CHECKS: dict[str, CheckSpec] = {}
 
 
-def active_check(name: str, scope: Scope, *, field_note: int | None = None, in_up: bool = True):
+def active_check(name: str, scope: Scope, *, field_note: int | None = None, in_up: bool = True,
+                 opt_in: bool = False):
     """Register a check that must act to look (the JIT token test writes and removes a file; the port and
     image looks reuse up's own probes). It runs its own command per node, still read-only in effect."""
     def register(probe: Callable) -> Callable:
         if name in CHECKS:
             raise ValueError(f"check {name!r} registered twice")
-        CHECKS[name] = CheckSpec(name, (), scope, lambda seen, dep: None, field_note, in_up, probe)
+        CHECKS[name] = CheckSpec(name, (), scope, lambda seen, dep: None, field_note, in_up, probe, opt_in)
         return probe
     return register
 

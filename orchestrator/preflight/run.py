@@ -18,12 +18,17 @@ class UnknownCheck(ValueError):
     pass
 
 
-def select(only: list[str] | None = None, skip: list[str] | None = None, up_subset: bool = False) -> list[CheckSpec]:
-    for name in (only or []) + (skip or []):
+def select(only: list[str] | None = None, skip: list[str] | None = None, up_subset: bool = False,
+           include: list[str] | None = None) -> list[CheckSpec]:
+    """The checks to run: `only` (else all), minus `skip`; opt-in checks only when named in `only` or
+    `include`; with `up_subset`, only those `up` runs first."""
+    for name in (only or []) + (skip or []) + (include or []):
         if name not in CHECKS:
             raise UnknownCheck(f"no check named {name!r}; checks: {', '.join(sorted(CHECKS))}")
-    specs = [s for s in CHECKS.values() if (not only or s.name in only) and s.name not in (skip or [])]
-    return [s for s in specs if s.in_up or not up_subset or s.name in (only or [])]
+    named = set(only or []) | set(include or [])
+    specs = [s for s in CHECKS.values() if (not only or s.name in named) and s.name not in (skip or [])]
+    specs = [s for s in specs if not s.opt_in or s.name in named]
+    return [s for s in specs if s.in_up or not up_subset or s.name in named]
 
 
 @dataclass

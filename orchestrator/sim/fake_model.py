@@ -1,8 +1,8 @@
 """A tiny fake MoE model laid out exactly like a Hugging Face hub cache.
 
 ``<hf_cache>/hub/models--sim--tiny-moe/``
-  ``blobs/<sha256 of content>``            the bytes
-  ``snapshots/<rev>/<file>``               relative symlinks ``../../blobs/<sha256>``
+  ``blobs/<name>``                         the bytes; name = sha256 (weights, LFS) or git blob sha1 (others)
+  ``snapshots/<rev>/<file>``               relative symlinks ``../../blobs/<name>``
   ``refs/main``                            ``<rev>`` (40 hex, derived from the content)
 
 The three ``.safetensors`` shards carry real safetensors headers (u64 LE header length + JSON header with
@@ -142,10 +142,18 @@ def model_files(variant: str = "") -> dict[str, bytes]:
     return files
 
 
+def blob_name(name: str, data: bytes) -> str:
+    """The blob's file name as huggingface_hub writes it: an LFS file (the weights) under its sha256, a
+    regular git file (config.json, the index) under its git blob id, sha1(b"blob <size>\0" + data)."""
+    if name.endswith(".safetensors"):
+        return hashlib.sha256(data).hexdigest()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
 def model_metadata(variant: str = "") -> dict:
-    """repo id, revision and per-file blob sha256 + size: what a node's cache can be compared by."""
+    """repo id, revision and per-file blob name + size: what a node's cache can be compared by."""
     files = model_files(variant)
-    blobs = {name: {"blob": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    blobs = {name: {"blob": blob_name(name, data), "size": len(data)}
              for name, data in sorted(files.items())}
     rev = hashlib.sha1(json.dumps(blobs, sort_keys=True).encode()).hexdigest()
     return {"repo_id": REPO_ID, "revision": rev, "cache_dir": CACHE_DIR_NAME, "files": blobs,

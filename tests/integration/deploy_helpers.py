@@ -57,6 +57,18 @@ def our_containers(cluster: SimCluster) -> dict[str, list[str]]:
     return found
 
 
+def assert_up_refuses(cluster: SimCluster, recipe: Path | str, check: str, node: str, *texts: str) -> None:
+    """`up` stops in its preflight step on this check, naming the node (and the values), and starts nothing."""
+    before = our_containers(cluster)
+    up = spark_deploy("up", recipe, "-i", cluster.inventory_path, timeout=180)
+    said = up.stdout + up.stderr
+    assert up.returncode == 1, said
+    assert "during preflight" in up.stderr and check in up.stderr and node in up.stderr, said
+    for text in texts:
+        assert text in said, (text, said)
+    assert our_containers(cluster) == before, "up started or removed a container after preflight refused"
+
+
 def assert_nothing_left(cluster: SimCluster) -> None:
     left = {node: names for node, names in our_containers(cluster).items() if names}
     assert not left, f"containers left behind: {left}"

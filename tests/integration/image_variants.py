@@ -57,3 +57,36 @@ def derive_image(cluster: SimCluster, node: int | str, base_ref: str, new_tag: s
     if layers[1] != layers[0] + 1:
         raise SimError(f"node {node}: {new_tag} has {layers[1]} layers, base {base_ref} has {layers[0]} (want +1)")
     return image_id
+
+
+STANDIN_OPTIONS = "/usr/lib/python3/dist-packages/standin/options_table.py"
+
+
+def derive_without_choice(cluster: SimCluster, node: int | str, base_ref: str, new_tag: str,
+                          flag: str, choice: str) -> str:
+    """An older build of the stand-in: the same image, but its parser lacks `choice` for `flag`.
+
+    Real vLLM images differ this way (a backend added in a later release); the preflight flag check must
+    judge the recipe against the parser of the image it will run, not against the version we know.
+    The patched options table is written by the image's own sed and copied into a never-started container.
+    """
+    _inspect(cluster, node, base_ref)
+    token = secrets.token_hex(6)
+    patched = f"/tmp/sd-options-{token}.py"
+    program = f"/^ *(('{flag}',)/ s/'{choice}', //"  # one sed argument, never seen by a shell
+    cluster.exec(node, ["sh", "-c", 'docker run --rm --network none --entrypoint sed "$1" "$2" "$3" > "$4"',
+                        "sh", base_ref, program, STANDIN_OPTIONS, patched])
+    text = cluster.exec(node, ["cat", patched]).stdout
+    line = next((ln for ln in text.splitlines() if ln.lstrip().startswith(f"(('{flag}',)")), None)
+    if line is None or f"'{choice}'" in line:
+        raise SimError(f"node {node}: could not drop {choice!r} from {flag} in {STANDIN_OPTIONS}")
+    container = None
+    try:
+        container = cluster.exec(node, ["docker", "create", base_ref]).stdout.strip()
+        cluster.exec(node, ["docker", "cp", patched, f"{container}:{STANDIN_OPTIONS}"])
+        image_id = cluster.exec(node, ["docker", "commit", container, new_tag]).stdout.strip()
+    finally:
+        if container:
+            cluster.exec(node, ["docker", "rm", "--force", container], check=False)
+        cluster.exec(node, ["rm", "-f", patched], check=False)
+    return image_id

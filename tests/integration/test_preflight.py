@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from deploy_helpers import our_containers, spark_deploy
+from deploy_helpers import assert_up_refuses, our_containers, spark_deploy
 
 from orchestrator import preflight as registry
 
@@ -66,5 +66,6 @@ def test_a_jit_directory_shared_by_the_nodes_is_named(clean):
         code, checks = run(cluster)
         assert code == 1 and checks["jit-cache"]["status"] == "fail"
         assert any("shared with" in c["value"] for c in checks["jit-cache"]["per_node"].values())
+        assert_up_refuses(cluster, cluster.recipe_path, "jit-cache", "spark-2", "shared with")
     finally:
         cluster.fault("all", "local-jit")

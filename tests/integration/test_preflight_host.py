@@ -1,5 +1,6 @@
 """Issue 10 acceptance 1-2 for the memory, fabric and kernel checks on a real 2-node simulated cluster:
-healthy -> exit 0; one real fault on spark-2 -> exit 1 naming spark-2, the check and both nodes' values.
+healthy -> exit 0; one real fault on spark-2 -> exit 1 naming spark-2, the check and both nodes' values,
+and `up` refuses the same way in its preflight step, starting nothing.
 
 The sim recipe as `sim up` pins it (gpu_memory_utilization 0.8): the simulated nodes show a DGX Spark's
 memory (faults_host.SPARK_MEMINFO, set by `sim up`), not this machine's.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from deploy_helpers import recipe_variant, spark_deploy
+from deploy_helpers import assert_up_refuses, recipe_variant, spark_deploy
 
 CHECKS = ["memory-headroom", "fabric-ip", "socket-ifname", "mtu-parity", "fabric-reach", "roce-hca", "roce-gid",
           "kernel"]
@@ -61,6 +62,7 @@ def test_healthy_then_each_fault_on_spark_2(sim_cluster_factory, tmp_path):
             assert both_values(cells["spark-1"]["value"], cells["spark-2"]["value"]), (fault, cells)
             others = {n: c["status"] for n, c in checks.items() if n != name and c["status"] == "fail"}
             assert not others, (fault, others)  # the fault trips its own check only
+            assert_up_refuses(cluster, recipe, name, "spark-2")
         finally:
             cluster.fault("spark-2", undo[0], **dict(a.split("=", 1) for a in undo[1:]))
         code, checks = preflight(cluster, recipe)

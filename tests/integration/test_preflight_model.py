@@ -1,6 +1,6 @@
 """Issue 10, model revision parity on a real 2-node sim cluster: a healthy cache passes; a shard removed, a
 blob changed, or an `.incomplete` blob left on spark-2 fails `spark-deploy preflight` naming spark-2, the
-check and both values; `model-reset` puts the node back and preflight passes again."""
+check and both values, and `up` refuses the same way; `model-reset` puts the node back and preflight passes again."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import pytest
 from ruamel.yaml import YAML
 
-from deploy_helpers import spark_deploy
+from deploy_helpers import assert_up_refuses, spark_deploy
 
 CHECKS = ("model-files", "model-shards", "model-incomplete")
 SHARD2 = "model-00002-of-00003.safetensors"
@@ -70,6 +70,7 @@ def test_remove_shard(pair):
     table = preflight(pair)
     assert table.returncode == 1
     assert "model-shards (spark-2): shards the index names are missing on spark-2" in table.stdout
+    assert_up_refuses(pair, pair.recipe_path, "model-shards", "spark-2", SHARD2)
     pair.fault(2, "model-reset")
     assert_healthy(pair)
 
@@ -87,6 +88,7 @@ def test_change_blob(pair):
     assert cell["value"] == (f"{SHARD2}: blob {after[:16]} (76136 B) vs spark-1: blob {before[:16]} (76136 B)")
     assert f"{SHARD2}: spark-1: blob {before} (76136 B), spark-2: blob {after} (76136 B)" in files["fix"]
     assert verdicts(res)["model-shards"]["status"] == "ok"  # the file is there: only its content differs
+    assert_up_refuses(pair, pair.recipe_path, "model-files", "spark-2", after[:16])
     pair.fault(2, "model-reset")
     assert_healthy(pair)
 
@@ -101,6 +103,7 @@ def test_incomplete_blob(pair):
     assert got["per_node"]["spark-1"] == {"status": "ok", "value": "no .incomplete blob"}
     assert got["per_node"]["spark-2"] == {"status": "fail", "value": f"partial download: blobs/{partial[0]} (4096 B)"}
     assert "spark-2" in got["fix"] and "huggingface-cli download sim/tiny-moe --revision main" in got["fix"]
+    assert_up_refuses(pair, pair.recipe_path, "model-incomplete", "spark-2", partial[0])
     pair.fault(2, "model-reset")
     assert not incomplete_blobs(pair, 2)
     assert_healthy(pair)
@@ -121,3 +124,30 @@ def test_revision_not_in_the_cache(pair, tmp_path):
             assert check["per_node"]["spark-2"]["value"] == f"no snapshot: no refs/v2 in {ROOT}"
             assert "huggingface-cli download sim/tiny-moe --revision v2" in check["fix"]
 
+
+
+def test_verify_blobs_finds_bytes_changed_under_the_same_name(pair):
+    """Names agree, so the default checks pass; only hashing the blobs (--verify-blobs) sees the rot."""
+    res = preflight(pair, "--json", "--verify-blobs")
+    assert res.returncode == 0, res.stdout + res.stderr
+    blobs = verdicts(res)["model-blobs"]["per_node"]
+    for node in ("spark-1", "spark-2"):
+        assert blobs[node]["status"] == "ok" and blobs[node]["value"].startswith(
+            "every blob hashes to its name: 5 blobs, 0."), blobs  # 3 LFS shards (sha256) + 2 git files (sha1)
+        assert " MB/s" in blobs[node]["value"]
+    assert "model-blobs" not in verdicts(preflight(pair, "--json"))  # opt-in: never run unasked
+
+    blob = blob_of(pair, 2, SHARD2)
+    pair.exec(2, ["dd", "if=/dev/urandom", f"of={ROOT}/blobs/{blob}", "bs=1", "count=16", "seek=4096",
+                  "conv=notrunc", "status=none"])
+    assert blob_of(pair, 2, SHARD2) == blob
+    assert_healthy(pair)  # same name, same size: the cheap checks cannot tell
+    res = preflight(pair, "--json", "--verify-blobs")
+    assert res.returncode == 1, res.stdout + res.stderr
+    got = verdicts(res)["model-blobs"]
+    assert got["per_node"]["spark-1"]["status"] == "ok"
+    cell = got["per_node"]["spark-2"]
+    assert cell["status"] == "fail" and cell["value"].startswith(f"{SHARD2}: blob {blob[:16]} hashes to "), cell
+    assert "spark-2" in got["fix"] and "--revision main" in got["fix"]
+    pair.fault(2, "model-reset")
+    assert preflight(pair, "--json", "--verify-blobs").returncode == 0

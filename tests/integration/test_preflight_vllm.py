@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from deploy_helpers import node_docker, our_containers, recipe_variant, spark_deploy
+from deploy_helpers import assert_up_refuses, node_docker, our_containers, recipe_variant, spark_deploy
+from image_variants import derive_without_choice
 from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_deployment
@@ -103,6 +104,7 @@ def test_vllm_checks_healthy_cached_and_failing(sim_cluster_factory, tmp_path):
     assert spec["status"] == "fail" and set(spec["per_node"]) == {i.name for i in cluster.nodes()}
     assert all("num_speculative_tokens=7 is not divisible by n_predict=5" in c["value"]
                for c in spec["per_node"].values())
+    assert_up_refuses(cluster, bad, "speculative-tokens", head, "n_predict=5")
 
     # overlays: one target the image has, one it lacks; one source only on the head
     cluster.exec(1, ["sh", "-c", "echo patched > /opt/overlay-only-here.py"])
@@ -125,8 +127,36 @@ def test_vllm_checks_healthy_cached_and_failing(sim_cluster_factory, tmp_path):
         ov["per_node"][head]["value"]
     assert "standin/jit.py" not in ov["per_node"][head]["value"]
     assert ov["per_node"][peer] == {"status": "fail", "value": "source missing: /opt/overlay-only-here.py"}
+    assert_up_refuses(cluster, overlays, "overlay-targets", peer, "/opt/overlay-only-here.py")
     assert created(cluster, t4, t5) == [image]  # the targets' one throwaway container (flags: cached)
 
     # nothing of ours was started by any of it, and no throwaway container stayed
     assert our_containers(cluster) == {i.name: [] for i in cluster.nodes()}
     assert all_containers(cluster) == before
+
+
+def test_an_older_build_without_the_recipes_moe_backend(sim_cluster_factory, tmp_path):
+    """The recipe's moe_backend is a value vLLM 0.33.0 accepts, but the image pinned is an older build whose
+    parser has no such choice: preflight judges against the image it will run, and up refuses the same way."""
+    cluster = sim_cluster_factory(2)
+    dep = load_deployment(cluster.recipe_path, cluster.inventory_path)
+    head = dep.inventory.head
+    wanted = dep.recipe.vllm.moe_backend
+    assert wanted == "flashinfer_b12x"
+    older = derive_without_choice(cluster, 1, dep.recipe.image.id, "vllm-sim:before-b12x", "--moe-backend", wanted)
+    yaml = YAML()
+    doc = yaml.load(cluster.recipe_path.read_text())
+    doc["image"]["id"] = older
+    recipe = tmp_path / "older.yaml"
+    with recipe.open("w") as handle:
+        yaml.dump(doc, handle)
+    code, checks, text = preflight(cluster, recipe, tmp_path / "xdg")
+    assert code == 1, text
+    cell = checks["vllm-flags"]["per_node"][head]
+    assert cell["status"] == "fail", cell
+    assert f"--moe-backend: invalid choice '{wanted}' (closest: " in cell["value"], cell
+    assert "b12x" in cell["value"].split("(closest: ", 1)[1], cell  # the plain b12x the older build still has
+    # the image the cluster was pinned to still has the choice: the same recipe on it passes
+    code, checks, text = preflight(cluster, cluster.recipe_path, tmp_path / "xdg")
+    assert code == 0 and checks["vllm-flags"]["status"] == "ok", text
+    assert_up_refuses(cluster, recipe, "vllm-flags", head, f"invalid choice '{wanted}'")

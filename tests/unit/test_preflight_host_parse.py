@@ -205,6 +205,29 @@ def test_headroom_ok_then_fail_naming_both_values(tmp_path):
     assert v.fix.startswith("spark-2:")
 
 
+def test_headroom_reserve_comes_from_the_recipe(tmp_path):
+    """preflight.memory_reserve_gib moves the line: 22.6 GiB available - 0.3 x 23.5 GiB leaves ~15.5 GiB."""
+    def with_reserve(gib):
+        def rec(r):
+            r["vllm"]["gpu_memory_utilization"] = 0.3
+            r["preflight"] = {"memory_reserve_gib": gib}
+        return deployment(tmp_path, recipe=rec, inventory=lambda i: None)
+    seen = mem_seen(NODE_MEMINFO, NODE_MEMINFO)
+    assert memory_headroom(seen, with_reserve(15)).status == Status.OK
+    v = memory_headroom(seen, with_reserve(16))
+    assert v.failed_nodes() == ["spark-1", "spark-2"] and "16.0 GiB reserve" in v.cells["spark-1"].value
+    assert "preflight.memory_reserve_gib" in v.fix
+
+
+def test_memory_reserve_is_not_part_of_the_launch(tmp_path):
+    """The reserve is preflight's judgement only: the recipe digest (labels, provenance) does not move."""
+    plain = deployment(tmp_path, recipe=lambda r: None, inventory=lambda i: None)
+    moved = deployment(tmp_path, recipe=lambda r: r.update(preflight={"memory_reserve_gib": 8}),
+                       inventory=lambda i: None)
+    assert moved.recipe.preflight.memory_reserve_gib == 8
+    assert plain.recipe.digest() == moved.recipe.digest()
+
+
 def test_headroom_uses_vllm_default_when_unset(tmp_path):
     v = memory_headroom(mem_seen(NODE_MEMINFO, NODE_MEMINFO), sim_pair(tmp_path, util=None))
     assert v.failed_nodes() == ["spark-1", "spark-2"] and "vLLM 0.9 x" in v.cells["spark-1"].value
