@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from . import config_cmds, demo, deploy_cmds, pin_cmd, preflight_cmd, release_cmds
+from . import bench_cmd, config_cmds, demo, deploy_cmds, pin_cmd, preflight_cmd, release_cmds
+from . import maintenance_cmd
 from . import sim as sim_cmds
 
 app = typer.Typer(
@@ -29,8 +30,10 @@ app.command()(release_cmds.lock)
 app.command()(release_cmds.audit)
 app.command()(release_cmds.prune)
 app.command()(demo.demo)
+app.command()(bench_cmd.bench)
 # Always mounted: without the `sim` extra its commands exit 2 with the install line (cli/extras.py).
 app.add_typer(sim_cmds.app, name="sim", help="A simulated DGX Spark cluster (real sshd and dockerd per node).")
+app.add_typer(maintenance_cmd.app, name="maintenance")
 
 
 def run() -> None:

@@ -1,0 +1,76 @@
+"""What bench measures: a URL given by hand, or the serving release of a recipe on its cluster.
+
+With a recipe, the release that serves now is judged from the running containers (releases/serving.py),
+the endpoint is the head's serve port, the draft budget k comes from the recipe, and the ceiling's
+headers are read from the head node's model snapshot (headers.py: a few KB, never the weights).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config.load import Deployment
+from ..docker_cli.containers import ours
+from ..http_api.endpoint import Endpoint
+from ..releases import store
+from ..releases.serving import serving_release
+from ..transport.group import Cluster, GroupError
+from ..transport.node import NodeError
+from .headers import HeaderError, Headers, read_headers
+
+
+class TargetError(Exception):
+    """No release of this recipe serves, or the cluster cannot be read (exit 1)."""
+
+
+@dataclass
+class Target:
+    url: str
+    model: str
+    draft_budget: int | None = None
+    nodes: int = 1
+    recipe: str | None = None
+    release: int | None = None
+    headers: Headers | None = None
+    headers_error: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"url": self.url, "model": self.model, "draft_budget": self.draft_budget, "nodes": self.nodes,
+                "recipe": self.recipe, "release": self.release}
+
+
+def of_recipe(dep: Deployment, want_headers: bool = True) -> Target:
+    recipe, inv = dep.recipe, dep.inventory
+    head = inv.ranked[0]
+    spec = recipe.vllm.speculative_config
+    target = Target(url=Endpoint(head.address, recipe.serve.port).url, model=recipe.served_name,
+                    draft_budget=spec.num_speculative_tokens if spec else None,
+                    nodes=recipe.vllm.tensor_parallel_size, recipe=recipe.name)
+    cluster = Cluster(inv)
+    try:
+        alive, unreachable = cluster.open_reachable()
+        if unreachable:
+            raise TargetError("unreachable: " + "; ".join(f"{n}: {e}" for n, e in unreachable.items()))
+        hist = store.read_history(cluster, inv, alive)
+        try:
+            containers = cluster.each(ours, alive)
+        except GroupError as exc:
+            raise TargetError("cannot list containers: " + "; ".join(
+                f"{n}: {e}" for n, e in exc.failures.items())) from None
+        now = serving_release(hist.releases, containers, inv.cluster)
+        if now is None:
+            raise TargetError(f"no release serves on {inv.cluster}: deploy {recipe.name} with `spark-deploy up` first")
+        if now.recipe != recipe.name:
+            raise TargetError(f"release {now.id} of recipe {now.recipe!r} serves on {inv.cluster}, "
+                              f"not {recipe.name!r}")
+        target.release = now.id
+        if want_headers:
+            try:
+                target.headers = read_headers(cluster.head, head.hf_cache, recipe.model.repo, recipe.model.revision)
+            except (HeaderError, NodeError) as exc:
+                target.headers_error = str(exc)
+    except NodeError as exc:
+        raise TargetError(str(exc)) from None
+    finally:
+        cluster.close()
+    return target

@@ -1,0 +1,172 @@
+"""`bench`: measure decode speed the way the field notes say (14-21), with acceptance and the ceiling."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+from .common import (
+    BadInput,
+    Failed,
+    InventoryOpt,
+    JsonOpt,
+    emit_json,
+    err,
+    exit_codes,
+    out,
+)
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise BadInput(f"{option} {text!r}: want comma-separated whole numbers, e.g. 1,12") from None
+    if not values or min(values) < 1:
+        raise BadInput(f"{option} {text!r}: every level must be >= 1")
+    return values
+
+
+def _width(text: str) -> float:
+    try:
+        w = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise BadInput(f"--until-stable {text!r}: want a relative width, e.g. 0.05 or 5%") from None
+    if not 0 < w < 1:
+        raise BadInput(f"--until-stable {text!r}: the width must be between 0 and 1 (e.g. 0.05 = 5%)")
+    return w
+
+
+def bench(
+    recipe: Annotated[Optional[Path], typer.Argument(help="The recipe whose serving release to measure.",
+                                                     show_default=False)] = None,
+    inventory: InventoryOpt = Path("inventory.yaml"),
+    url: Annotated[Optional[str], typer.Option("--url", help="Any OpenAI-compatible server (no cluster).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="Served model name (with --url; default: the "
+                                                                 "server's only model).")] = None,
+    profile: Annotated[str, typer.Option("--profile", help="Bundled prompt sets: code,prose,zh,chat "
+                                                           "(or names in --prompts FILE).")] = "",
+    prompts_file: Annotated[Optional[Path], typer.Option("--prompts", help="Your prompts: text with --- "
+                                                                           "separators, or JSON by profile.")] = None,
+    shots: Annotated[int, typer.Option("--shots", help="Kept shots per profile and level.")] = 10,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Output length (ignore_eos).")] = 800,
+    concurrency: Annotated[str, typer.Option("--concurrency", help="Levels, e.g. 1,12.")] = "1",
+    warmup: Annotated[int, typer.Option("--warmup", help="Warm-up shots per group, not counted.")] = 1,
+    until_stable: Annotated[Optional[str], typer.Option("--until-stable", help="Shoot until the median's 95% CI "
+                                                        "is this wide (relative: 0.05 or 5%).")] = None,
+    max_shots: Annotated[int, typer.Option("--max-shots", help="Bound on kept shots with --until-stable.")] = 40,
+    api: Annotated[str, typer.Option("--api", help="chat (/v1/chat/completions) or completions.")] = "chat",
+    bandwidth: Annotated[float, typer.Option("--bandwidth", help="Memory bandwidth per node, GB/s "
+                                                                 "(GB10: 273).")] = 273.0,
+    idle_bound: Annotated[float, typer.Option("--idle-bound", help="Seconds to wait for an idle server "
+                                                                   "before a shot.")] = 30.0,
+    as_json: JsonOpt = False,
+    report_dir: Annotated[Optional[Path], typer.Option("--report", help="Write bench.json and bench.png here.")] = None,
+) -> None:
+    """Measure decode tok/s (median, spread), acceptance per step, saturation and the physical ceiling.
+
+    Example: spark-deploy bench recipes/dspark-0731-b12x.yaml --profile code,zh --shots 10 --concurrency 1,12
+    Example: spark-deploy bench --url http://127.0.0.1:8000 --profile prose --until-stable 5% --json
+    """
+    from ..bench import prompts as prompt_sets
+    from ..bench import render, report, runner
+    from ..bench import target as target_mod
+    from ..bench.client import Api, RequestFailed, models, open_client
+    from ..bench.metrics import MetricsError
+    from ..bench.shot import ShotOptions
+
+    with exit_codes():
+        if (recipe is None) == (url is None):
+            raise BadInput("give a RECIPE (its serving release is measured) or --url URL, not both/neither")
+        if shots < 1 or max_tokens < 2 or warmup < 0 or max_shots < 1:
+            raise BadInput("--shots and --max-shots must be >= 1, --max-tokens >= 2, --warmup >= 0")
+        if bandwidth <= 0:
+            raise BadInput("--bandwidth must be > 0 (GB/s)")
+        try:
+            the_api = Api(api)
+        except ValueError:
+            raise BadInput(f"--api {api!r}: choose chat or completions") from None
+        levels = _ints(concurrency, "--concurrency")
+        width = _width(until_stable) if until_stable is not None else None
+        names = [p.strip() for p in profile.split(",") if p.strip()]
+        if prompts_file is not None and not prompts_file.is_file():
+            raise BadInput(f"--prompts {prompts_file}: no such file")
+        try:
+            sets = prompt_sets.select(names, prompts_file)
+        except prompt_sets.PromptError as exc:
+            raise BadInput(str(exc)) from None
+
+        if recipe is not None:
+            from ..config.load import load_deployment
+
+            dep = load_deployment(recipe, inventory)
+            try:
+                tgt = target_mod.of_recipe(dep)
+            except target_mod.TargetError as exc:
+                raise Failed(str(exc)) from None
+        else:
+            if not url.startswith(("http://", "https://")):
+                raise BadInput(f"--url {url!r}: want http://HOST:PORT")
+            tgt = target_mod.Target(url=url.rstrip("/"), model=model or "")
+        http = open_client(tgt.url)
+        try:
+            if not tgt.model:
+                try:
+                    served = models(http)
+                except RequestFailed as exc:
+                    raise Failed(f"{tgt.url}: {exc}") from None
+                if len(served) != 1:
+                    raise BadInput(f"{tgt.url} serves {served or 'no models'}: name one with --model")
+                tgt.model = served[0]
+            plan = runner.Plan(prompts=sets, shots=shots, warmup=warmup, concurrency=levels, until_stable=width,
+                               max_shots=max_shots, draft_budget=tgt.draft_budget,
+                               shot=ShotOptions(api=the_api, max_tokens=max_tokens, idle_bound_s=idle_bound))
+            result = report.BenchResult(target={**tgt.as_dict(), "api": str(the_api)}, plan=plan, groups=[])
+            if tgt.headers is not None:
+                result.ceiling_input = report.CeilingInput(tgt.headers, tgt.nodes, bandwidth * 1e9)
+            result.ceiling_error = tgt.headers_error
+            try:
+                result.groups = _shoot(http, tgt.model, plan, quiet=as_json)
+            except (RequestFailed, MetricsError) as exc:
+                raise Failed(f"{tgt.url}: {exc}") from None
+            result.finished_at = time.time()
+        finally:
+            http.close()
+        if as_json:
+            emit_json(result.as_dict())
+        else:
+            render.show(out, result)
+        if report_dir is not None:
+            path, png, why = report.write(result, report_dir)
+            (err if as_json else out).print(f"report: {escape(str(path))}"
+                                            + (f", {escape(str(png))}" if png else f" ({escape(why or '')})"))
+        if not any(g.kept for g in result.groups):
+            raise Failed("no shot was kept: every one was discarded (see the reasons above)")
+
+
+def _shoot(http, model: str, plan, quiet: bool):
+    """Run the plan with a progress bar over shots (on stderr, so --json stays clean)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from ..bench import runner
+
+    per_group = plan.max_shots if plan.until_stable else plan.shots
+    total = len(plan.prompts) * len(plan.concurrency) * (per_group + plan.warmup)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, disable=quiet or not err.is_terminal, transient=True) as bar:
+        task = bar.add_task("shots", total=total)
+
+        def on_shot(group, shot) -> None:
+            bar.update(task, advance=1, description=f"{group.profile} c={group.concurrency}")
+
+        return runner.run(http, model, plan, on_shot)
