@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Iterable
 
 from ..config.load import Deployment
 from ..docker_cli.containers import Container, container_of
 from ..releases.serving import serving_plans
+from ..render.plan import build_plan
 from .facts import Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing, worst
 
@@ -31,7 +32,8 @@ ENGINE_UNITS = ("docker.service", "docker.socket", "containerd.service")
 _RUNS_CONTAINERS = re.compile(r"(?<![\w.-])(docker|podman|vllm|docker-compose|podman-compose|nerdctl)(?![\w.-])")
 
 # Prints "no-systemd: WHY" (exit 0) when systemd does not run this node; otherwise marked sections:
-# the enabled unit files, `systemctl show` of every enabled service, and our units' X-SparkDeploy- keys.
+# the enabled unit files, our unit files in any state, `systemctl show` of every enabled service, and our
+# enabled units' X-SparkDeploy- keys.
 _BOOT_UNITS = r'''if ! command -v systemctl >/dev/null 2>&1; then echo "no-systemd: systemctl is not installed"; exit 0; fi
 if [ ! -d /run/systemd/system ]; then
   echo "no-systemd: PID 1 is $(cat /proc/1/comm 2>/dev/null || echo unknown), not systemd"; exit 0
@@ -40,6 +42,8 @@ set -f
 echo "@@enabled"
 systemctl list-unit-files --state=enabled --type=service,socket --no-legend --no-pager || exit 1
 units=$(systemctl list-unit-files --state=enabled --type=service --no-legend --no-pager | awk '$1 !~ /@\.service$/ {print $1}')
+echo "@@ourfiles"
+systemctl list-unit-files --type=service --no-legend --no-pager 'spark-deploy-*' || true
 echo "@@show"
 if [ -n "$units" ]; then systemctl show --no-pager -p Id,FragmentPath,ExecStartPre,ExecStart $units || exit 1; fi
 for u in $units; do
@@ -111,6 +115,7 @@ class BootUnits:
     why: str = ""
     enabled: tuple[str, ...] = ()  # every enabled service/socket unit file
     units: tuple[UnitInfo, ...] = ()  # enabled services that run containers or vLLM
+    our_files: tuple[tuple[str, str], ...] = ()  # (unit, state) of every spark-deploy-* unit file, any state
 
     @property
     def engine_enabled(self) -> bool:
@@ -170,7 +175,8 @@ def parse_boot_units(stdout: str) -> BootUnits:
                         recorded=recorded.get(props.get("Id", [""])[0], ()))
         if unit.runs_containers or unit.ours:
             units.append(unit)
-    return BootUnits(True, "", enabled, tuple(units))
+    our_files = tuple((p[0], p[1]) for p in (line.split() for line in sections.get("ourfiles", [])) if len(p) >= 2)
+    return BootUnits(True, "", enabled, tuple(units), our_files)
 
 
 def _sections(text: str) -> dict[str, list[str]]:
@@ -194,22 +200,30 @@ def _keys(lines: list[str]) -> Iterable[tuple[str, str]]:
 
 def parse_systemctl_show(text: str) -> list[dict[str, list[str]]]:
     """`systemctl show -p ... UNIT...`: one block per unit, blank-line separated; a property printed more
-    than once (one ExecStart= line per command) keeps every value in order."""
+    than once (one ExecStart= line per command) keeps every value in order. A command whose argv holds a
+    newline is printed across lines unquoted: a line that does not start a property continues the last."""
     blocks: list[dict[str, list[str]]] = []
     current: dict[str, list[str]] = {}
+    last: str | None = None
     for line in text.splitlines() + [""]:
         if not line.strip():
             if current:
                 blocks.append(current)
-            current = {}
+            current, last = {}, None
             continue
-        key, sep, value = line.partition("=")
-        if sep:
-            current.setdefault(key, []).append(value)
+        m = _PROPERTY.match(line)
+        if m:
+            last = m.group(1)
+            current.setdefault(last, []).append(line[m.end():])
+        elif last is not None:
+            current[last][-1] += "\n" + line
     return blocks
 
 
-_ARGV = re.compile(r"argv\[\]=(.*?) ; (?:ignore_errors|flags)=")
+_PROPERTY = re.compile(r"^([A-Z][A-Za-z0-9]*)=")
+
+
+_ARGV = re.compile(r"argv\[\]=(.*?) ; (?:ignore_errors|flags)=", re.DOTALL)
 
 
 def exec_argv(value: str) -> str:
@@ -348,8 +362,7 @@ def boot(seen: Seen, dep: Deployment) -> Verdict:
     """Not in `up`'s subset: `up` changes what serves, so what came back before it is judged afterwards."""
     serving = serving_from_seen(seen, dep.inventory.cluster)
     reference = "the serving release"
-    if not serving:
-        from ..render.plan import build_plan  # nothing serves: judge against the release this recipe makes
+    if not serving:  # nothing serves: judge against the release this recipe would make
         serving, reference = {build_plan(dep).plan_hash}, f"{dep.recipe.name}'s plan (nothing serves now)"
     cells = missing(seen, ("restart_policies",))
     others: list[str] = []
