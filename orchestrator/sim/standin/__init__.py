@@ -2,17 +2,27 @@
 
 It accepts the real flags (and fails on bad ones exactly like vLLM's argparse), prints the log lines
 that spark-deploy parses (docs/vllm-reference.md), runs a real TCP rendezvous between ranks, and
-serves the OpenAI-style HTTP API at a known decode rate, so deploy checks and the benchmark can be
-tested without GPUs.  Run as `python3 -m standin serve MODEL [flags]`
-(the image's `vllm` is `exec python3 -m standin "$@"`).
+serves the OpenAI-style HTTP API (/v1/completions, /v1/chat/completions, /tokenize, /metrics) at a
+known, vLLM-like speed, so deploy checks and the benchmark can be tested without GPUs.  Run as
+`python3 -m standin serve MODEL [flags]` (the image's `vllm` is `exec python3 -m standin "$@"`), or on
+this machine `python -m orchestrator.sim.standin.local` (local.py: a single node on loopback).
 
-Simulation knobs (environment, defaults in brackets):
+Speed (environment, defaults in brackets; the model and its exact expectation are in speed.py):
+  SIM_DECODE_TPS [50]        plain decode rate of one request, tokens/s (a step without drafts: 1/rate s)
+  SIM_DRAFT_COST [0.05]      a speculative step costs (1 + DRAFT_COST * k) plain steps (k draft tokens)
+  SIM_BATCH_ALPHA [0.19]     a step of n running requests costs (1 + ALPHA * (n - 1)) single steps
+  SIM_ACCEPT [code=3.2:0.8:0.25,prose=1.25:1.0:0.1,zh=0.25:0.2:0.05]  accepted drafts per step:
+                             mean : per-step sd : per-request sd (of the request's level), by profile
+                             (code: `def `/`{`/`;`/`import ` in the prompt; zh: CJK; else prose)
+  SIM_PREFILL_TPS [3000]     prefill rate: the first token comes SIM_TTFT + uncached tokens / rate after arrival
+  SIM_TTFT [0.05]            fixed part of the time to first token, seconds
+  SIM_FIRST_MERGE [1]        with speculation the first chunk also carries the first verification step (0: not)
+  SIM_SEED [0]               seed of the acceptance draws (plus a request counter: every request differs)
+The head prints `SIM truth: {json}` (speed.Truth.line) before it serves; speed.Truth.from_line reads it
+back and speed.expected(truth, profile, k, batch) gives the expected tok/s and tokens per step.
+Other knobs:
   SIM_LOAD_SECONDS [2.0]     time every rank spends "loading weights"
   SIM_PEER_TIMEOUT [600]     rendezvous timeout (torch TCPStore), seconds
-  SIM_DECODE_TPS [50]        true decode rate, tokens/s per request
-  SIM_TTFT [0.05]            prefill time before the first token, seconds
-  SIM_ACCEPT [code=3.0:0.8,prose=2.0:1.0,zh=0.2:0.2]  accepted draft tokens per step, mean:stddev
-  SIM_SEED [0]               seed of the acceptance draws (plus a request counter)
   SIM_RINGBUFFER_INTERVAL [60]  period of the head's "No available shared memory broadcast block"
   SIM_AUTO_BACKEND [DEEPGEMM_MXFP4]  what `--moe-backend auto` picks
 Faults: SIM_FAULT_JIT_ASSERT, SIM_FAULT_CRASH_AT_START, SIM_FAULT_HANG_LOAD, SIM_FAULT_OOM,

@@ -10,21 +10,20 @@ from typing import TYPE_CHECKING
 
 from .base import VERSION, Stopped
 from .engine import token_id, tokenize
+from .shapes import ApiError, Shape, chat_prompt, sampling, usage
 
 if TYPE_CHECKING:
     from .node import Node
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "BadRequestError", param=None):
-        super().__init__(message)
-        self.status, self.body = status, {"error": {"message": message, "type": kind, "param": param,
-                                                    "code": status}}
-
-
 ROUTES = [("/openapi.json", "GET, HEAD"), ("/docs", "GET, HEAD"), ("/health", "GET"),
           ("/version", "GET"), ("/tokenize", "POST"), ("/v1/models", "GET"),
-          ("/v1/completions", "POST"), ("/metrics", "GET")]
+          ("/v1/chat/completions", "POST"), ("/v1/completions", "POST"), ("/metrics", "GET")]
+
+
+def dumps(obj) -> str:
+    """JSON as vLLM sends it (Starlette's JSONResponse, pydantic's model_dump_json): compact, UTF-8."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
 class ApiServer(ThreadingHTTPServer):
@@ -41,6 +40,7 @@ class Handler(BaseHTTPRequestHandler):
     """The head's OpenAI-compatible API (uvicorn-like: HTTP/1.1, chunked SSE, access log lines)."""
 
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # TCP_NODELAY: a small answer is not held ~40 ms for a delayed ACK
     server_version = "uvicorn"
     sys_version = ""
 
@@ -58,15 +58,16 @@ class Handler(BaseHTTPRequestHandler):
         self.app.log.uvicorn(f'{host}:{port} - "{self.command} {self.path} HTTP/1.1" {code} {phrase}')
 
     def _send(self, status: int, body: bytes, ctype: str | None = "application/json") -> None:
+        """Status line, headers and body in one write (one segment for a small answer)."""
         self.send_response(status)
         if ctype:
             self.send_header("content-type", ctype)
         self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._headers_buffer.append(b"\r\n" + body)
+        self.flush_headers()
 
     def _json(self, status: int, obj) -> None:
-        self._send(status, json.dumps(obj).encode())
+        self._send(status, dumps(obj).encode())
 
     def _body(self) -> dict:
         length = int(self.headers.get("content-length") or 0)
@@ -83,7 +84,8 @@ class Handler(BaseHTTPRequestHandler):
                         "/metrics": self.get_metrics, "/version": self.get_version})
 
     def do_POST(self) -> None:
-        self._dispatch({"/v1/completions": self.post_completions, "/tokenize": self.post_tokenize})
+        self._dispatch({"/v1/completions": self.post_completions, "/v1/chat/completions": self.post_chat,
+                        "/tokenize": self.post_tokenize})
 
     def _dispatch(self, table) -> None:
         route = self.path.split("?", 1)[0]
@@ -125,13 +127,19 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, self.app.engine.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     def post_tokenize(self) -> None:
+        """vLLM's /tokenize: {"prompt": str} or {"messages": [...]} (chat template applied)."""
         body = self._body()
-        prompt = body.get("prompt")
-        if not isinstance(prompt, str):
-            raise ApiError(400, "'prompt' must be a string")
-        ids = [token_id(t) for t in tokenize(prompt)]
-        self._json(200, {"count": len(ids), "max_model_len": self.app.max_model_len, "tokens": ids,
-                         "token_strs": None})
+        self._check_model(body)
+        if "messages" in body:
+            prompt = chat_prompt(body["messages"], body.get("add_generation_prompt", True) is not False)
+        else:
+            prompt = body.get("prompt")
+            if not isinstance(prompt, str):
+                raise ApiError(400, "'prompt' must be a string")
+        toks = tokenize(prompt)
+        self._json(200, {"count": len(toks), "max_model_len": self.app.max_model_len,
+                         "tokens": [token_id(t) for t in toks],
+                         "token_strs": toks if body.get("return_token_strs") else None})
 
     def _check_model(self, body: dict) -> None:
         name = body.get("model")
@@ -146,56 +154,54 @@ class Handler(BaseHTTPRequestHandler):
             prompt = prompt[0]
         if not isinstance(prompt, str):
             raise ApiError(400, "'prompt' must be a string (or a list with one string)")
-        max_tokens = body.get("max_tokens", 16)
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ApiError(400, "max_tokens must be at least 1, got " + repr(max_tokens))
+        self._generate(Shape(False, self.app.args.served_name), prompt, body, 16)
+
+    def post_chat(self) -> None:
+        body = self._body()
+        self._check_model(body)
+        prompt = chat_prompt(body.get("messages"))
+        self._generate(Shape(True, self.app.args.served_name), prompt, body, None)
+
+    def _generate(self, shape: Shape, prompt: str, body: dict, default_max: int | None) -> None:
         engine, limit = self.app.engine, self.app.max_model_len
         n_prompt = len(tokenize(prompt))
+        max_tokens, ignore_eos, include_usage = sampling(body, default_max or max(limit - n_prompt, 1))
         if n_prompt + max_tokens > limit:
             raise ApiError(400, f"This model's maximum context length is {limit} tokens. However, you "
                                 f"requested {n_prompt + max_tokens} tokens ({n_prompt} in the messages, "
                                 f"{max_tokens} in the completion). Please reduce the length of the "
                                 "messages or completion.")
         req = engine.prepare(prompt)
-        tokens, reason = engine.output_tokens(req, max_tokens, bool(body.get("ignore_eos")))
-        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": self.app.args.served_name}
-        usage = {"prompt_tokens": n_prompt, "total_tokens": n_prompt + len(tokens),
-                 "completion_tokens": len(tokens), "prompt_tokens_details": {"cached_tokens": req["cached"]}}
-        finished, steps = "abort", engine.steps(req, tokens)
+        tokens, reason = engine.output_tokens(req, max_tokens, ignore_eos)
+        use = usage(n_prompt, len(tokens), req["cached"])
+        steps = engine.steps(req, tokens, reason)
         try:
             if body.get("stream"):
-                include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                self._stream(steps, len(tokens), reason, head, usage if include_usage else None)
+                self._stream(shape, steps, len(tokens), reason, use if include_usage else None)
             else:
                 text = "".join(t for group in steps for t in group)
-                self._json(200, {**head, "choices": [{
-                    "index": 0, "text": text, "logprobs": None, "finish_reason": reason,
-                    "stop_reason": None, "prompt_logprobs": None}], "usage": usage})
-            finished = reason
+                self._json(200, shape.body(text, reason, use))
         finally:
-            steps.close()  # frees the batch slot even when the client went away
-            engine.metrics.finish(finished)
+            steps.close()  # frees the batch slot (counted as abort) when the client went away
 
-    def _stream(self, steps, total: int, reason: str, head: dict, usage: dict | None) -> None:
+    def _stream(self, shape: Shape, steps, total: int, reason: str, use: dict | None) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
 
-        def chunk(data: str) -> None:
-            raw = data.encode()
+        def chunk(obj) -> None:
+            raw = ("data: " + (obj if isinstance(obj, str) else dumps(obj)) + "\n\n").encode()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(raw), raw))
 
         sent = 0
         for group in steps:
+            if not sent:
+                for opening in shape.opening():
+                    chunk(opening)
             sent += len(group)
-            choice = {"index": 0, "text": "".join(group), "logprobs": None,
-                      "finish_reason": reason if sent >= total else None, "stop_reason": None}
-            chunk("data: " + json.dumps({**head, "choices": [choice]}) + "\n\n")
-        if usage is not None:
-            chunk("data: " + json.dumps({**head, "choices": [], "usage": usage}) + "\n\n")
-        chunk("data: [DONE]\n\n")
+            chunk(shape.chunk("".join(group), reason if sent >= total else None))
+        if use is not None:
+            chunk(shape.usage_chunk(use))
+        chunk("[DONE]")
         self.wfile.write(b"0\r\n\r\n")
-
-

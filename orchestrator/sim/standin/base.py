@@ -36,7 +36,6 @@ SPEC_KEYS = (  # SpeculativeConfig's fields; any other key is an unexpected keyw
     "disable_by_batch_size", "disable_padded_drafter_batch", "speculative_token_tree", "enforce_eager",
     "draft_load_config", "parallel_drafting", "suffix_decoding_max_tree_depth",
     "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob")
-DEFAULT_ACCEPT = {"code": (3.0, 0.8), "prose": (2.0, 1.0), "zh": (0.2, 0.2)}
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 

@@ -5,7 +5,7 @@ import argparse
 import os
 
 from . import options_table
-from .base import DEFAULT_ACCEPT, OFFLINE_MSG, SPEC_KEYS, SimError
+from .base import OFFLINE_MSG, SPEC_KEYS, SimError
 
 
 def metavar_choices(dest: str) -> tuple:
@@ -132,19 +132,3 @@ def derive_max_model_len(args, hf: dict, env) -> int:
                 "model's config.json). To allow overriding this maximum, set the env var "
                 "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.", "value_error", {"max_model_len": args.max_model_len})])
     return args.max_model_len
-
-
-def parse_accept(spec: str) -> dict:
-    """SIM_ACCEPT 'code=3.0:0.8,prose=2.0:1.0,zh=0.2:0.2' -> {profile: (mean, stddev)}."""
-    out = dict(DEFAULT_ACCEPT)
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        try:
-            name, rest = part.split("=")
-            mean, sd = rest.split(":")
-            out[name.strip()] = (float(mean), float(sd))
-        except ValueError:
-            raise SimError(f"ValueError: bad SIM_ACCEPT entry {part!r} (want profile=mean:stddev)") from None
-    return out
-
-
-

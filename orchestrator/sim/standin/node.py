@@ -63,6 +63,7 @@ class Node:
         if self.head:
             log.info("APIServer", "api_server.py:1895", f"vLLM API server version {VERSION}")
             log.info("APIServer", "utils.py:253", f"non-default args: {non_default_args(args)}")
+            log.raw("APIServer", self.engine.truth.line())  # the stand-in's own line: what a bench should find
             self.http = self._bind_http()
             log.info("EngineCore_DP0", "core.py:93", self._engine_config_line(spec))
             srv = rdzv.listen() if args.nnodes > 1 else None

@@ -1,0 +1,156 @@
+"""The stand-in's speed model and its truth: the figures a benchmark run against it must measure.
+
+The model (field notes 14-19, the seeds' numbers):
+- a verification step of a batch of n decoding requests takes
+  `step_seconds(n) = (1 + draft_cost * k) / decode_tps * (1 + batch_alpha * (n - 1))`; without
+  speculation k = 0, so SIM_DECODE_TPS stays the plain single-request decode rate, and concurrency
+  grows aggregate throughput sublinearly (n / (1 + alpha (n - 1)); 0.19 gives the seeds' 67.6 -> ~260
+  at 12);
+- a step emits 1 + accepted tokens; accepted = clip(floor(x + 0.5), 0, k), x ~ N(level, step_sd), the
+  request's level ~ N(mean, request_sd) drawn once per request (so speculative runs spread across
+  requests while plain runs do not);
+- the first token comes `ttft + uncached prompt tokens / prefill_tps` after arrival; with speculation
+  and first_merge the first chunk also carries the first verification step (tokens 1 + (1 + accepted)).
+
+Truth = what these formulas yield, not the configured numbers: rounding and clipping make the realised
+mean acceptance differ from SIM_ACCEPT's mean (code 3.2:0.8:0.25 at k 4 gives 3.14; zh 0.25 gives 0.11), so
+`expected()` computes the clipped expectation exactly:
+E[accepted] = sum_{j=1..k} P(x >= j - 0.5), with x ~ N(mean, sqrt(step_sd^2 + request_sd^2)) over the
+population of requests (the level and the step noise add), and P(x >= i + 0.5) is the acceptance rate
+of draft position i.  It ignores the shorter last step of a request cut by max_tokens.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+from .base import SimError, env_float
+
+TRUTH_PREFIX = "SIM truth: "
+TRUTH_RE = re.compile(re.escape(TRUTH_PREFIX) + r"(\{.*\})\s*$", re.M)
+# profile -> (mean accepted per step, per-step sd, per-request sd of the level)
+DEFAULT_ACCEPT = {"code": (3.2, 0.8, 0.25), "prose": (1.25, 1.0, 0.1), "zh": (0.25, 0.2, 0.05)}  # seeds: 3.15/1.23/0.11
+DEFAULT_REQUEST_SD = 0.2  # for a SIM_ACCEPT entry given as mean:sd only
+
+
+class Expected(NamedTuple):
+    """Expected figures for one profile, draft budget k and batch size."""
+
+    accepted_per_step: float  # mean accepted draft tokens per verification step
+    tokens_per_step: float  # 1 + accepted_per_step (what 1 + accepted/drafts from /metrics estimates)
+    per_position: tuple[float, ...]  # acceptance rate of draft position 0..k-1
+    step_seconds: float  # one verification step at this batch size
+    decode_tps: float  # per request: tokens_per_step / step_seconds
+    aggregate_tps: float  # batch * decode_tps
+
+
+@dataclass(frozen=True)
+class Truth:
+    """The configured speed of one stand-in, read from SIM_* (and printed as one `SIM truth:` line)."""
+
+    decode_tps: float
+    accept: dict[str, tuple[float, float, float]]
+    draft_cost: float
+    prefill_tps: float
+    ttft: float
+    batch_alpha: float
+    spec_k: int
+    first_merge: bool
+    seed: int
+
+    @classmethod
+    def from_env(cls, env, spec_k: int = 0) -> Truth:
+        truth = cls(decode_tps=env_float(env, "SIM_DECODE_TPS", 50.0),
+                    accept=parse_accept(env.get("SIM_ACCEPT", "")),
+                    draft_cost=env_float(env, "SIM_DRAFT_COST", 0.05),
+                    prefill_tps=env_float(env, "SIM_PREFILL_TPS", 3000.0),
+                    ttft=env_float(env, "SIM_TTFT", 0.05),
+                    batch_alpha=env_float(env, "SIM_BATCH_ALPHA", 0.19),
+                    spec_k=int(spec_k), first_merge=env.get("SIM_FIRST_MERGE", "1") != "0",
+                    seed=int(env_float(env, "SIM_SEED", 0)))
+        for name, value in (("SIM_DECODE_TPS", truth.decode_tps), ("SIM_PREFILL_TPS", truth.prefill_tps)):
+            if value <= 0:
+                raise SimError(f"ValueError: {name} must be > 0, got {value}")
+        for name, value in (("SIM_DRAFT_COST", truth.draft_cost), ("SIM_TTFT", truth.ttft),
+                            ("SIM_BATCH_ALPHA", truth.batch_alpha)):
+            if value < 0:
+                raise SimError(f"ValueError: {name} must be >= 0, got {value}")
+        return truth
+
+    def line(self) -> str:
+        """`SIM truth: {json}`: the knobs plus the expected figures per profile at k = spec_k, batch 1."""
+        data = asdict(self)
+        data["accept"] = {p: list(v) for p, v in self.accept.items()}
+        data["expected"] = {p: {"tokens_per_step": round(e.tokens_per_step, 6),
+                                "decode_tps": round(e.decode_tps, 6)}
+                            for p in self.accept for e in [expected(self, p)]}
+        return TRUTH_PREFIX + json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_line(cls, text: str) -> Truth:
+        """The truth from a stand-in's log (the `SIM truth:` line anywhere in `text`)."""
+        m = TRUTH_RE.search(text)
+        if not m:
+            raise ValueError("no 'SIM truth: {...}' line in the stand-in's output")
+        data = json.loads(m.group(1))
+        data.pop("expected", None)
+        data["accept"] = {p: tuple(v) for p, v in data["accept"].items()}
+        return cls(**data)
+
+    def step_seconds(self, batch: int = 1, k: int | None = None) -> float:
+        k = self.spec_k if k is None else k
+        return (1 + self.draft_cost * k) / self.decode_tps * (1 + self.batch_alpha * (max(batch, 1) - 1))
+
+    def prefill_seconds(self, prompt_tokens: int, cached_tokens: int = 0) -> float:
+        """Arrival to the first token (without the merged first verification step)."""
+        return self.ttft + max(prompt_tokens - cached_tokens, 0) / self.prefill_tps
+
+    def level(self, profile: str, rng) -> float:
+        """One request's acceptance level: its mean accepted per step before rounding and clipping."""
+        mean, _, request_sd = self.accept.get(profile, (0.0, 0.0, 0.0))
+        return rng.gauss(mean, request_sd) if request_sd > 0 else mean
+
+    def draw(self, profile: str, level: float, rng, k: int) -> int:
+        """Accepted draft tokens of one verification step of a request at `level`."""
+        sd = self.accept.get(profile, (0.0, 0.0, 0.0))[1]
+        x = rng.gauss(level, sd) if sd > 0 else level
+        return min(k, max(0, math.floor(x + 0.5)))
+
+
+def position_rate(mean: float, sd: float, i: int) -> float:
+    """P(floor(x + 0.5) > i) = P(x >= i + 0.5) for x ~ N(mean, sd): draft position i accepted."""
+    if sd <= 0:
+        return 1.0 if mean >= i + 0.5 else 0.0
+    return 0.5 * math.erfc((i + 0.5 - mean) / (sd * math.sqrt(2)))
+
+
+def expected(truth: Truth, profile: str, k: int | None = None, batch: int = 1) -> Expected:
+    """EXPECTED decode tok/s and tokens per step for `profile` at draft budget k (default the
+    server's; 0 = no speculation) and `batch` concurrent requests, computed from the truth."""
+    k = truth.spec_k if k is None else k
+    mean, sd, request_sd = truth.accept.get(profile, (0.0, 0.0, 0.0))
+    total_sd = math.hypot(sd, request_sd)
+    rates = tuple(position_rate(mean, total_sd, i) for i in range(k))
+    accepted = sum(rates)
+    step = truth.step_seconds(batch, k)
+    per_request = (1 + accepted) / step
+    return Expected(accepted, 1 + accepted, rates, step, per_request, per_request * max(batch, 1))
+
+
+def parse_accept(spec: str) -> dict[str, tuple[float, float, float]]:
+    """SIM_ACCEPT 'code=3.2:0.8:0.25,prose=1.25:1.0' -> {profile: (mean, step sd, request sd)}."""
+    out = dict(DEFAULT_ACCEPT)
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        try:
+            name, rest = part.split("=")
+            nums = [float(x) for x in rest.split(":")]
+            if len(nums) not in (2, 3) or min(nums[1:]) < 0:
+                raise ValueError
+        except ValueError:
+            raise SimError(f"ValueError: bad SIM_ACCEPT entry {part!r} "
+                           "(want profile=mean:step_sd[:request_sd], sds >= 0)") from None
+        out[name.strip()] = (nums[0], nums[1], nums[2] if len(nums) == 3 else DEFAULT_REQUEST_SD)
+    return out
