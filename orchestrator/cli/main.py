@@ -6,6 +6,7 @@ import typer
 
 from . import bench_cmd, config_cmds, demo, deploy_cmds, pin_cmd, preflight_cmd, release_cmds
 from . import maintenance_cmd
+from . import boot_cmd
 from . import sim as sim_cmds
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ app.command()(release_cmds.lock)
 app.command()(release_cmds.audit)
 app.command()(release_cmds.prune)
 app.command()(demo.demo)
+app.add_typer(boot_cmd.app, name="boot", help="What comes back when the nodes boot: enable, disable, status.")
 app.command()(bench_cmd.bench)
 # Always mounted: without the `sim` extra its commands exit 2 with the install line (cli/extras.py).
 app.add_typer(sim_cmds.app, name="sim", help="A simulated DGX Spark cluster (real sshd and dockerd per node).")

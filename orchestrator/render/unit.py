@@ -23,9 +23,12 @@ PEER_WAIT_SECONDS = 600  # the stand-in's and torch's own rendezvous timeout
 STOP_SECONDS = 30
 RESTART_SECONDS = 15
 DEFAULT_RETRIES = 2
-# StartLimitBurst starts per this window: long enough that a rank failing after a 10-70 minute load
-# still counts as one loop, so restarts end instead of repeating forever.
-START_LIMIT_WINDOW = "6h"
+# StartLimitBurst starts per this window; "infinity": the window never ends, so a rank gets at most that many
+# starts per boot however far apart its failures are (a failure after each 10-70 minute load included).
+START_LIMIT_WINDOW = "infinity"
+# Exit codes that are not restarted: 143 (SIGTERM: `docker stop` by down/up/the unit) and 137 (SIGKILL: the stop
+# timeout, or the kernel's OOM killer; a unified-memory leak must not be retried: eugr spark-vllm-docker #257).
+NO_RESTART_CODES = "143 137"
 
 # "$1" head fabric IP, "$2" rendezvous port, "$3" seconds. One TCP connect per attempt, each bounded.
 # One line: `systemctl show` prints a command's argv unquoted, so a newline in it would break readers.
@@ -145,6 +148,7 @@ def render_unit(plan: Plan, launch: RankLaunch, release: int, *, peer_wait: int 
         f"{KEY_PREFIX}Release={release}",
         f"{KEY_PREFIX}Rank={launch.rank}",
         f"{KEY_PREFIX}Container={_key(container)}",
+        f"{KEY_PREFIX}DockerRestart={_key(launch.spec.restart or 'no')}",  # put back by `boot disable`
         "",
         "[Service]",
         "Type=simple",
@@ -152,6 +156,7 @@ def render_unit(plan: Plan, launch: RankLaunch, release: int, *, peer_wait: int 
         "ExecStart=" + command_line(["docker", "start", "--attach", container]),
         "ExecStop=" + command_line(["docker", "stop", "--time", str(stop_seconds), container]),
         "Restart=on-failure",
+        f"RestartPreventExitStatus={NO_RESTART_CODES}",
         f"RestartSec={RESTART_SECONDS}",
         f"TimeoutStartSec={start_timeout}",
         f"TimeoutStopSec={stop_seconds + 30}",

@@ -1,0 +1,139 @@
+"""`boot enable|disable|status`: a thin wrapper over orchestrator.deploy.boot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+from ..config.load import load_deployment, load_inventory
+from ..deploy import boot as boot_mod
+from ..preflight.checks_boot import BootMatch
+from ..releases.lock import LockHeld
+from ..runner.events import Events
+from ..runner.sinks import TerminalSink
+from ..transport.node import NodeError
+from .common import (
+    Failed,
+    InventoryOpt,
+    JsonOpt,
+    RecipeArg,
+    emit_json,
+    err,
+    exit_codes,
+    out,
+)
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+OptionalRecipe = Annotated[Optional[Path], typer.Argument(help="Limit to this recipe's unit.", show_default=False)]
+_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+
+
+def _item_line(item) -> str:
+    return (f"[{_STYLE[str(item.status)]}]{escape(str(item.match))}[/]: {escape(str(item.kind))} "
+            f"{escape(item.name)} starts {escape(item.starts)}")
+
+
+@app.command()
+def enable(
+    recipe: RecipeArg,
+    inventory: InventoryOpt = Path("inventory.yaml"),
+    yes: Annotated[bool, typer.Option("--yes", help="Also turn off the other units and restart policies found.")]
+    = False,
+) -> None:
+    """Make the serving release come back on boot: one systemd unit per node for its rank (the peers wait,
+    bounded, for the head's rendezvous port; restarts are bounded). Anything else that would come back is
+    named, and turned off only with --yes.
+
+    Example: spark-deploy boot enable recipes/dspark-0731-b12x.yaml --yes
+    """
+    with exit_codes():
+        dep = load_deployment(recipe, inventory)
+        events = Events(TerminalSink(out))
+        try:
+            result = boot_mod.enable(dep, events, yes=yes)
+        except (boot_mod.BootRefused, LockHeld, NodeError) as exc:
+            raise Failed(str(exc)) from None
+        finally:
+            events.close()
+        if result.conflicts and not yes:
+            raise Failed("other things come back on boot and are not the serving release; nothing was changed:\n" +
+                         "\n".join(f"  {c.describe()}" for c in result.conflicts) +
+                         "\nrun again with --yes to turn them off (units disabled, restart policies set to no)")
+        for line in result.disabled:
+            out.print(f"turned off: {escape(line)}")
+        out.print(f"release {result.release.id} (plan {result.release.plan_hash}) comes back on boot:")
+        for u in result.units:
+            out.print(f"  {escape(u.node)}: {escape(u.path)} enabled, starts {escape(u.container)}")
+        missing = [n for n, b in result.after.items() if not any(i.match is BootMatch.SERVING for i in b.items)]
+        if missing:
+            raise Failed(f"read again, the serving release does not come back on {', '.join(missing)}")
+
+
+@app.command()
+def disable(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventory.yaml")) -> None:
+    """Disable and remove our boot units (this recipe's, or every one of this cluster), and give the containers
+    back their own restart policy.
+
+    Example: spark-deploy boot disable
+    """
+    with exit_codes():
+        name = load_deployment(recipe, inventory).recipe.name if recipe else None
+        inv, _ = load_inventory(inventory)
+        events = Events(TerminalSink(out))
+        try:
+            result = boot_mod.disable(inv, name, events)
+        except (boot_mod.BootRefused, LockHeld, NodeError) as exc:
+            raise Failed(str(exc)) from None
+        finally:
+            events.close()
+        if not any(result.removed.values()):
+            out.print("no boot unit of spark-deploy" + (f" for {name}" if name else "") + " on any node")
+
+
+@app.command()
+def status(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventory.yaml"),
+           as_json: JsonOpt = False) -> None:
+    """Per node, what comes back on boot: our unit (enabled?, the container it starts, its plan vs the serving
+    release), other units, restart policies. Exit 1 when a node cannot say (no systemd, unreachable).
+
+    Example: spark-deploy boot status --json
+    """
+    with exit_codes():
+        name = load_deployment(recipe, inventory).recipe.name if recipe else None
+        inv, _ = load_inventory(inventory)
+        report = boot_mod.status(inv, name)
+        if as_json:
+            emit_json(report.as_dict())
+        else:
+            s = report.serving
+            out.print(f"serving on {escape(report.cluster)}: " +
+                      (f"release {s.id} ({escape(s.recipe)}, plan {s.plan_hash})" if s else "nothing"))
+            for n in report.nodes:
+                if not n.boot.systemd:
+                    out.print(f"{escape(n.node)}: [bold red]cannot say[/] ({escape(n.systemd_why)})")
+                    continue
+                engine = "docker.service enabled" if n.boot.engine_enabled else "docker.service NOT enabled"
+                out.print(f"{escape(n.node)}: {engine}")
+                for u in n.our_units:
+                    plan = (f", plan {u.plan_hash}" + ("" if not s or u.plan_hash == s.plan_hash
+                                                      else f" (serving: {s.plan_hash})")) if u.plan_hash else ""
+                    out.print(f"  our unit {escape(u.unit)}: {escape(u.state)}"
+                              + (f", starts {escape(u.container)}" if u.container else "") + plan)
+                for item in n.boot.items:
+                    out.print(f"  {_item_line(item)}")
+                if not n.boot.items:
+                    out.print("  nothing comes back on boot")
+                elif s and not any(i.match is BootMatch.SERVING for i in n.boot.items):
+                    out.print("  [yellow]the serving release does not come back[/]")
+        for node, why in report.unreachable.items():
+            err.print(f"[bold red]{escape(node)}[/]: unreachable: {escape(why)}")
+        for n in report.nodes:
+            if not n.boot.systemd:
+                err.print(f"[bold red]{escape(n.node)}[/]: {escape(n.systemd_why)}: what comes back on boot "
+                          "cannot be read there")
+        if not report.ok:
+            raise typer.Exit(1)

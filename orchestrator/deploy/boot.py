@@ -1,0 +1,347 @@
+"""`boot enable|disable|status`: make the serving release the thing that comes back when the nodes boot.
+
+`enable` writes, per node, the unit render/unit.py renders for its rank (from the same Plan as `up`), and
+enables it; anything else the boot check finds coming back (another stack's unit, a container with a
+restart policy that brings it back) is named, and only with `yes` disabled. `disable` removes our units
+and gives the containers back the restart policy the unit took from them. `status` reads what would come
+back, per node, through the same facts and judgement as the `boot` preflight check (checks_boot).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import cast
+
+from ..config.inventory import Inventory
+from ..config.load import Deployment
+from ..docker_cli.containers import Container, ours
+from ..preflight.checks_boot import (
+    BootItem,
+    BootMatch,
+    BootUnits,
+    ItemKind,
+    NodeBoot,
+    UnitInfo,
+    node_boot,
+)
+from ..preflight.facts import FactInput, Observed, gather_node
+from ..releases import audit, store
+from ..releases.guard import holding_lock
+from ..releases.record import Release
+from ..releases.serving import serving_release
+from ..render.plan import Plan, build_plan
+from ..render.unit import UNIT_DIR, BootUnit, render_unit, unit_name
+from ..runner.events import Events
+from ..transport.group import Cluster, GroupError
+from ..transport.node import NodeConnection, NodeError
+
+FACTS = ["boot_units", "restart_policies"]
+
+
+class BootRefused(Exception):
+    """What the user asked cannot be done as things are (exit 1); the message names node and cause."""
+
+
+@dataclass
+class Looked:
+    """One reading of the cluster: which release serves, and each node's boot facts."""
+
+    serving: Release | None
+    containers: dict[str, list[Container]]
+    facts: dict[str, dict[str, Observed]]
+    unreachable: dict[str, str] = field(default_factory=dict)
+
+    def boot(self, node: str, plans: set[str]) -> NodeBoot:
+        return node_boot(self.facts.get(node, {}), plans)
+
+    def units(self, node: str) -> BootUnits | None:
+        obs = self.facts.get(node, {}).get("boot_units")
+        return obs.value if obs is not None and obs.ok else None
+
+    def without_systemd(self) -> dict[str, str]:
+        """{node: why} for the nodes whose boot units cannot be read or where systemd is not PID 1."""
+        out = {}
+        for node, facts in self.facts.items():
+            obs = facts.get("boot_units")
+            if obs is None or not obs.ok:
+                out[node] = f"its systemd units could not be read: {obs.error if obs else 'not gathered'}"
+            elif not obs.value.systemd:
+                out[node] = f"not a systemd node ({obs.value.why})"
+        return out
+
+
+def read_boot(conn: NodeConnection) -> dict[str, Observed]:
+    """The boot facts of one node, in one SSH command (they take no arguments: no deployment needed)."""
+    return gather_node(conn, FACTS, cast(FactInput, None), timeout=60)
+
+
+def look(cluster: Cluster, inventory: Inventory, conns: list[NodeConnection]) -> Looked:
+    history = store.read_history(cluster, inventory, conns)
+    try:
+        containers = cluster.each(ours, conns)
+        facts = cluster.each(read_boot, conns)
+        failures: dict[str, str] = {}
+    except GroupError as exc:
+        failures = {n: str(e) for n, e in exc.failures.items()}
+        containers = cluster.each(ours, [c for c in conns if c.name not in failures])
+        facts = cluster.each(read_boot, [c for c in conns if c.name not in failures])
+    serving = serving_release(history.releases, containers, inventory.cluster)
+    return Looked(serving, containers, facts, failures)
+
+
+def _open_all(cluster: Cluster, what: str) -> list[NodeConnection]:
+    alive, failures = cluster.open_reachable()
+    if failures:
+        raise BootRefused(f"{what} needs every node: " + "; ".join(f"{n} is unreachable ({e})"
+                                                                   for n, e in failures.items()))
+    return alive
+
+
+def _no_systemd(looked: Looked) -> None:
+    missing = looked.without_systemd()
+    if missing:
+        raise BootRefused("; ".join(f"{node}: {why}: a boot unit needs systemd as PID 1" for node, why in
+                                    missing.items()))
+
+
+# ---- enable -------------------------------------------------------------------------------------------
+
+@dataclass
+class Conflict:
+    """Something else that comes back on boot on a node: what `enable --yes` turns off."""
+
+    node: str
+    item: BootItem
+
+    def describe(self) -> str:
+        return f"{self.node}: {self.item.kind} {self.item.name} ({self.item.match}: starts {self.item.starts})"
+
+
+@dataclass
+class EnableResult:
+    release: Release
+    units: list[BootUnit]
+    conflicts: list[Conflict]
+    disabled: list[str] = field(default_factory=list)  # what --yes turned off, "node: unit/container"
+    after: dict[str, NodeBoot] = field(default_factory=dict)  # what comes back now, read again
+
+
+def conflicts_for(looked: Looked, plan: Plan, ours_name: str) -> list[Conflict]:
+    """Pure: everything that comes back on boot and is not this plan — our own unit (it is rewritten) aside."""
+    found = []
+    for launch in plan.ranks:
+        node = launch.node.name
+        for item in looked.boot(node, {plan.plan_hash}).items:
+            if item.kind is ItemKind.UNIT and item.name == ours_name:
+                continue
+            if item.match is not BootMatch.SERVING:
+                found.append(Conflict(node, item))
+    return found
+
+
+def enable(dep: Deployment, events: Events, *, yes: bool) -> EnableResult:
+    plan = build_plan(dep)
+    inventory = dep.inventory
+    name = unit_name(plan.cluster, plan.recipe)
+    cluster = Cluster(inventory)
+    try:
+        conns = _open_all(cluster, "boot enable")
+        with holding_lock(cluster, inventory, events):
+            looked = look(cluster, inventory, conns)
+            if looked.unreachable:
+                raise BootRefused("; ".join(f"{n}: {why}" for n, why in looked.unreachable.items()))
+            release = _serving_matches(looked, plan)
+            _no_systemd(looked)
+            units = [render_unit(plan, launch, release.id) for launch in plan.ranks]
+            conflicts = conflicts_for(looked, plan, name)
+            result = EnableResult(release, units, conflicts)
+            if conflicts and not yes:
+                audit.append(cluster, inventory, audit.entry(
+                    "boot-enable", "refused", release=release.id,
+                    detail="other things come back on boot: " + "; ".join(c.describe() for c in conflicts)))
+                return result
+            for c in conflicts:
+                _turn_off(cluster[c.node], c.item, looked)
+                result.disabled.append(f"{c.node}: {c.item.kind} {c.item.name}")
+                events.note(f"{c.item.kind} {c.item.name} no longer comes back on boot", c.node)
+            cluster.each(lambda conn: _install(conn, next(u for u in units if u.node == conn.name)), conns)
+            for u in units:
+                events.note(f"{u.name} enabled: brings back {u.container} (release {u.release}, plan "
+                            f"{u.plan_hash})", u.node)
+            again = look(cluster, inventory, conns)
+            result.after = {n: again.boot(n, {plan.plan_hash}) for n in again.facts}
+            audit.append(cluster, inventory, audit.entry(
+                "boot-enable", "ok", release=release.id,
+                detail=f"{name} on {', '.join(u.node for u in units)}; plan {plan.plan_hash}" +
+                       (f"; turned off: {'; '.join(result.disabled)}" if result.disabled else "")))
+            return result
+    finally:
+        cluster.close()
+
+
+def _serving_matches(looked: Looked, plan: Plan) -> Release:
+    serving = looked.serving
+    if serving is None:
+        raise BootRefused(f"nothing serves on {plan.cluster}: `boot enable` makes the serving release come back "
+                          "on boot; deploy it first (`spark-deploy up`)")
+    if serving.plan_hash != plan.plan_hash:
+        raise BootRefused(f"the recipe {plan.recipe} renders plan {plan.plan_hash}, but release {serving.id} "
+                          f"({serving.recipe}, plan {serving.plan_hash}) is what serves: pass the recipe of the "
+                          "serving release, or `up` this one first")
+    for launch in plan.ranks:
+        running = [c for c in looked.containers.get(launch.node.name, [])
+                   if c.running and c.ours and c.ours.plan_hash == plan.plan_hash]
+        if not any(c.name == launch.container for c in running):
+            raise BootRefused(f"{launch.node.name}: the serving container is not named {launch.container} "
+                              f"({', '.join(c.name for c in running) or 'none running'})")
+    return serving
+
+
+def _turn_off(conn: NodeConnection, item: BootItem, looked: Looked) -> None:
+    if item.kind is ItemKind.UNIT:
+        conn.run(["systemctl", "disable", item.name], timeout=60, check=True)
+    else:
+        conn.run(["docker", "update", "--restart", "no", item.name], timeout=60, check=True)
+
+
+def _install(conn: NodeConnection, unit: BootUnit) -> None:
+    """Atomic write, reload, enable (not started now: the release already serves); the container's own
+    restart policy off now too, so dockerd does not start it at boot ahead of the unit."""
+    try:
+        conn.put_file(unit.path, unit.text)
+        conn.run(["docker", "update", "--restart", "no", unit.container], timeout=60, check=True)
+        conn.run(["systemctl", "daemon-reload"], timeout=60, check=True)
+        conn.run(["systemctl", "enable", unit.name], timeout=60, check=True)
+    except (NodeError, OSError) as exc:
+        raise BootRefused(f"{conn.name}: could not install {unit.path}: {exc} (it needs root on the node)") from exc
+
+
+# ---- disable ------------------------------------------------------------------------------------------
+
+@dataclass
+class DisableResult:
+    removed: dict[str, list[str]] = field(default_factory=dict)  # node -> units removed
+
+
+def our_units(units: BootUnits | None, cluster_name: str, recipe: str | None) -> list[str]:
+    """Pure: our unit files on a node (any state) for this cluster, and this recipe when given."""
+    if units is None or not units.systemd:
+        return []
+    wanted = unit_name(cluster_name, recipe) if recipe else None
+    prefix = unit_name(cluster_name, "")[: -len(".service")]
+    return [n for n, _state in units.our_files if (n == wanted if wanted else n.startswith(prefix))]
+
+
+def disable(inventory: Inventory, recipe: str | None, events: Events) -> DisableResult:
+    cluster = Cluster(inventory)
+    try:
+        conns = _open_all(cluster, "boot disable")
+        with holding_lock(cluster, inventory, events):
+            looked = look(cluster, inventory, conns)
+            _no_systemd(looked)
+            result = DisableResult()
+
+            def one(conn: NodeConnection) -> list[str]:
+                names = our_units(looked.units(conn.name), inventory.cluster, recipe)
+                enabled = {u.id: u for u in (looked.units(conn.name) or BootUnits(True)).units}
+                for name in names:
+                    _remove(conn, name, enabled.get(name))
+                if names:
+                    conn.run(["systemctl", "daemon-reload"], timeout=60, check=True)
+                return names
+
+            result.removed = cluster.each(one, conns)
+            for node, names in result.removed.items():
+                for name in names:
+                    events.note(f"{name} disabled and removed", node)
+            audit.append(cluster, inventory, audit.entry(
+                "boot-disable", "ok", detail="; ".join(f"{n}: {', '.join(u) or 'none'}"
+                                                       for n, u in result.removed.items())))
+            return result
+    finally:
+        cluster.close()
+
+
+def _remove(conn: NodeConnection, name: str, unit: UnitInfo | None) -> None:
+    """Disable, give the container back the restart policy the unit took, remove the file."""
+    conn.run(["systemctl", "disable", name], timeout=60, check=True)
+    if unit is not None and unit.key("Container") and unit.key("DockerRestart") not in ("", "no"):
+        conn.run(["docker", "update", "--restart", unit.key("DockerRestart"), unit.key("Container")], timeout=60)
+    conn.run(["rm", "-f", "--", f"{UNIT_DIR}/{name}"], timeout=30, check=True)
+
+
+# ---- status -------------------------------------------------------------------------------------------
+
+@dataclass
+class OurUnit:
+    """One of our unit files on a node; what it records is read only from an enabled one."""
+
+    unit: str
+    state: str  # enabled | disabled | ...
+    container: str = ""
+    plan_hash: str = ""  # recorded in the unit when it was enabled
+    release: str = ""
+
+    def as_dict(self) -> dict:
+        return {"unit": self.unit, "state": self.state, "container": self.container, "plan_hash": self.plan_hash,
+                "release": self.release}
+
+
+@dataclass
+class NodeStatus:
+    node: str
+    boot: NodeBoot
+    our_units: list[OurUnit]
+    systemd_why: str = ""
+
+    def as_dict(self) -> dict:
+        return {"node": self.node, "systemd": self.boot.systemd, "why": self.systemd_why,
+                "docker_enabled": self.boot.engine_enabled, "containerd_enabled": self.boot.containerd_enabled,
+                "our_units": [u.as_dict() for u in self.our_units],
+                "serving_comes_back": any(i.match is BootMatch.SERVING for i in self.boot.items),
+                "comes_back": [i.as_dict() for i in self.boot.items]}
+
+
+@dataclass
+class StatusReport:
+    cluster: str
+    serving: Release | None
+    nodes: list[NodeStatus]
+    unreachable: dict[str, str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreachable and all(n.boot.systemd for n in self.nodes)
+
+    def as_dict(self) -> dict:
+        s = self.serving
+        return {"cluster": self.cluster, "ok": self.ok,
+                "serving": {"release": s.id, "recipe": s.recipe, "plan_hash": s.plan_hash} if s else None,
+                "nodes": [n.as_dict() for n in self.nodes], "unreachable": self.unreachable}
+
+
+def status(inventory: Inventory, recipe: str | None) -> StatusReport:
+    cluster = Cluster(inventory)
+    try:
+        conns, failures = cluster.open_reachable()
+        looked = look(cluster, inventory, conns) if conns else Looked(None, {}, {})
+    finally:
+        cluster.close()
+    plans = {looked.serving.plan_hash} if looked.serving else set()
+    nodes = []
+    for n in inventory.ranked:
+        if n.name not in looked.facts:
+            continue
+        units = looked.units(n.name)
+        mine = set(our_units(units, inventory.cluster, recipe))
+        enabled = {u.id: u for u in (units.units if units else ())}
+        files = []
+        for name, state in (units.our_files if units else ()):
+            if name in mine:
+                info = enabled.get(name)
+                files.append(OurUnit(name, state, *((info.key("Container"), info.key("PlanHash"), info.key("Release"))
+                                                    if info else ())))
+        nodes.append(NodeStatus(n.name, looked.boot(n.name, plans), files,
+                                looked.without_systemd().get(n.name, "")))
+    unreachable = {**{n: str(e) for n, e in failures.items()}, **looked.unreachable}
+    return StatusReport(inventory.cluster, looked.serving, nodes, unreachable)
