@@ -48,10 +48,13 @@ def up(
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=16, help="Number of simulated Sparks.")] = 2,
     load_image_on: Annotated[str, typer.Option(
         "--load-image-on", help="Comma-separated node numbers that get the vllm-sim image.")] = "1",
+    systemd: Annotated[bool, typer.Option(
+        "--systemd", help="Run real systemd as PID 1 in every node (dockerd and sshd as its services), "
+                          "so `sim fault NODE reboot` acts as a real boot.")] = False,
 ) -> None:
     """Start NODES simulated Sparks (sshd + dockerd each) and write inventory.yaml and recipe.yaml.
 
-    Example: spark-deploy sim up --nodes 2
+    Example: spark-deploy sim up --nodes 2 --systemd
     """
     from ..sim.cluster import SimCluster
 
@@ -61,7 +64,7 @@ def up(
         except ValueError:
             raise BadInput(f"--load-image-on wants numbers like 1,2, got {load_image_on!r}") from None
         cluster = SimCluster(name)
-        doc = cluster.up(nodes=nodes, load_image_on=load_on)
+        doc = cluster.up(nodes=nodes, load_image_on=load_on, init="systemd" if systemd else "docker-init")
         table = Table("node", "address", "container", "vllm-sim image")
         for n in doc["nodes"]:
             table.add_row(n["name"], n["ip"], n["container"],
@@ -69,7 +72,7 @@ def up(
         out.print(table)
         p = doc["paths"]
         out.print(f"sim cluster [bold]{escape(name)}[/] up in {doc['timings_s']['total']:.1f}s "
-                  f"(network {doc['network']} {doc['subnet']})")
+                  f"(network {doc['network']} {doc['subnet']}; PID 1 {doc['init']})")
         out.print(f"  inventory   {escape(p['inventory'])}")
         out.print(f"  recipe      {escape(p['recipe'] or '(not written)')}  image.id {doc['images']['vllm'][:19]}")
         out.print(f"  ssh key     {escape(p['key'])}")
@@ -123,14 +126,16 @@ def fault(
     node: Annotated[str, typer.Argument(help="Node: 1, spark-1, or 'all'.")],
     kind: Annotated[str, typer.Argument(help="stop-sshd, start-sshd, stop-dockerd, start-dockerd, partition, "
                                               "heal, netem, throttle, gpu, shared-jit, local-jit, "
-                                              "occupy-port, free-port, fill-disk, free-disk, meminfo, mtu, kernel, "
+                                              "occupy-port, free-port, fill-disk, free-disk, meminfo, mtu, kernel, reboot, "
                                               "model-remove-shard, model-change-blob, model-incomplete, model-reset")],
     args: Annotated[Optional[list[str]], typer.Argument(help="key=value options, e.g. driver=575.57.08 clock=2200")] = None,
     name: NameOpt = "demo",
 ) -> None:
     """Inject a fault into a node.
 
-    Examples: spark-deploy sim fault spark-2 partition;  sim fault 2 gpu clock=2200;  sim fault 1 occupy-port 8000
+    Examples: spark-deploy sim fault spark-2 partition;  sim fault 2 gpu clock=2200;  sim fault 1 occupy-port 8000;
+    sim fault spark-2 reboot (restart the node container as a boot; with --systemd nodes systemd, dockerd and
+    restart policies act as on a real one)
     """
     from ..sim.cluster import SimCluster
 
@@ -161,15 +166,20 @@ def ls_() -> None:
 
 
 @app.command()
-def images() -> None:
+def images(
+    systemd: Annotated[bool, typer.Option("--systemd", help="Also the systemd node image (`sim up --systemd`).")] = False,
+) -> None:
     """Build (or find cached) the node and vllm-sim images without starting a cluster.
 
-    Example: spark-deploy sim images
+    Example: spark-deploy sim images --systemd
     """
     from ..sim.images import ensure_images
 
     with _errors():
-        res = ensure_images()
+        res = ensure_images(systemd=systemd)
         out.print(f"node  {res.node.tags[0] if res.node.tags else ''} {res.node.id[:19]}")
+        if res.node_systemd is not None:
+            tags = res.node_systemd.tags
+            out.print(f"node-systemd  {tags[0] if tags else ''} {res.node_systemd.id[:19]}")
         out.print(f"vllm  {', '.join(res.vllm.tags)} {res.vllm.id[:19]}")
         out.print("built: " + (", ".join(res.built) if res.built else "nothing (cache hit)"))

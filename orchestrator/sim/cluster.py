@@ -11,7 +11,6 @@ Module-level `up/down/fault/nodes/ls` wrap the class for the CLI.
 from __future__ import annotations
 
 import concurrent.futures
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,18 +19,30 @@ import docker
 import docker.errors
 from docker.types import IPAMConfig, IPAMPool
 from rich.console import Console
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from . import faults_host, fake_model, images, provision
+from . import fake_model, faults_host, images, node_boot, provision
+from .node_boot import NotReady, Readiness, RebootResult, ssh_banner  # noqa: F401 - part of this API
 from .state import (
-    LABEL, NODE_HF_CACHE, SHARED_MOUNT, NodeInfo, SimError, SimInputError, check_name,
-    container_name, docker_volume_name, free_subnets, gateway_ip, network_name, node_ip,
-    read_cluster_json, shared_volume_name, state_dir, write_json,
+    INIT_LABEL,
+    LABEL,
+    NODE_HF_CACHE,
+    SHARED_MOUNT,
+    NodeInfo,
+    NodeInit,
+    SimError,
+    SimInputError,
+    check_name,
+    container_name,
+    docker_volume_name,
+    free_subnets,
+    gateway_ip,
+    network_name,
+    node_ip,
+    read_cluster_json,
+    shared_volume_name,
+    state_dir,
+    write_json,
 )
-
-
-class NotReady(Exception):
-    """A node is alive but not ready yet (retried until the deadline)."""
 
 
 @dataclass
@@ -129,8 +140,12 @@ class SimCluster:
     # ---- lifecycle ---------------------------------------------------------------------------
     def up(self, nodes: int = 2, load_image_on: list[int] | tuple[int, ...] = (1,), *,
            recipe_template: Path | None = None, ready_timeout: float = 120.0,
-           keep_on_failure: bool = False) -> dict:
-        """Bring the cluster up; returns cluster.json's content. On failure, removes what it made."""
+           keep_on_failure: bool = False, init: NodeInit | str = NodeInit.DOCKER_INIT) -> dict:
+        """Bring the cluster up; returns cluster.json's content. On failure, removes what it made.
+
+        init="systemd" runs real systemd as PID 1 in every node (dockerd and sshd as its services; what
+        `reboot` needs to act as a real boot); the default is the proven docker-init node."""
+        init = NodeInit.parse(init)
         if not 1 <= nodes <= 16:
             raise SimInputError(f"nodes must be 1..16, got {nodes}")
         bad = [i for i in load_image_on if not 1 <= i <= nodes]
@@ -141,10 +156,10 @@ class SimCluster:
                            f"--name {self.name}` first")
         self.down()  # leftovers of an interrupted run (network, volumes, state) would collide
         t0 = time.monotonic()
-        built = images.ensure_images(self.client, self.console)
+        built = images.ensure_images(self.client, self.console, systemd=init is NodeInit.SYSTEMD)
         t_images = time.monotonic() - t0
         try:
-            doc = self._up(nodes, list(load_image_on), built, recipe_template, ready_timeout)
+            doc = self._up(nodes, list(load_image_on), built, recipe_template, ready_timeout, init)
         except BaseException:
             if not keep_on_failure:
                 self.down()
@@ -154,7 +169,7 @@ class SimCluster:
         return doc
 
     def _up(self, count: int, load_on: list[int], built: images.SimImages,
-            recipe_template: Path | None, ready_timeout: float) -> dict:
+            recipe_template: Path | None, ready_timeout: float, init: NodeInit) -> dict:
         state = self.state_dir
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
         key, private, public = provision.generate_keypair(state, f"spark-deploy-sim-{self.name}")
@@ -163,9 +178,11 @@ class SimCluster:
         shared = self.client.volumes.create(shared_volume_name(self.name), labels=labels)
         infos = [NodeInfo(i, f"spark-{i}", container_name(self.name, i), node_ip(subnet, i))
                  for i in range(1, count + 1)]
+        node_image = built.node_systemd if init is NodeInit.SYSTEMD else built.node
+        assert node_image is not None  # ensure_images(systemd=True) returns it
         with concurrent.futures.ThreadPoolExecutor(count) as pool:
-            list(pool.map(lambda n: self._start_node(n, built.node.id, network.name, shared.name,
-                                                     ready_timeout), infos))
+            ready = list(pool.map(lambda n: self._start_node(n, node_image.id, network.name, shared.name,
+                                                             ready_timeout, init), infos))
         containers = {n.container: self.client.containers.get(n.container) for n in infos}
         host_keys = {name: provision.read_host_key(c) for name, c in containers.items()}
         self.known_hosts_path.write_text(provision.known_hosts_lines(infos, host_keys, with_names=False))
@@ -186,7 +203,7 @@ class SimCluster:
             provision.load_image(infos[i - 1].container, vllm_id, vllm_tags)
         provision.write_inventory(self.inventory_path, self.name, infos, key, self.known_hosts_path)
         recipe_src = provision.write_recipe(self.recipe_path, vllm_id, recipe_template, nodes=count)
-        warnings = []
+        warnings = [f"{n.name}: {r.summary()}" for n, r in zip(infos, ready) if r.failed_units]
         if recipe_src is None:
             warnings.append(f"no recipe template at {provision.DEFAULT_RECIPE}: recipe.yaml not written")
         return {
@@ -195,9 +212,10 @@ class SimCluster:
             "subnet": subnet,
             "gateway": gateway_ip(subnet),
             "shared_volume": shared.name,
+            "init": init.value,
             "nodes": [n.to_dict() | {"docker_volume": docker_volume_name(self.name, n.index)}
                       for n in infos],
-            "images": {"node": built.node.id, "node_tags": _own_tags(built.node),
+            "images": {"node": node_image.id, "node_tags": _own_tags(node_image),
                        "vllm": vllm_id, "vllm_tags": vllm_tags},
             "image_loaded_on": [infos[i - 1].name for i in load_on],
             "model": model_meta,
@@ -228,12 +246,15 @@ class SimCluster:
                     raise SimError(f"creating network {network_name(self.name)} failed: {exc}") from exc
         raise SimError(f"no free /24 for {network_name(self.name)} in 172.28.0.0/14: {last}")
 
-    def _start_node(self, n: NodeInfo, image_id: str, network: str, shared: str, timeout: float) -> None:
+    def _start_node(self, n: NodeInfo, image_id: str, network: str, shared: str, timeout: float,
+                    init: NodeInit) -> Readiness:
         api = self.client.api
         vol = docker_volume_name(self.name, n.index)
         self.client.volumes.create(vol, labels={LABEL: self.name})
+        systemd = init is NodeInit.SYSTEMD
         host_config = api.create_host_config(
-            init=True,
+            init=not systemd,  # systemd must be PID 1 itself
+            tmpfs={"/run": "mode=755", "/run/lock": "mode=1777"} if systemd else None,
             cap_add=["ALL"], cap_drop=["SYS_RESOURCE"],
             security_opt=["seccomp=unconfined", "apparmor=unconfined"],
             device_cgroup_rules=["a *:* rwm"],
@@ -248,31 +269,20 @@ class SimCluster:
         net_config = api.create_networking_config(
             {network: api.create_endpoint_config(ipv4_address=n.ip, aliases=[n.name])})
         labels = {LABEL: self.name, f"{LABEL}.index": str(n.index), f"{LABEL}.hostname": n.name,
-                  f"{LABEL}.ip": n.ip}
+                  f"{LABEL}.ip": n.ip, INIT_LABEL: init.value}
         api.create_container(image_id, name=n.container, hostname=n.name, labels=labels,
-                             host_config=host_config, networking_config=net_config, detach=True)
+                             host_config=host_config, networking_config=net_config, detach=True,
+                             stop_signal="SIGRTMIN+3" if systemd else None)
         api.start(n.container)
-        self.wait_ready(n, timeout)
+        return self.wait_ready(n, timeout)
 
-    def wait_ready(self, n: NodeInfo, timeout: float = 120.0) -> None:
-        """Poll until sshd answers with an SSH banner and the inner `docker info` works; fail at once
-        (with the node's logs) if the container stops."""
-        c = self.client.containers.get(n.container)
-        try:
-            for attempt in Retrying(stop=stop_after_delay(timeout), reraise=True,
-                                    wait=wait_exponential(multiplier=0.05, max=1.0),
-                                    retry=retry_if_exception_type(NotReady)):
-                with attempt:
-                    c.reload()
-                    if c.status != "running":
-                        raise SimError(f"node {n.container} is {c.status} "
-                                       f"(exit {c.attrs['State'].get('ExitCode')}):\n{_logs(c)}")
-                    ssh_banner(n.ip)
-                    code, out = c.exec_run(["docker", "info", "--format", "{{.ServerVersion}}"])
-                    if code != 0:
-                        raise NotReady(f"inner docker info: {out.decode(errors='replace').strip()}")
-        except NotReady as exc:
-            raise SimError(f"node {n.container} not ready after {timeout:.0f}s: {exc}\n{_logs(c)}") from exc
+    def wait_ready(self, n: NodeInfo, timeout: float = 120.0) -> Readiness:
+        """Poll (bounded) until the node is ready: see node_boot.wait_ready."""
+        return node_boot.wait_ready(self.client, n, timeout)
+
+    def reboot(self, ref: int | str, ready_timeout: float = 120.0) -> RebootResult:
+        """Restart one node container as a reboot and wait until it is ready (see node_boot.reboot)."""
+        return node_boot.reboot(self.client, self.node(ref), ready_timeout)
 
     def down(self) -> list[str]:
         """Remove every container, network and volume labelled for this cluster, and its state dir."""
@@ -309,34 +319,6 @@ class SimCluster:
         if not targets:
             raise SimInputError(f"sim cluster {self.name!r} has no nodes")
         return [faults.apply(self, n, kind, **opts) for n in targets]
-
-
-def ssh_banner(ip: str, port: int = 22, timeout: float = 2.0) -> str:
-    """Connect and read the server's SSH identification line (raise NotReady if there is none)."""
-    try:
-        with socket.create_connection((ip, port), timeout=timeout) as s:
-            line = s.recv(256)
-    except OSError as exc:
-        raise NotReady(f"ssh {ip}:{port}: {exc}") from exc
-    if not line.startswith(b"SSH-"):
-        raise NotReady(f"ssh {ip}:{port}: no SSH banner ({line[:40]!r})")
-    return line.decode(errors="replace").strip()
-
-
-def _logs(c, lines: int = 30) -> str:
-    """The node container's output plus the tails of its dockerd and sshd logs (best effort)."""
-    parts = []
-    try:
-        parts.append(c.logs(tail=lines).decode(errors="replace"))
-    except docker.errors.APIError:
-        pass
-    try:
-        code, extra = c.exec_run(["tail", "-n", str(lines), "/var/log/dockerd.log", "/var/log/sshd.log"])
-        if code == 0:
-            parts.append(extra.decode(errors="replace"))
-    except docker.errors.APIError:
-        pass  # the container is not running
-    return "".join(parts)
 
 
 def _own_tags(image) -> list[str]:

@@ -12,7 +12,12 @@ import socket
 import tarfile
 from collections.abc import Callable
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from . import faults_host, faults_model
 from .state import NODE_JIT_CACHE, SHARED_MOUNT, NodeInfo, SimError, SimInputError
@@ -222,6 +227,7 @@ def free_port(cluster, node: NodeInfo, opts: dict) -> str:
 
 
 DOCKER_TMP = "/var/lib/docker/tmp"  # where the node's dockerd stages what `docker load`/`docker pull` receive
+FILL_SPEC = "/etc/sim-fill-disk"  # the tmpfs size, read by the node's sim-boot
 
 
 def fill_disk(cluster, node: NodeInfo, opts: dict) -> str:
@@ -231,8 +237,9 @@ def fill_disk(cluster, node: NodeInfo, opts: dict) -> str:
     free = str(opts.get("free", "8m"))
     if unknown or not re.fullmatch(r"\d+[kmg]?", free):
         raise SimInputError("fault fill-disk takes free=<N>[k|m|g], e.g. free=8m")
-    cluster.exec(node.index, ["sh", "-c", 'mountpoint -q "$1" && umount "$1"; '
-                              'mount -t tmpfs -o size="$2",mode=0700 sim-fill-disk "$1"', "sh", DOCKER_TMP, free])
+    # kept in /etc so a reboot keeps the disk full; the node's `sim-boot fill-disk` (re)mounts it
+    faults_host.put_file(cluster, node, FILL_SPEC, f"{free}\n".encode(), 0o644)
+    cluster.exec(node.index, ["sim-boot", "fill-disk"])
 
     def check() -> None:
         if cluster.exec(node.index, ["mountpoint", "-q", DOCKER_TMP], check=False).code != 0:
@@ -244,8 +251,19 @@ def fill_disk(cluster, node: NodeInfo, opts: dict) -> str:
 
 def free_disk(cluster, node: NodeInfo, opts: dict) -> str:
     _no_opts("free-disk", opts)
-    cluster.exec(node.index, ["sh", "-c", 'while mountpoint -q "$1"; do umount "$1" || exit 1; done', "sh", DOCKER_TMP])
+    cluster.exec(node.index, ["rm", "-f", "--", FILL_SPEC])
+    cluster.exec(node.index, ["sim-boot", "fill-disk"])  # no spec: unmounts every tmpfs over DOCKER_TMP
     return f"{node.name}: {DOCKER_TMP} is on the node's Docker volume again"
+
+
+def reboot(cluster, node: NodeInfo, opts: dict) -> str:
+    """Restart the node container: an orderly shutdown (systemd: SIGRTMIN+3; docker-init: SIGTERM to
+    sim-entrypoint), then a boot where systemd, dockerd and restart policies act as they do on a real one."""
+    unknown = set(opts) - {"timeout"}
+    if unknown:
+        raise SimInputError("fault reboot takes [timeout=SECONDS] (bound on getting ready again; default 120)")
+    timeout = _number("reboot", "timeout", opts.get("timeout", 120), 5, 1800)
+    return cluster.reboot(node.index, ready_timeout=timeout).describe()
 
 
 KINDS: dict[str, Callable] = {
@@ -271,6 +289,7 @@ KINDS: dict[str, Callable] = {
     "meminfo": faults_host.meminfo,
     "mtu": faults_host.mtu,
     "kernel": faults_host.kernel,
+    "reboot": reboot,
 }
 
 

@@ -3,7 +3,8 @@
 - `meminfo available=SIZE [total=SIZE]`: a copy of the node's /proc/meminfo with those lines changed,
   bind-mounted over /proc/meminfo in the node's mount namespace (sshd and every SSH command see it; the
   host and the other nodes do not). The kernel's own accounting is untouched: only readers of the file
-  (preflight, `free`) are fooled. `sim up` starts every node at a DGX Spark's figures (SPARK_MEMINFO: the
+  (preflight, `free`) are fooled. The values are kept in /etc/sim-meminfo.json and re-applied at every
+  boot, so a `reboot` keeps the node's memory (like the hardware's). `sim up` starts every node at a DGX Spark's figures (SPARK_MEMINFO: the
   machine running the sim has far less memory than a GB10); `reset=true` goes back to those.
 - `mtu mtu=N [dev=eth0]`: `ip link set dev DEV mtu N` (a real MTU change of the node's interface);
   `reset=true` restores the MTU saved at the first change.
@@ -15,6 +16,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 import tarfile
 
@@ -22,7 +24,8 @@ from .state import NodeInfo, SimError, SimInputError
 
 IFACE = "eth0"  # the sim node's fabric interface (as faults.IFACE; imported from there would be circular)
 
-MEMINFO_COPY = "/run/sim-meminfo"
+MEMINFO_COPY = "/run/sim-meminfo"  # made by the node's sim-boot from MEMINFO_SPEC
+MEMINFO_SPEC = "/etc/sim-meminfo.json"
 # A GB10's 128 GB of unified memory as Linux reports it (MemTotal ~119.7 GiB), with the OS using ~4 GiB.
 SPARK_MEMINFO = {"total": "125519872", "available": "121325568"}  # kB
 UNAME_WRAPPER = "/usr/local/bin/uname"
@@ -49,7 +52,7 @@ def _kib(kind: str, key: str, value) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
-def _put_file(cluster, node: NodeInfo, path: str, data: bytes, mode: int) -> None:
+def put_file(cluster, node: NodeInfo, path: str, data: bytes, mode: int) -> None:
     directory, name = path.rsplit("/", 1)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -58,10 +61,6 @@ def _put_file(cluster, node: NodeInfo, path: str, data: bytes, mode: int) -> Non
         tar.addfile(info, io.BytesIO(data))
     if not cluster.container(node.index).put_archive(directory, buf.getvalue()):
         raise SimError(f"{node.name}: writing {path} failed")
-
-
-def _unmount_meminfo(cluster, node: NodeInfo) -> None:
-    cluster.exec(node.index, ["sh", "-c", 'while mountpoint -q /proc/meminfo; do umount /proc/meminfo || exit 1; done'])
 
 
 def meminfo(cluster, node: NodeInfo, opts: dict) -> str:
@@ -75,13 +74,10 @@ def meminfo(cluster, node: NodeInfo, opts: dict) -> str:
     want = {"MemAvailable": _kib("meminfo", "available", opts["available"])} if "available" in opts else {}
     if "total" in opts:
         want["MemTotal"] = _kib("meminfo", "total", opts["total"])
-    _unmount_meminfo(cluster, node)  # start from the real file, not an earlier fault's copy
-    lines = []
-    for line in cluster.exec(node.index, ["cat", "/proc/meminfo"]).stdout.splitlines():
-        key = line.split(":", 1)[0]
-        lines.append(f"{key}:{want[key]:>16} kB" if key in want else line)
-    _put_file(cluster, node, MEMINFO_COPY, ("\n".join(lines) + "\n").encode(), 0o444)
-    cluster.exec(node.index, ["mount", "--bind", MEMINFO_COPY, "/proc/meminfo"])
+    # the spec lives in /etc (kept across a reboot); `sim-boot meminfo` in the node makes the edited copy of
+    # the live file and bind-mounts it, now and at every boot (sim-boot.service / sim-entrypoint)
+    put_file(cluster, node, MEMINFO_SPEC, (json.dumps(want, sort_keys=True) + "\n").encode(), 0o644)
+    cluster.exec(node.index, ["sim-boot", "meminfo"])
     seen = cluster.exec(node.index, ["cat", "/proc/meminfo"]).stdout
     for key, kb in want.items():
         if not re.search(rf"^{key}:\s+{kb} kB$", seen, re.MULTILINE):
@@ -140,7 +136,7 @@ def kernel(cluster, node: NodeInfo, opts: dict) -> str:
     release = str(opts["release"])
     if not re.fullmatch(r"[A-Za-z0-9._+~-]{1,64}", release):
         raise SimInputError(f"fault kernel: release={release!r} must be 1-64 of A-Z a-z 0-9 . _ + ~ -")
-    _put_file(cluster, node, UNAME_WRAPPER, _WRAPPER.replace("{release}", release).encode(), 0o755)
+    put_file(cluster, node, UNAME_WRAPPER, _WRAPPER.replace("{release}", release).encode(), 0o755)
     seen = cluster.exec(node.index, ["sh", "-lc", "uname -r"]).stdout.strip()
     if seen != release:
         raise SimError(f"{node.name}: `uname -r` prints {seen!r} after installing the wrapper")

@@ -17,7 +17,6 @@ import calendar
 import concurrent.futures
 import contextlib
 import fcntl
-import hashlib
 import io
 import json
 import os
@@ -27,41 +26,40 @@ import tarfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 import docker.errors
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-from . import node_files
-
-SUITE = "bookworm"
-REPO_PREFIX = "spark-deploy-sim"
-LABEL = "spark-deploy.sim"
-VLLM_REFERENCE_TAG = "vllm-sim:latest"
-RECIPE_VERSION = "1"  # bump when the build procedure changes in a way the inputs don't show
-
-_HERE = Path(__file__).resolve().parent
-STANDIN_DIR = _HERE / "standin"  # the vLLM stand-in package, run in the image as `python3 -m standin`
-STANDIN_IN_IMAGE = "usr/lib/python3/dist-packages/standin"  # on the image python3's sys.path
-STANDIN_SKIP = {"gen_options.py"}  # builds the option table on the host; not needed in the image
-# `vllm serve ...` in the image: the stand-in's own PID-1 supervisor runs the server as its child
-VLLM_WRAPPER = '#!/bin/sh\nexec python3 -m standin "$@"\n'
-
-NODE_PACKAGES = ("openssh-server", "docker.io", "python3", "iproute2", "procps", "ca-certificates")
-VLLM_PACKAGES = ("python3",)
-
-# removed from every rootfs before import (keeps images small, and no shared host keys)
-_STRIP = (
-    "usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
-    "var/lib/apt/lists", "var/cache/apt", "var/cache/debconf/templates.dat-old",
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
 )
 
+from .images_spec import (  # noqa: F401 - re-exported: callers and tests use images.<name>
+    LABEL,
+    NODE_PACKAGES,
+    REPO_PREFIX,
+    STANDIN_DIR,
+    STRIP,
+    SUITE,
+    SYSTEMD_PACKAGES,
+    VLLM_PACKAGES,
+    VLLM_REFERENCE_TAG,
+    ImageBuildError,
+    ImageSpec,
+    node_spec,
+    node_systemd_spec,
+    standin_files,
+    vllm_sim_source,
+    vllm_spec,
+)
 
-class ImageBuildError(RuntimeError):
-    """A simulated-cluster image could not be built."""
+_S_IFLNK = 0o120000
 
 
 def cache_root() -> Path:
@@ -97,105 +95,24 @@ def apt_mirror() -> str:
     )
 
 
-def vllm_sim_source() -> Path:
-    """The vLLM stand-in package baked into the vllm image (override: SPARK_DEPLOY_SIM_VLLM_SIM=DIR)."""
-    override = os.environ.get("SPARK_DEPLOY_SIM_VLLM_SIM")
-    path = Path(override) if override else STANDIN_DIR
-    if not (path / "__main__.py").is_file():
-        raise ImageBuildError(f"vLLM stand-in package not found at {path} (no __main__.py)")
-    return path
-
-
-def standin_files() -> dict[str, tuple[bytes, int]]:
-    """Every module of the stand-in package, at its place in the image."""
-    source = vllm_sim_source()
-    return {f"{STANDIN_IN_IMAGE}/{py.name}": (py.read_bytes(), 0o644)
-            for py in sorted(source.glob("*.py")) if py.name not in STANDIN_SKIP}
-
-
-@dataclass(frozen=True)
-class ImageSpec:
-    kind: str
-    packages: tuple[str, ...]
-    files: dict[str, tuple[bytes, int]] = field(hash=False)  # path in image -> (content, mode)
-    entrypoint: tuple[str, ...]
-    cmd: tuple[str, ...]
-    env: dict[str, str] = field(hash=False)
-    extra_tags: tuple[str, ...] = ()
-
-    @property
-    def base_hash(self) -> str:
-        doc = {"v": RECIPE_VERSION, "suite": SUITE, "variant": "minbase",
-               "packages": sorted(self.packages), "strip": list(_STRIP)}
-        return _sha(json.dumps(doc, sort_keys=True).encode())
-
-    @property
-    def final_hash(self) -> str:
-        doc = {
-            "base": self.base_hash,
-            "files": {p: [_sha(c), m] for p, (c, m) in sorted(self.files.items())},
-            "entrypoint": list(self.entrypoint), "cmd": list(self.cmd), "env": self.env,
-        }
-        return _sha(json.dumps(doc, sort_keys=True).encode())
-
-    @property
-    def base_tag(self) -> str:
-        return f"{REPO_PREFIX}/{self.kind}-base:{self.base_hash[:12]}"
-
-    @property
-    def tag(self) -> str:
-        return f"{REPO_PREFIX}/{self.kind}:{self.final_hash[:12]}"
-
-
-_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-def node_spec() -> ImageSpec:
-    return ImageSpec(
-        kind="node",
-        packages=NODE_PACKAGES,
-        files={
-            "usr/local/bin/nvidia-smi": (node_files.NVIDIA_SMI.encode(), 0o755),
-            "usr/local/bin/nvidia-container-runtime-hook": (node_files.NVIDIA_HOOK.encode(), 0o755),
-            "etc/sim-gpu.json": (node_files.GPU_JSON.encode(), 0o644),
-            "etc/ssh/sshd_config.d/spark-deploy-sim.conf": (node_files.SSHD_CONFIG.encode(), 0o644),
-            "usr/local/sbin/sim-service": (node_files.SIM_SERVICE.encode(), 0o755),
-            "usr/local/sbin/sim-entrypoint": (node_files.ENTRYPOINT.encode(), 0o755),
-        },
-        entrypoint=("/usr/local/sbin/sim-entrypoint",),
-        cmd=(),
-        env={"PATH": _PATH, "LANG": "C.UTF-8"},
-    )
-
-
-def vllm_spec() -> ImageSpec:
-    return ImageSpec(
-        kind="vllm",
-        packages=VLLM_PACKAGES,
-        files={
-            **standin_files(),
-            "usr/local/bin/vllm": (VLLM_WRAPPER.encode(), 0o755),
-        },
-        entrypoint=("vllm", "serve"),
-        cmd=(),
-        env={"PATH": _PATH, "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
-        extra_tags=(VLLM_REFERENCE_TAG,),
-    )
-
-
 @dataclass
 class SimImages:
     node: docker.models.images.Image
     vllm: docker.models.images.Image
     built: list[str]  # tags that had to be (re)built in this call; empty = all cache hits
+    node_systemd: docker.models.images.Image | None = None  # only when asked for (systemd=True)
 
 
 def ensure_images(client: docker.DockerClient | None = None, console: Console | None = None,
-                  ) -> SimImages:
-    """Return the node and vllm images, building whatever the cache lacks (both debootstraps in parallel)."""
+                  *, systemd: bool = False) -> SimImages:
+    """Return the node and vllm images (and with systemd=True the systemd node image), building whatever
+    the cache lacks (the debootstraps in parallel). The systemd image is built only when asked for, so
+    clusters of the proven docker-init node never pay for it."""
     client = client or docker.from_env(timeout=900)
     console = console or Console(stderr=True)
     specs = {"node": node_spec(), "vllm": vllm_spec()}
+    if systemd:
+        specs["node-systemd"] = node_systemd_spec()
     built: list[str] = []
     hits = {k: _get(client, s.tag) for k, s in specs.items()}
     missing = [s for k, s in specs.items() if hits[k] is None]
@@ -212,7 +129,7 @@ def ensure_images(client: docker.DockerClient | None = None, console: Console | 
                 image.tag(repo, tag)
         hits[s.kind] = client.images.get(s.tag)
         _prune_stale(client, s)
-    return SimImages(node=hits["node"], vllm=hits["vllm"], built=built)
+    return SimImages(node=hits["node"], vllm=hits["vllm"], built=built, node_systemd=hits.get("node-systemd"))
 
 
 def _build_missing(client: docker.DockerClient, console: Console, missing: list[ImageSpec],
@@ -245,10 +162,6 @@ def _build_lock() -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _get(client: docker.DockerClient, ref: str):
@@ -298,7 +211,7 @@ def _trim(rootfs: Path) -> None:
     for pattern in ("etc/ssh/ssh_host_*",):
         for key in rootfs.glob(pattern):
             key.unlink()
-    for rel in _STRIP:
+    for rel in STRIP:
         target = rootfs / rel
         if target.is_dir() and not target.is_symlink():
             for child in target.iterdir():
@@ -341,6 +254,10 @@ def _files_tar(files: dict[str, tuple[bytes, int]]) -> bytes:
                     tar.addfile(info)
             content, mode = files[path]
             info = tarfile.TarInfo(path)
+            if mode & 0o170000 == _S_IFLNK:  # a symlink (a masked or enabled unit)
+                info.type, info.linkname, info.mode = tarfile.SYMTYPE, content.decode(), 0o777
+                tar.addfile(info)
+                continue
             info.size, info.mode = len(content), mode
             tar.addfile(info, io.BytesIO(content))
     return buf.getvalue()

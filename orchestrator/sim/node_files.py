@@ -1,4 +1,4 @@
-"""Files baked into the simulated-cluster images (stubs, entrypoint, sshd config).
+"""Files baked into the simulated-cluster node images (stubs, entrypoint, sim-service, sim-boot, sshd config).
 
 Kept as strings so they travel with the Python package; `images.py` hashes their
 content into the image tag, so editing any of them rebuilds (the cheap top layer only).
@@ -192,17 +192,25 @@ PermitEmptyPasswords no
 UseDNS no
 """
 
-# start|stop|status a node service; pids we record ourselves (no reliance on daemon pidfiles)
+# start|stop|status a node service. Under systemd (the node-systemd image) it is systemctl on the packages'
+# own units; under docker-init, pids we record ourselves (no reliance on daemon pidfiles).
 SIM_SERVICE = r"""#!/bin/sh
 # usage: sim-service start|stop|status sshd|dockerd
 set -eu
 action=${1:?action}
 svc=${2:?service}
 case "$svc" in
-  sshd) log=/var/log/sshd.log ;;
-  dockerd) log=/var/log/dockerd.log ;;
+  sshd) log=/var/log/sshd.log; units="ssh.service"; main=ssh.service ;;
+  dockerd) log=/var/log/dockerd.log; units="docker.socket docker.service"; main=docker.service ;;
   *) echo "sim-service: unknown service: $svc" >&2; exit 2 ;;
 esac
+if [ -d /run/systemd/system ]; then  # systemd is PID 1 (sd_booted)
+  case "$action" in
+    start|stop) exec systemctl "$action" $units ;;
+    status) exec systemctl is-active --quiet "$main" ;;
+    *) echo "sim-service: unknown action: $action" >&2; exit 2 ;;
+  esac
+fi
 pidfile=/run/sim-$svc.pid
 running() { [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
 case "$action" in
@@ -237,13 +245,90 @@ case "$action" in
 esac
 """
 
+# What a node keeps across a reboot beyond its disk: its simulated hardware. Faults write the spec files
+# under /etc and call this; at boot sim-boot.service (systemd) or sim-entrypoint (docker-init) calls it.
+SIM_BOOT = r'''#!/usr/bin/python3
+"""spark-deploy sim: apply the node's simulated hardware, at boot and when a fault changes it.
+
+/etc/sim-meminfo.json  {"MemTotal": kB, "MemAvailable": kB}: /proc/meminfo shows these values (a bind
+                       mount of an edited copy of the live file; the kernel's accounting is untouched)
+/etc/sim-fill-disk     SIZE: a SIZE tmpfs over /var/lib/docker/tmp (a full disk stays full after a reboot)
+usage: sim-boot [meminfo] [fill-disk]      (no argument: both)
+"""
+import json
+import os
+import subprocess
+import sys
+
+MEMINFO_SPEC = "/etc/sim-meminfo.json"
+MEMINFO_COPY = "/run/sim-meminfo"
+FILL_SPEC = "/etc/sim-fill-disk"
+DOCKER_TMP = "/var/lib/docker/tmp"
+
+
+def mounted(path):
+    return subprocess.run(["mountpoint", "-q", path]).returncode == 0
+
+
+def unmount_all(path):
+    while mounted(path):
+        subprocess.run(["umount", path], check=True)
+
+
+def meminfo():
+    unmount_all("/proc/meminfo")  # start from the real file, not an earlier copy
+    if not os.path.exists(MEMINFO_SPEC):
+        return
+    with open(MEMINFO_SPEC) as f:
+        want = json.load(f)
+    if not want:
+        return
+    lines = []
+    with open("/proc/meminfo") as f:
+        for line in f.read().splitlines():
+            key = line.split(":", 1)[0]
+            lines.append("%s:%16d kB" % (key, int(want[key])) if key in want else line)
+    tmp = MEMINFO_COPY + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.chmod(tmp, 0o444)
+    os.replace(tmp, MEMINFO_COPY)
+    subprocess.run(["mount", "--bind", MEMINFO_COPY, "/proc/meminfo"], check=True)
+
+
+def fill_disk():
+    unmount_all(DOCKER_TMP)
+    if not os.path.exists(FILL_SPEC):
+        return
+    with open(FILL_SPEC) as f:
+        size = f.read().strip()
+    os.makedirs(DOCKER_TMP, mode=0o700, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0700" % size, "sim-fill-disk", DOCKER_TMP],
+                   check=True)
+
+
+STEPS = {"meminfo": meminfo, "fill-disk": fill_disk}
+
+if __name__ == "__main__":
+    names = sys.argv[1:] or list(STEPS)
+    for name in names:
+        if name not in STEPS:
+            sys.stderr.write("sim-boot: unknown step %r (steps: %s)\n" % (name, ", ".join(STEPS)))
+            sys.exit(2)
+    for name in names:
+        STEPS[name]()
+'''
+
 ENTRYPOINT = r"""#!/bin/sh
 # spark-deploy simulated DGX Spark: own host keys, own dockerd, sshd.
 set -eu
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-ssh-keygen -A
-mkdir -p /run/sshd /root/.ssh /var/log
+# a (re)boot starts with an empty /run, as its tmpfs would be: no stale pidfiles or sockets
+find /run -mindepth 1 -maxdepth 1 ! -name lock -exec rm -rf -- {} +
+ssh-keygen -A  # makes only the host keys that are missing: kept across reboots
+mkdir -p /run/sshd /run/lock /root/.ssh /var/log
 chmod 700 /root/.ssh
+sim-boot
 sim-service start dockerd
 sim-service start sshd
 stop() { sim-service stop sshd || true; sim-service stop dockerd || true; exit 0; }

@@ -8,9 +8,11 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass
+from enum import Enum
 from pathlib import Path
 
 LABEL = "spark-deploy.sim"  # value = cluster name, on every container, network and volume
+INIT_LABEL = f"{LABEL}.init"  # on node containers: a NodeInit value (absent on nodes made before it: docker-init)
 PREFIX = "sd-sim"
 SUPERNET = ipaddress.ip_network("172.28.0.0/14")  # 1024 candidate /24s
 FIRST_HOST = 11  # node i gets .10+i
@@ -40,6 +42,19 @@ class NodeInfo:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+class NodeInit(str, Enum):
+    """What runs as PID 1 in a node: the proven docker-init node, or real systemd (opt-in)."""
+    DOCKER_INIT = "docker-init"
+    SYSTEMD = "systemd"
+
+    @classmethod
+    def parse(cls, value: NodeInit | str) -> NodeInit:
+        try:
+            return cls(value)
+        except ValueError:
+            raise SimInputError(f"init must be one of {', '.join(i.value for i in cls)}, got {value!r}") from None
 
 
 def check_name(name: str) -> str:
