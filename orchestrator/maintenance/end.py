@@ -1,0 +1,171 @@
+"""`maintenance end`: verify, bring the baseline's release back if it no longer serves, close the window.
+
+Bringing it back IS `rollback` to the baseline's release (deploy/rollback.prepare + `up` with
+`rollback_of`): the same refusals before anything is touched (image ID, model revision), its kept
+containers started again head first, every wait and check, a release of its own, the automatic restore
+if it fails. No second deploy path. The window is closed (state "closed", one audit line with the reason,
+both times and the outcome) only when the release serves again or there was nothing to bring back; after
+a failure it stays open, so `maintenance end` can be run again once the cause is fixed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ..config.load import load_inventory
+from ..config.local_checks import local_problems
+from ..config.source import ConfigError
+from ..deploy import rollback as rollback_mod
+from ..deploy.up import DeployFailed, UpOptions, UpResult
+from ..deploy.up import up as run_up
+from ..releases import audit
+from ..releases.guard import holding_lock
+from ..runner.events import Events
+from ..transport.cancel import signals_interrupt
+from ..transport.group import Cluster
+from . import store
+from .baseline import Baseline, WindowState
+from .diff import ADVICE
+from .window import (
+    MaintenanceError,
+    MaintenanceInput,
+    VerifyResult,
+    open_window,
+    verify,
+)
+
+
+class EndOutcome(StrEnum):
+    BROUGHT_BACK = "brought back"  # a rollback to the baseline's release serves
+    STILL_SERVING = "still serving"  # the baseline's plan serves already (never stopped, or it came back on boot)
+    NOTHING_SERVED = "nothing to bring back"  # nothing served at begin
+    FAILED = "failed"  # the rollback was refused or failed: the window stays open
+
+
+class EndRefused(MaintenanceError):
+    """Nothing was touched: verify found changes that block (or something else serves), and no --yes."""
+
+
+@dataclass
+class EndResult:
+    verify: VerifyResult
+    outcome: EndOutcome
+    detail: str
+    up: UpResult | None = None
+    closed: Baseline | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is not EndOutcome.FAILED
+
+
+def refusal(v: VerifyResult) -> str | None:
+    """Pure: why `end` must not go on without --yes, or None."""
+    reasons = []
+    if v.drift.blocking:
+        reasons.append("since the baseline: " + "; ".join(c.text() + f" ({c.consequence})" for c in v.drift.blocking)
+                       + ". " + " ".join(ADVICE[c] for c in v.drift.consequences))
+    if v.serving_now is not None and v.baseline.plan_hash is not None and not v.serves_again:
+        reasons.append(f"release {v.serving_now.id} ({v.serving_now.recipe}, plan {v.serving_now.plan_hash}) serves now, "
+                       f"not the baseline's release {v.baseline.release}: bringing it back would replace it")
+    if v.serving_now is not None and v.baseline.plan_hash is None:
+        reasons.append(f"nothing served at begin, and release {v.serving_now.id} serves now")
+    return " | ".join(reasons) or None
+
+
+def end(inventory_path: str, recipe: str | None, events: Events, yes: bool = False,
+        ready_timeout: float = 5400.0) -> EndResult:
+    v = verify(inventory_path, recipe)
+    why = refusal(v)
+    if why and not yes:
+        raise EndRefused(f"{why}. Nothing was started; `maintenance end --yes` goes on anyway")
+    base = v.baseline
+    if base.release is None:
+        result = EndResult(v, EndOutcome.NOTHING_SERVED, "nothing served when the window began")
+    elif v.serves_again:
+        result = EndResult(v, EndOutcome.STILL_SERVING, f"release {v.serving_now.id} serves the baseline's plan "
+                                                        f"{base.plan_hash}: nothing to bring back")
+    else:
+        result = _bring_back(v, inventory_path, events, yes, ready_timeout)
+    if result.ok:
+        result.closed = close(inventory_path, base, result, events)
+    else:
+        _audit_failure(inventory_path, base, result)
+    return result
+
+
+def _bring_back(v: VerifyResult, inventory_path: str, events: Events, yes: bool, ready_timeout: float) -> EndResult:
+    base = v.baseline
+    try:
+        prepared = rollback_mod.prepare(inventory_path, base.release)
+    except rollback_mod.RollbackRefused as exc:
+        return EndResult(v, EndOutcome.FAILED, f"rollback to release {base.release} refused: {exc}")
+    problems = local_problems(prepared.dep, os.environ)  # keys, known_hosts, secrets: as `rollback` checks them
+    if problems:
+        raise ConfigError(problems)
+    if prepared.changes and not yes:
+        return EndResult(v, EndOutcome.FAILED, "\n".join(prepared.changes) + f"\nrelease {base.release} would not run as "
+                         "recorded on today's inventory (above): `maintenance end --yes` deploys it anyway")
+    events.note(f"bringing back release {base.release} (plan {base.plan_hash}) by a rollback, every wait and check")
+    opts = UpOptions(rollback_of=prepared.target, ready_timeout=ready_timeout)
+    try:
+        with signals_interrupt():
+            done = run_up(prepared.dep, events, opts, prepared.plan)
+    except DeployFailed as exc:
+        return EndResult(v, EndOutcome.FAILED, f"the rollback to release {base.release} failed: {exc}")
+    return EndResult(v, EndOutcome.BROUGHT_BACK, f"release {base.release} serves again as release {done.release} "
+                     f"(plan {done.plan_hash}) at {done.endpoint}", up=done)
+
+
+def _window_fields(base: Baseline, result: EndResult, closed_at: float | None) -> dict:
+    return {"reason": base.reason, "opened_at": base.opened_at, "opened_by": base.by, "closed_at": closed_at,
+            "window_outcome": str(result.outcome),
+            "changes": [c.text()[:160] for c in result.verify.drift.changes[:8]]}  # an audit line stays < PIPE_BUF
+
+
+def close(inventory_path: str, base: Baseline, result: EndResult, events: Events) -> Baseline:
+    """Under the deploy lock: the baseline rewritten as closed on every node, and the audit line."""
+    inventory, _ = load_inventory(inventory_path)
+    cluster = Cluster(inventory)
+    try:
+        conns, _unreachable = cluster.open_reachable()
+        if inventory.head not in {c.name for c in conns}:
+            raise MaintenanceError(f"the head {inventory.head} is unreachable: the window stays open ({result.detail})")
+        with holding_lock(cluster, inventory, events):
+            current, _ = open_window(cluster, inventory, conns, base.recipe)
+            if current.opened_at != base.opened_at:
+                raise MaintenanceInput("the window was replaced while `end` ran (maintenance begin --force): "
+                                       f"{current.describe()}; it stays open")
+            now = time.time()
+            closed = current.touch(state=WindowState.CLOSED, closed_at=now, outcome=f"{result.outcome}: {result.detail}")
+            missed = store.write(cluster, inventory, closed, conns)
+            for node, why in missed.items():
+                events.warn(f"could not mark the baseline closed: {why}", node)
+            audit.append(cluster, inventory, audit.entry(
+                "maintenance-end", str(result.outcome), release=result.up.release if result.up else base.release,
+                detail=f"reason {base.reason!r}; window {_when(base.opened_at)} - {_when(now)}; {result.detail}",
+                **_window_fields(base, result, now)), conns)
+            return closed
+    finally:
+        cluster.close()
+
+
+def _audit_failure(inventory_path: str, base: Baseline, result: EndResult) -> None:
+    """The failed attempt is in the audit log too; the window stays open."""
+    inventory, _ = load_inventory(inventory_path)
+    cluster = Cluster(inventory)
+    try:
+        conns, _unreachable = cluster.open_reachable()
+        audit.append(cluster, inventory, audit.entry(
+            "maintenance-end", str(result.outcome), release=base.release,
+            detail=f"reason {base.reason!r}; the window stays open: {result.detail}"[:900],
+            **_window_fields(base, result, None)), conns)
+    finally:
+        cluster.close()
+
+
+def _when(stamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))

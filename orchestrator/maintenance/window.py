@@ -1,0 +1,214 @@
+"""`maintenance begin` and `maintenance verify`: write the baseline, and compare the nodes with it.
+
+`begin` runs under the deploy lock: preflight (its failures are recorded in the baseline and make the
+command exit 1, but the baseline is written anyway — before a window an operator wants it most when
+something is already wrong), the facts of every node, optionally the serving release stopped (kept),
+the baseline on every node and one audit line. `verify` is read only.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import preflight
+from ..config.load import Deployment, load_deployment, load_inventory
+from ..deploy.restore import recorded_deployment
+from ..docker_cli.containers import Container, ours
+from ..preflight.run import Report
+from ..releases import audit
+from ..releases import store as release_store
+from ..releases.guard import holding_lock
+from ..releases.record import Release, ReleaseOutcome, who
+from ..releases.serving import serving_release
+from ..render.plan import build_plan
+from ..runner.events import Events
+from ..transport.group import Cluster, GroupError
+from ..transport.node import NodeConnection
+from . import collect, store
+from .baseline import Baseline, NodeFacts, WindowState
+from .diff import Drift, compare
+from .stop import StopResult, release_containers, stop_release
+
+# Checks the serving release itself makes fail while it serves: its ports are taken, its memory is in use.
+WHILE_SERVING = {"ports": "the serving release holds its own ports",
+                 "memory-headroom": "the serving release holds its memory"}
+
+
+class MaintenanceError(Exception):
+    """A failure (exit 1); the message says where and why."""
+
+
+class MaintenanceInput(Exception):
+    """A request that cannot be met as asked (exit 2): no window, another recipe, a window already open."""
+
+
+@dataclass
+class BeginResult:
+    baseline: Baseline
+    report: Report
+    stop: StopResult | None = None
+    not_written: dict[str, str] = field(default_factory=dict)  # node -> why the baseline is not there
+    replaced: Baseline | None = None  # --force: the open window this one replaced
+
+    @property
+    def ok(self) -> bool:
+        return self.baseline.preflight_ok and not self.not_written and (self.stop is None or self.stop.ok)
+
+
+@dataclass
+class VerifyResult:
+    baseline: Baseline
+    now: dict[str, NodeFacts]
+    drift: Drift
+    serving_now: Release | None  # judged from the running containers
+    problems: dict[str, str] = field(default_factory=dict)  # nodes whose copy of the baseline was not used
+
+    @property
+    def serves_again(self) -> bool:
+        return self.serving_now is not None and self.serving_now.plan_hash == self.baseline.plan_hash
+
+
+def _containers(cluster: Cluster, conns: list[NodeConnection]) -> dict[str, list[Container]]:
+    try:
+        return cluster.each(ours, conns)
+    except GroupError as exc:
+        return dict(exc.results)
+
+
+def what_serves(cluster: Cluster, conns: list[NodeConnection], inventory) -> tuple[Release | None, dict]:
+    history = release_store.read_history(cluster, inventory, conns)
+    containers = _containers(cluster, conns)
+    return serving_release(history.releases, containers, inventory.cluster), containers
+
+
+def _summary(report: Report) -> list[str]:
+    return [f"{v.name} ({', '.join(v.failed_nodes())}): " + "; ".join(v.cells[n].value for n in v.failed_nodes())
+            for v in report.failed()]
+
+
+def begin(dep: Deployment, events: Events, reason: str = "", stop: bool = False, force: bool = False) -> BeginResult:
+    inventory = dep.inventory
+    cluster = Cluster(inventory)
+    try:
+        conns, unreachable = cluster.open_reachable()
+        if inventory.head in unreachable:
+            raise MaintenanceError(f"the head {inventory.head} is unreachable ({unreachable[inventory.head]}): the deploy "
+                                   "lock lives there; nothing was written")
+        with holding_lock(cluster, inventory, events):
+            return _begin_locked(dep, cluster, conns, unreachable, events, reason, stop, force)
+    finally:
+        cluster.close()
+
+
+def _begin_locked(dep: Deployment, cluster: Cluster, conns, unreachable, events: Events, reason: str, stop: bool,
+                  force: bool) -> BeginResult:
+    inventory = dep.inventory
+    found = store.read(cluster, inventory, conns)
+    open_window = found.baseline if found.baseline and found.baseline.state is WindowState.OPEN else None
+    if open_window and not force:
+        raise MaintenanceInput(f"a maintenance window is already open on {inventory.cluster}: {open_window.describe()}; "
+                               "`maintenance end` closes it, `maintenance begin --force` replaces its baseline")
+    serving, containers = what_serves(cluster, conns, inventory)
+    if serving is not None and serving.recipe != dep.recipe.name:
+        raise MaintenanceInput(f"release {serving.id} of recipe {serving.recipe!r} serves on {inventory.cluster}, not "
+                               f"{dep.recipe.name!r}: name that recipe")
+    fact_dep = recorded_deployment(serving, dep.inventory_path) if serving else dep
+    plan = build_plan(fact_dep)
+    skipped = WHILE_SERVING if serving else {}
+    report = preflight.run_checks(fact_dep, plan, cluster, preflight.select(skip=list(skipped)))
+    serving_plan = serving.plan_hash if serving else None
+    facts = collect.collect(cluster, conns, unreachable, fact_dep, plan, serving_plan)
+    stopped = None
+    if stop and serving is None:
+        events.warn("--stop: nothing serves, nothing to stop")
+    elif stop:
+        stopped = stop_release(cluster, inventory.head, release_containers(serving, containers), events)
+        if stopped.stopped:
+            _mark_stopped(cluster, inventory, serving, conns, events, reason)
+        # what comes back on boot is what the nodes go into the window with: read again after the stop
+        after = collect.collect(cluster, conns, unreachable, fact_dep, plan, serving_plan,
+                                names=list(collect.BOOT_FACTS))
+        for node, f in after.items():
+            _take_boot(facts[node], f)
+    now = time.time()
+    baseline = Baseline(
+        cluster=inventory.cluster, recipe=fact_dep.recipe.name, recipe_text=Path(fact_dep.recipe_path).read_text(),
+        reason=reason, by=who(), command=audit.command_line(), opened_at=now, updated_at=now,
+        release=serving.id if serving else None, plan_hash=serving_plan, image_id=plan.image_id,
+        preflight_ok=report.ok(), preflight_failed=_summary(report),
+        preflight_skipped=[f"{name}: {why}" for name, why in skipped.items()], nodes=facts,
+        stopped=stopped.stopped if stopped else [])
+    not_written = store.write(cluster, inventory, baseline, conns)
+    outcome = "opened" if report.ok() and not not_written and (stopped is None or stopped.ok) else "opened with problems"
+    audit.append(cluster, inventory, audit.entry(
+        "maintenance-begin", outcome, release=baseline.release, reason=reason, opened_at=now,
+        detail=f"reason {reason!r}; " + ("preflight ok" if report.ok() else
+                                         f"preflight failed: {', '.join(v.name for v in report.failed())}")
+        + (f"; stopped {len(stopped.stopped)} container(s) of release {serving.id}" if stopped else "")
+        + (f"; replaced the open window of {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(open_window.opened_at))}"
+           if open_window else "")), conns)
+    return BeginResult(baseline, report, stopped, not_written, open_window)
+
+
+def _take_boot(into: NodeFacts, seen: NodeFacts) -> None:
+    for name in ("systemd", "units_enabled", "restart_policies", "on_boot"):
+        setattr(into, name, getattr(seen, name))
+    for fact_name in collect.BOOT_FACTS:
+        into.errors.pop(fact_name, None)
+        if fact_name in seen.errors:
+            into.errors[fact_name] = seen.errors[fact_name]
+
+
+def _mark_stopped(cluster: Cluster, inventory, release: Release, conns, events: Events, reason: str) -> None:
+    try:
+        release_store.write_release(cluster, inventory, release.touch(
+            outcome=ReleaseOutcome.STOPPED, cause=f"stopped for a maintenance window ({reason or 'no reason given'})"),
+            conns)
+    except Exception as exc:  # noqa: BLE001 - the containers are stopped either way; the record is named
+        events.warn(f"could not record release {release.id} as stopped: {exc}")
+
+
+def baseline_deployment(baseline: Baseline, inventory_path: str) -> Deployment:
+    """The recipe the baseline judged, bound to today's inventory (a copy kept in this machine's temp dir
+    so that file:line errors can name it)."""
+    cache = Path(tempfile.gettempdir()) / "spark-deploy-maintenance" / baseline.cluster
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"baseline-{int(baseline.opened_at)}-{baseline.recipe}.yaml"
+    path.write_text(baseline.recipe_text)
+    return load_deployment(path, inventory_path)
+
+
+def open_window(cluster: Cluster, inventory, conns, recipe: str | None) -> tuple[Baseline, dict[str, str]]:
+    found = store.read(cluster, inventory, conns)
+    if found.baseline is None or found.baseline.state is not WindowState.OPEN:
+        last = f" (the last one closed {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(found.baseline.closed_at))})" \
+            if found.baseline and found.baseline.closed_at else ""
+        raise MaintenanceInput(f"no maintenance window is open on {inventory.cluster}{last}: "
+                               "`spark-deploy maintenance begin RECIPE` opens one")
+    if recipe is not None and recipe != found.baseline.recipe:
+        raise MaintenanceInput(f"the open window is for recipe {found.baseline.recipe!r}, not {recipe!r}")
+    return found.baseline, found.problems
+
+
+def verify(inventory_path: str, recipe: str | None = None) -> VerifyResult:
+    inventory, _ = load_inventory(inventory_path)
+    cluster = Cluster(inventory)
+    try:
+        conns, unreachable = cluster.open_reachable()
+        if not conns:
+            raise MaintenanceError("no node answers: " + "; ".join(f"{n}: {e}" for n, e in unreachable.items()))
+        return verify_open(cluster, conns, unreachable, inventory, inventory_path, recipe)
+    finally:
+        cluster.close()
+
+
+def verify_open(cluster: Cluster, conns, unreachable, inventory, inventory_path: str, recipe: str | None) -> VerifyResult:
+    baseline, problems = open_window(cluster, inventory, conns, recipe)
+    dep = baseline_deployment(baseline, inventory_path)
+    plan = build_plan(dep)
+    now = collect.collect(cluster, conns, unreachable, dep, plan, baseline.plan_hash)
+    serving, _ = what_serves(cluster, conns, inventory)
+    return VerifyResult(baseline, now, compare(baseline.nodes, now), serving, problems)
