@@ -12,7 +12,7 @@ import httpx
 from . import metrics as m
 from . import stats
 from .client import RequestFailed, stream
-from .shot import Shot, ShotOptions, fresh_prompt, take
+from .shot import Discard, Shot, ShotOptions, fresh_prompt, take
 
 WARM_PROBE_TOKENS = 8
 
@@ -143,13 +143,17 @@ def run_group(http: httpx.Client, model: str, plan: Plan, profile: str, c: int,
         try:
             take(http, model, shot, sent, plan.shot)
         except m.MetricsError as exc:
-            from .shot import Discard
             shot.discarded, shot.why = Discard.FAILED, str(exc)
         group.shots.append(shot)
         if shot.ok and not shot.warmup and first_sent is None:
             first_sent = sent[0]
         on_shot(group, shot)
         attempt += 1
+    width = stats.ci_width(group.decode_values())
+    if plan.until_stable is not None and not group.stopped and (width is None or width > plan.until_stable):
+        shown = "none yet" if width is None else f"{width:.1%}"
+        group.stopped = (f"--max-shots {plan.max_shots} reached before the median's 95% CI was within "
+                         f"{plan.until_stable:.1%} (it is {shown})")
     if c == 1 and first_sent is not None:
         group.warm = warm_probe(http, model, first_sent, plan.shot)
     return group
