@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import socketserver
 import time
 import uuid
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
 ROUTES = [("/openapi.json", "GET, HEAD"), ("/docs", "GET, HEAD"), ("/health", "GET"),
           ("/version", "GET"), ("/tokenize", "POST"), ("/v1/models", "GET"),
           ("/v1/chat/completions", "POST"), ("/v1/completions", "POST"), ("/metrics", "GET")]
+
+
+QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux
 
 
 def dumps(obj) -> str:
@@ -71,6 +75,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> dict:
         length = int(self.headers.get("content-length") or 0)
+        if length and QUICKACK is not None:
+            # ACK the headers now: a client that sends its body in a second small write (Nagle on its
+            # side) waits for that ACK, which the kernel would otherwise delay ~40 ms on a reused connection
+            self.connection.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
         except ValueError:

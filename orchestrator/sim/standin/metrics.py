@@ -39,10 +39,6 @@ class Metrics:
                     for pos in range(accepted):
                         self.per_pos[pos] += 1
 
-    def finish(self, reason: str) -> None:
-        with self.lock:
-            self.success[reason] += 1
-
     def render(self) -> str:
         lab = f'model_name="{self.model}",engine="0"'
         out = []
