@@ -34,14 +34,17 @@ _RUNS_CONTAINERS = re.compile(r"(?<![\w.-])(docker|podman|vllm|docker-compose|po
 # Prints "no-systemd: WHY" (exit 0) when systemd does not run this node; otherwise marked sections:
 # the enabled unit files, our unit files in any state, `systemctl show` of every enabled service, and our
 # enabled units' X-SparkDeploy- keys.
-_BOOT_UNITS = r'''if ! command -v systemctl >/dev/null 2>&1; then echo "no-systemd: systemctl is not installed"; exit 0; fi
+_BOOT_UNITS = r'''if ! command -v systemctl >/dev/null 2>&1; then
+  echo "no-systemd: systemctl is not installed"; exit 0
+fi
 if [ ! -d /run/systemd/system ]; then
   echo "no-systemd: PID 1 is $(cat /proc/1/comm 2>/dev/null || echo unknown), not systemd"; exit 0
 fi
 set -f
 echo "@@enabled"
 systemctl list-unit-files --state=enabled --type=service,socket --no-legend --no-pager || exit 1
-units=$(systemctl list-unit-files --state=enabled --type=service --no-legend --no-pager | awk '$1 !~ /@\.service$/ {print $1}')
+units=$(systemctl list-unit-files --state=enabled --type=service --no-legend --no-pager |
+  awk '$1 !~ /@\.service$/ {print $1}')
 echo "@@ourfiles"
 systemctl list-unit-files --type=service --no-legend --no-pager 'spark-deploy-*' || true
 echo "@@show"
@@ -55,10 +58,14 @@ for u in $units; do
 done
 exit 0'''
 
-# One JSON object per container (every container: the serving release is judged from their labels too).
+# One JSON object per container (every container: the serving release is judged from their labels too);
+# "$1" is the format below.
 _RESTART = r'''ids=$(docker ps --all --quiet --no-trunc) || exit 1
 [ -n "$ids" ] || exit 0
-docker container inspect --format '{"Id":{{json .Id}},"Name":{{json .Name}},"Image":{{json .Image}},"Ref":{{json .Config.Image}},"State":{"Status":{{json .State.Status}},"ExitCode":{{json .State.ExitCode}}},"Restart":{{json .HostConfig.RestartPolicy}},"Config":{"Labels":{{json .Config.Labels}}}}' $ids'''
+docker container inspect --format "$1" $ids'''
+_RESTART_FORMAT = ('{"Id":{{json .Id}},"Name":{{json .Name}},"Image":{{json .Image}},"Ref":{{json .Config.Image}},'
+                   '"State":{"Status":{{json .State.Status}},"ExitCode":{{json .State.ExitCode}}},'
+                   '"Restart":{{json .HostConfig.RestartPolicy}},"Config":{"Labels":{{json .Config.Labels}}}}')
 
 
 class ItemKind(StrEnum):
@@ -166,7 +173,8 @@ def parse_boot_units(stdout: str) -> BootUnits:
     sections = _sections(text)
     enabled = tuple(line.split()[0] for line in sections.get("enabled", []) if line.split())
     shown = parse_systemctl_show("\n".join(sections.get("show", [])))
-    recorded = {name[len("ours "):]: tuple(_keys(lines)) for name, lines in sections.items() if name.startswith("ours ")}
+    recorded = {name[len("ours "):]: tuple(_keys(lines))
+                for name, lines in sections.items() if name.startswith("ours ")}
     units = []
     for props in shown:
         unit = UnitInfo(id=props.get("Id", [""])[0], fragment=props.get("FragmentPath", [""])[0],
@@ -236,7 +244,7 @@ def exec_argv(value: str) -> str:
     return value.strip()
 
 
-@fact("restart_policies", _RESTART)
+@fact("restart_policies", _RESTART, args=lambda _i: [_RESTART_FORMAT])
 def parse_restart_policies(stdout: str) -> list[PolicyContainer]:
     """One JSON object per line (the `_RESTART` format) -> every container with its restart policy."""
     out = []
