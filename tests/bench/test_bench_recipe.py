@@ -1,0 +1,79 @@
+"""`bench RECIPE -i INV` on the simulated cluster: the serving release's endpoint, the draft budget from
+the recipe, and the ceiling from the head node's safetensors headers read over real SSH (acceptance 4:
+the ceiling is the hand computation's, and only a few KB cross the wire, not the files)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import docker
+import pytest
+from bench_helpers import SPARK_DEPLOY, bench_cli
+from ruamel.yaml import YAML
+
+from orchestrator.sim import images as sim_images_mod
+from orchestrator.sim.cluster import SimCluster
+
+pytestmark = pytest.mark.integration
+
+FAKE_MODEL_BYTES_PER_TOKEN = 165504  # tests/unit/test_bench_ceiling.py computes it by hand
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One 2-node cluster serving the sim recipe (SIM_DECODE_TPS 300) for the module; always torn down."""
+    tmp_path = tmp_path_factory.mktemp("bench-recipe")
+    client = docker.from_env(timeout=900)
+    sim_images_mod.ensure_images(client)
+    old = os.environ.get("SPARK_DEPLOY_SIM_HOME")
+    os.environ["SPARK_DEPLOY_SIM_HOME"] = str(tmp_path / "sim-home")
+    cluster = SimCluster(f"b{os.getpid()}", client=client)
+    try:
+        cluster.up(2)
+        yaml = YAML()
+        doc = yaml.load(cluster.recipe_path.read_text())
+        doc["env"]["SIM_DECODE_TPS"] = "300"
+        recipe = tmp_path / "recipe.yaml"
+        with recipe.open("w") as fh:
+            yaml.dump(doc, fh)
+        up = subprocess.run([str(SPARK_DEPLOY), "up", str(recipe), "-i", str(cluster.inventory_path)],
+                            capture_output=True, text=True, timeout=600)
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield cluster, recipe
+    finally:
+        cluster.down()
+        if old is None:
+            os.environ.pop("SPARK_DEPLOY_SIM_HOME", None)
+        else:
+            os.environ["SPARK_DEPLOY_SIM_HOME"] = old
+
+
+def test_bench_of_the_serving_release_with_its_ceiling(served):
+    cluster, recipe = served
+    code, data, text = bench_cli(str(recipe), "-i", str(cluster.inventory_path), "--profile", "code",
+                                 "--shots", "3", "--max-tokens", "120", "--json")
+    assert code == 0, text
+    t = data["target"]
+    assert t["release"] == 1 and t["model"] == "tiny" and t["draft_budget"] == 5 and t["nodes"] == 2
+    g = data["groups"][0]
+    assert g["kept"] == 3 and g["speculation"]["draft_budget_source"] == "recipe"
+    ce = data["ceiling"]
+    assert ce["bytes_per_token"] == FAKE_MODEL_BYTES_PER_TOKEN
+    assert ce["ceiling_tps"] == pytest.approx(2 * 273e9 / FAKE_MODEL_BYTES_PER_TOKEN)
+    assert ce["shards"] == 3 and 1_000 < ce["bytes_read"] < 16_000  # headers only
+    assert ce["bytes_read"] < ce["total_stored_bytes"]
+    assert ce["parts"]["vision tower"]["excluded"] and ce["parts"]["MTP/draft head"]["excluded"]
+    assert [h["verdict"] for h in ce["hypotheses"]] == ["possible"] * 4  # the stand-in is far below
+
+
+def test_bench_of_a_recipe_that_does_not_serve_fails(served, tmp_path):
+    cluster, recipe = served
+    yaml = YAML()
+    doc = yaml.load(recipe.read_text())
+    doc["name"] = "other"
+    other = tmp_path / "other.yaml"
+    with other.open("w") as fh:
+        yaml.dump(doc, fh)
+    code, _, text = bench_cli(str(other), "-i", str(cluster.inventory_path), "--shots", "1")
+    assert code == 1 and "recipe 'sim-tiny' serves" in text and "not 'other'" in text, text
