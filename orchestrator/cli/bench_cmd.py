@@ -64,6 +64,8 @@ def bench(
                                                                  "(GB10: 273).")] = 273.0,
     idle_bound: Annotated[float, typer.Option("--idle-bound", help="Seconds to wait for an idle server "
                                                                    "before a shot.")] = 30.0,
+    no_record: Annotated[bool, typer.Option("--no-record", help="With a recipe: do not record the results "
+                                                                "with the serving release.")] = False,
     as_json: JsonOpt = False,
     report_dir: Annotated[Optional[Path], typer.Option("--report", help="Write bench.json and bench.png here.")] = None,
 ) -> None:
@@ -146,6 +148,14 @@ def bench(
                                             + (f", {escape(str(png))}" if png else f" ({escape(why or '')})"))
         if not any(g.kept for g in result.groups):
             raise Failed("no shot was kept: every one was discarded (see the reasons above)")
+        if recipe is not None and not no_record and tgt.release is not None:
+            from ..bench.record import NotRecorded, record
+
+            try:
+                record(result, dep.inventory, tgt.release, err)
+                err.print(f"recorded with release {tgt.release} (`spark-deploy history` shows the headline)")
+            except NotRecorded as exc:
+                err.print(f"[yellow]warning[/]: {escape(str(exc))}")
 
 
 def _shoot(http, model: str, plan, quiet: bool):

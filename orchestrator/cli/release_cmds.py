@@ -70,18 +70,22 @@ def history(inventory: InventoryOpt = Path("inventory.yaml"), as_json: JsonOpt =
                         "cause": r.cause, "restored": r.restored, "restore_failed": r.restore_failed,
                         "rollback_of": r.rollback_of,
                         "started_at": r.started_at, "finished_at": r.finished_at, "by": r.by,
-                        "serving": now is not None and r.id == now.id, "run_id": r.run_id} for r in hist.releases])
+                        "serving": now is not None and r.id == now.id, "run_id": r.run_id,
+                        "bench": r.bench} for r in hist.releases])
             return
         if not hist.releases:
             out.print("no releases recorded on any node yet")
             return
         table = Table(title=f"releases of {inv.cluster}")
-        for column in ("", "release", "outcome", "recipe", "plan", "image", "started (UTC)", "by"):
+        from ..bench.record import headline_text  # the bench headline recorded with the release
+
+        for column in ("", "release", "outcome", "recipe", "plan", "image", "started (UTC)", "by", "bench tok/s"):
             table.add_column(column, overflow="fold")
         for r in hist.releases:
             mark = "[bold green]▶ serving[/]" if now is not None and r.id == now.id else ""
             table.add_row(mark, str(r.id), escape(r.outcome_text()), escape(r.recipe), r.plan_hash,
-                          r.image_id.removeprefix("sha256:")[:12], _when(r.started_at), escape(r.by))
+                          r.image_id.removeprefix("sha256:")[:12], _when(r.started_at), escape(r.by),
+                          escape(headline_text(r.bench)))
         out.print(table)
         if unreachable:
             out.print("which release serves is not judged: not every node answered")

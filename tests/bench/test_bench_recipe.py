@@ -4,6 +4,7 @@ the ceiling is the hand computation's, and only a few KB cross the wire, not the
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -65,6 +66,16 @@ def test_bench_of_the_serving_release_with_its_ceiling(served):
     assert ce["bytes_read"] < ce["total_stored_bytes"]
     assert ce["parts"]["vision tower"]["excluded"] and ce["parts"]["MTP/draft head"]["excluded"]
     assert [h["verdict"] for h in ce["hypotheses"]] == ["possible"] * 4  # the stand-in is far below
+    assert "recorded with release 1" in text
+    hist = subprocess.run([str(SPARK_DEPLOY), "history", "-i", str(cluster.inventory_path), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert hist.returncode == 0, hist.stderr
+    (rec,) = json.loads(hist.stdout)
+    assert rec["bench"]["headline"]["code"]["decode_tps"] == pytest.approx(g["decode_tps"]["median"])
+    assert "shots" not in rec["bench"]["groups"][0]  # the record keeps figures, not every shot
+    table = subprocess.run([str(SPARK_DEPLOY), "history", "-i", str(cluster.inventory_path)],
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "250"})
+    assert f"code {g['decode_tps']['median']:.1f}" in table.stdout, table.stdout
 
 
 def test_bench_of_a_recipe_that_does_not_serve_fails(served, tmp_path):

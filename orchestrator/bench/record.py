@@ -1,0 +1,68 @@
+"""Record a bench run with the release it measured (Release.bench), under the deploy lock.
+
+The record keeps the headline and the per-group figures, not every shot (those go to --report's JSON):
+release records are copied to every node and read by every `history`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..config.inventory import Inventory
+from ..releases import store
+from ..releases.guard import holding_lock
+from ..releases.lock import LockHeld
+from ..runner.events import Events
+from ..runner.sinks import TerminalSink
+from ..transport.group import Cluster, GroupError
+from ..transport.node import NodeError
+from .report import BenchResult
+
+
+class NotRecorded(Exception):
+    """The run could not be written to its release (lock held, release gone, node error)."""
+
+
+def summary(result: BenchResult) -> dict:
+    """What the release keeps: the headline, each group's figures without shots, the ceiling's verdict."""
+    groups = []
+    for g in result.groups:
+        d = g.as_dict()
+        d.pop("shots", None)
+        groups.append(d)
+    ceiling = result.ceiling_dict()
+    if ceiling and "error" not in ceiling:
+        ceiling = {k: ceiling[k] for k in ("bytes_per_token", "ceiling_tps", "of_ceiling", "nodes", "bandwidth",
+                                           "bytes_read", "hypotheses")}
+    return {"at": result.finished_at or time.time(), "headline": result.headline(), "groups": groups,
+            "ceiling": ceiling, "plan": result.as_dict()["plan"], "target": result.target}
+
+
+def headline_text(bench: dict | None) -> str:
+    """One line for `history`: decode tok/s per profile at c=1 (a `?` marks a provisional figure)."""
+    if not bench or not bench.get("headline"):
+        return "-"
+    parts = []
+    for profile, h in bench["headline"].items():
+        mark = "?" if h.get("provisional") else ""
+        steps = f" x{h['tokens_per_step']:.2f}" if h.get("tokens_per_step") else ""
+        parts.append(f"{profile} {h['decode_tps']:.1f}{mark}{steps}")
+    return ", ".join(parts)
+
+
+def record(result: BenchResult, inventory: Inventory, release_id: int, console) -> None:
+    cluster = Cluster(inventory)
+    try:
+        cluster.open()
+        with holding_lock(cluster, inventory, Events(TerminalSink(console)), ttl=120):
+            hist = store.read_history(cluster, inventory)
+            release = hist.get(release_id)
+            if release is None:
+                raise NotRecorded(f"release {release_id} is no longer in the history")
+            store.write_release(cluster, inventory, release.touch(bench=summary(result)))
+    except LockHeld as exc:
+        raise NotRecorded(f"the deploy lock is held ({exc}): results not recorded with release {release_id}") from None
+    except (NodeError, GroupError) as exc:
+        raise NotRecorded(f"results not recorded with release {release_id}: {exc}") from None
+    finally:
+        cluster.close()
