@@ -252,10 +252,10 @@ def end(
     with _signals_for_up(), exit_codes(), _errors():
         events = _events(False)
         try:
-            result = end_mod.end(str(inventory), _recipe_name(recipe, inventory), events, yes, ready_timeout)
+            result = end_mod.end(str(inventory), _recipe_name(recipe, inventory), events, yes, ready_timeout,
+                                 on_verified=_print_verify)
         finally:
             events.close()
-        _print_verify(result.verify)
         if not result.ok:
             raise Failed(f"{result.detail}; the window stays open: fix it, then `spark-deploy maintenance end` again")
         out.print(f"[bold green]{escape(str(result.outcome))}[/]: {escape(result.detail)}")
