@@ -16,16 +16,16 @@ import random
 import socket
 import statistics
 import sys
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 SIM_DIR = Path(__file__).resolve().parents[2] / "orchestrator" / "sim"
 sys.path.insert(0, str(SIM_DIR))
-from standin.local import LocalStandin  # noqa: E402
-from standin.speed import Truth, expected, position_rate  # noqa: E402
+from standin.local import LocalStandin
+from standin.speed import Truth, expected, position_rate
 
 CODE = "def solve(xs): return {x: x * 2 for x in xs}; import os"
 PROSE = "tell me about the sea and the wind over the hills"
@@ -232,19 +232,9 @@ def test_code_prose_zh_order_like_the_reports(spec):
 
 
 def test_concurrency_shares_the_step_sublinearly(plain):
-    n, rates, errors = 4, [], []
-
-    def one(i):
-        try:
-            rates.append(shot_decode(plain.port, PROSE, 200, f"u-conc-{i}")[0])
-        except Exception as exc:  # reported below
-            errors.append(exc)
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not errors and len(rates) == n
+    n = 4
+    with ThreadPoolExecutor(n) as pool:
+        rates = list(pool.map(lambda i: shot_decode(plain.port, PROSE, 200, f"u-conc-{i}")[0], range(n)))
     single = expected(plain.truth, "prose", k=0)
     batch = expected(plain.truth, "prose", k=0, batch=n)
     assert statistics.median(rates) == pytest.approx(batch.decode_tps, rel=0.05)
@@ -275,7 +265,7 @@ def test_ttft_grows_with_prompt_length_and_shrinks_on_a_cache_hit(plain):
 
 # ----------------------------------------------------------------------------- API shapes
 def test_chat_stream_chunk_order_and_shapes(spec):
-    t0, shot = stream(spec.port, {"messages": [{"role": "user", "content": "u-chat-1 " + PROSE}],
+    _, shot = stream(spec.port, {"messages": [{"role": "user", "content": "u-chat-1 " + PROSE}],
                                   "max_tokens": 40}, chat=True)
     events = shot.events
     assert events[-1][1] == "[DONE]"
@@ -293,7 +283,7 @@ def test_chat_stream_chunk_order_and_shapes(spec):
     assert count_tokens(spec.port, shot.text) == 40
     conn = http.client.HTTPConnection("127.0.0.1", spec.port, timeout=10)
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "u-chat-2 hi"}]
-    status, tok = post(conn, "/tokenize", {"messages": messages})
+    tok = post(conn, "/tokenize", {"messages": messages})[1]
     status, body = post(conn, "/v1/chat/completions", {"messages": messages, "max_tokens": 5, "ignore_eos": True})
     assert status == 200 and body["object"] == "chat.completion"
     choice = body["choices"][0]
@@ -371,10 +361,10 @@ def test_json_answers_on_a_kept_alive_connection_are_not_held_40ms(plain, client
     loose for a shared machine but below those 40 ms."""
     if client == "http.client":
         conn = http.client.HTTPConnection("127.0.0.1", plain.port, timeout=10)
-        ask = lambda body: post(conn, "/v1/completions", body)[1]  # noqa: E731
+        ask = lambda body: post(conn, "/v1/completions", body)[1]
     else:
         conn = socket.create_connection(("127.0.0.1", plain.port), timeout=10)
-        ask = lambda body: raw_post(conn, "/v1/completions", body)  # noqa: E731
+        ask = lambda body: raw_post(conn, "/v1/completions", body)
     ask({"prompt": "u-nagle warm", "max_tokens": 1})
     took = []
     for i in range(5):
@@ -388,7 +378,7 @@ def test_json_answers_on_a_kept_alive_connection_are_not_held_40ms(plain, client
     assert statistics.median(took) < 0.030
 
 
-def test_seeded_yet_different_per_request(tmp_path):
+def test_seeded_yet_different_per_request():
     """Same SIM_SEED: the same sequence of step groupings after a restart; each request its own."""
     def groupings():
         with LocalStandin(spec_k=4, env={"SIM_DECODE_TPS": "1000", "SIM_TTFT": "0", "SIM_SEED": "3"}) as srv:

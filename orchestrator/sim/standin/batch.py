@@ -2,8 +2,9 @@
 
 A scheduler thread (vLLM's engine core loop) runs steps back to back while any request is decoding;
 a step of n requests lasts Truth.step_seconds(n), scheduled against absolute deadlines so the rate does
-not drift with thread wake-up latency. Each request gets its own group of 1 + accepted tokens per step;
-the HTTP thread serving it picks the groups up in order (one SSE chunk per step).
+not drift with thread wake-up latency; a request joining mid-step waits for the next step, as in vLLM.
+Each request gets its own group of 1 + accepted tokens per step; the HTTP thread serving it picks the
+groups up in order (one SSE chunk per step).
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from collections import deque
 from .base import Life, Stopped
 from .metrics import Metrics
 from .speed import Truth
+
+MAX_CATCH_UP = 0.25  # seconds
 
 
 class Member:
@@ -88,7 +91,10 @@ class Batch:
             if self.stalled.is_set():  # a peer died / scheduler stuck: no step ever ends
                 self.life.stop.wait()
                 raise Stopped()
-            start = time.monotonic() if deadline is None else deadline
+            now = time.monotonic()
+            # behind by a little (thread wake-up): catch up so the rate stays exact; by a lot (the
+            # process was paused): carry on from now, as an engine would, instead of a burst of steps
+            start = now if deadline is None or now - deadline > MAX_CATCH_UP else deadline
             deadline = start + self.truth.step_seconds(len(batch))
             self.life.sleep(deadline - time.monotonic())
             self._step(batch)

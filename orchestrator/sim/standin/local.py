@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from typing import Self
 
 from .speed import Truth
 
@@ -77,7 +78,7 @@ class LocalStandin:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> LocalStandin:
+    def start(self) -> Self:
         self._dir = tempfile.mkdtemp(prefix="standin-")
         model = make_model_dir(os.path.join(self._dir, "model"), self.max_model_len)
         self.port = free_port()
@@ -114,7 +115,7 @@ class LocalStandin:
             self._dir = ""
         return code
 
-    def __enter__(self) -> LocalStandin:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

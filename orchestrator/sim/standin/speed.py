@@ -30,7 +30,7 @@ from typing import NamedTuple
 from .base import SimError, env_float
 
 TRUTH_PREFIX = "SIM truth: "
-TRUTH_RE = re.compile(re.escape(TRUTH_PREFIX) + r"(\{.*\})\s*$", re.M)
+TRUTH_RE = re.compile(re.escape(TRUTH_PREFIX) + r"(\{.*\})\s*$", re.MULTILINE)
 # profile -> (mean accepted per step, per-step sd, per-request sd of the level)
 DEFAULT_ACCEPT = {"code": (3.2, 0.8, 0.25), "prose": (1.25, 1.0, 0.1), "zh": (0.25, 0.2, 0.05)}  # seeds: 3.15/1.23/0.11
 DEFAULT_REQUEST_SD = 0.2  # for a SIM_ACCEPT entry given as mean:sd only
