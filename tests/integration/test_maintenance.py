@@ -9,7 +9,6 @@ import json
 import re
 
 import pytest
-
 from deploy_helpers import completion, node_docker, spark_deploy, unique_name
 
 from orchestrator.sim.cluster import SimCluster
@@ -174,3 +173,59 @@ def test_a_stopped_release_comes_back_after_both_nodes_reboot_and_the_audit_log_
     assert [line["action"] for line in lines].index("rollback") > [line["action"] for line in lines].index(
         "maintenance-begin")
     assert baseline_on(cluster, 2)["state"] == "closed"
+
+
+OLD_STACK = """[Unit]
+Description=The old vLLM stack (field note 9)
+After=docker.service
+[Service]
+ExecStart=/usr/bin/docker run --rm --name old-stack --entrypoint sleep other/vllm:old infinity
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def test_begin_names_another_stack_that_comes_back_on_boot_per_node_and_still_writes_the_baseline(fresh):
+    """Acceptance 1, the `maintenance begin` half (`preflight`'s half is in test_boot.py)."""
+    cluster = fresh
+    serve(cluster)
+    node_docker(cluster, 2, "tag", "vllm-sim:latest", "other/vllm:old", check=True)
+    cluster.exec(2, ["sh", "-c", 'printf %s "$1" > /etc/systemd/system/old-stack.service', "sh", OLD_STACK])
+    try:
+        cluster.exec(2, ["systemctl", "daemon-reload"])
+        cluster.exec(2, ["systemctl", "enable", "old-stack.service"])
+        node_docker(cluster, 2, "run", "-d", "--restart", "unless-stopped", "--name", "legacy", "--entrypoint",
+                    "sleep", "other/vllm:old", "infinity", check=True)
+        begin = sd(cluster, "maintenance", "begin", cluster.recipe_path, "--reason", "firmware")
+        assert begin.returncode == 1, begin.stderr + begin.stdout
+        out = " ".join(begin.stdout.split())
+        assert "spark-2: unit old-stack.service comes back but is another stack" in out
+        assert "spark-2: container legacy comes back but is another stack" in out
+        assert "spark-1: unit old-stack.service" not in out and "spark-1: container legacy" not in out
+        assert "preflight boot" in out and "the window is open, with problems" in begin.stderr
+        base = baseline_on(cluster, 1)
+        assert base["state"] == "open" and not base["preflight_ok"]
+        assert any(line.startswith("boot (spark-2") for line in base["preflight_failed"])
+        on_boot = {(e["kind"], e["name"]): e["match"] for e in base["nodes"]["spark-2"]["on_boot"]}
+        assert on_boot[("unit", "old-stack.service")] == on_boot[("container", "legacy")] == \
+            "comes back but is another stack"
+        assert "old-stack.service" in base["nodes"]["spark-2"]["units_enabled"]
+        assert "old-stack.service" not in base["nodes"]["spark-1"]["units_enabled"]
+
+        # fixed during the window: verify shows it, and that is no reason to hold the release back
+        cluster.exec(2, ["systemctl", "disable", "old-stack.service"])
+        node_docker(cluster, 2, "rm", "-f", "legacy", check=True)
+        verify = sd(cluster, "maintenance", "verify", "--json")
+        data = json.loads(verify.stdout)
+        assert verify.returncode == 0, data
+        changed = {(c["node"], c["fact"]): c for c in data["changes"]}
+        assert set(changed) == {("spark-2", "units enabled"), ("spark-2", "restart policies"),
+                                ("spark-2", "comes back on boot")}
+        assert changed[("spark-2", "restart policies")]["before"] == "legacy: unless-stopped"
+        assert "old-stack.service" in changed[("spark-2", "units enabled")]["before"]
+        assert "old-stack.service" not in changed[("spark-2", "units enabled")]["after"]
+        assert all(c["consequence"] == "what comes back on boot changed" and not c["blocks"] for c in changed.values())
+    finally:
+        undo = ("systemctl disable old-stack.service; rm -f /etc/systemd/system/old-stack.service; "
+                "systemctl daemon-reload; docker rm -f legacy; true")
+        cluster.exec(2, ["sh", "-c", undo], check=False)
