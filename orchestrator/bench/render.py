@@ -100,3 +100,24 @@ def show(console: Console, result: BenchResult) -> None:
         ht.add_row(row["hypothesis"], f"{row['bytes_per_token'] / 1e9:.4g}", f"{row['ceiling_tps']:.2f}",
                    _f(row["of_ceiling"], "{:.0%}"), f"[{style}]{verdict}[/]")
     console.print(ht)
+
+
+def show_compare(console: Console, result) -> None:
+    """`--compare`: B/A per profile and level, with each recipe's drift between its blocks (note 21)."""
+    blocks = "".join(b.label for b in result.blocks)
+    t = Table(title=f"bench --compare: A = {escape(result.recipes['A'])}, B = {escape(result.recipes['B'])}, "
+                    f"blocks {blocks}")
+    for col in ("profile", "c", "A blocks (median tok/s)", "B blocks", "B/A", "A drift", "B drift"):
+        t.add_column(col, overflow="fold")
+    for r in result.rows():
+        t.add_row(escape(r["profile"]), str(r["concurrency"]), " ".join(f"{v:.1f}" for v in r["a_blocks"]),
+                  " ".join(f"{v:.1f}" for v in r["b_blocks"]), _f(r["ratio"], "{:.3f}x"),
+                  _f(r["a_drift"], "{:.1%}"), _f(r["b_drift"], "{:.1%}"))
+    console.print(t)
+    for b in result.blocks:
+        for g in b.groups:
+            if g.discarded:
+                console.print(f"block {b.label} (release {b.release}) {escape(g.profile)} c={g.concurrency}: "
+                              f"{len(g.discarded)} shot(s) discarded: "
+                              + "; ".join(f"{s.discarded}: {escape(s.why)}" for s in g.discarded))
+    console.print(f"afterwards: {escape(result.restored)}")

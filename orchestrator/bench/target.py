@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..config.inventory import Inventory
 from ..config.load import Deployment
 from ..docker_cli.containers import ours
 from ..http_api.endpoint import Endpoint
@@ -37,6 +38,26 @@ class Target:
     def as_dict(self) -> dict:
         return {"url": self.url, "model": self.model, "draft_budget": self.draft_budget, "nodes": self.nodes,
                 "recipe": self.recipe, "release": self.release}
+
+
+def serving_now(inv: Inventory):
+    """The release serving on the inventory's cluster now (releases.record.Release), or None."""
+    cluster = Cluster(inv)
+    try:
+        alive, unreachable = cluster.open_reachable()
+        if unreachable:
+            raise TargetError("unreachable: " + "; ".join(f"{n}: {e}" for n, e in unreachable.items()))
+        hist = store.read_history(cluster, inv, alive)
+        try:
+            containers = cluster.each(ours, alive)
+        except GroupError as exc:
+            raise TargetError("cannot list containers: " + "; ".join(
+                f"{n}: {e}" for n, e in exc.failures.items())) from None
+        return serving_release(hist.releases, containers, inv.cluster)
+    except NodeError as exc:
+        raise TargetError(str(exc)) from None
+    finally:
+        cluster.close()
 
 
 def of_recipe(dep: Deployment, want_headers: bool = True) -> Target:

@@ -64,6 +64,9 @@ def bench(
                                                                  "(GB10: 273).")] = 273.0,
     idle_bound: Annotated[float, typer.Option("--idle-bound", help="Seconds to wait for an idle server "
                                                                    "before a shot.")] = 30.0,
+    compare: Annotated[Optional[tuple[Path, Path]], typer.Option("--compare", help="A.yaml B.yaml: deploy each in "
+                                                                 "turn, interleaved blocks, B/A and drift.")] = None,
+    blocks: Annotated[str, typer.Option("--blocks", help="Block order with --compare.")] = "ABAB",
     no_record: Annotated[bool, typer.Option("--no-record", help="With a recipe: do not record the results "
                                                                 "with the serving release.")] = False,
     as_json: JsonOpt = False,
@@ -73,6 +76,7 @@ def bench(
 
     Example: spark-deploy bench recipes/dspark-0731-b12x.yaml --profile code,zh --shots 10 --concurrency 1,12
     Example: spark-deploy bench --url http://127.0.0.1:8000 --profile prose --until-stable 5% --json
+    Example: spark-deploy bench --compare baseline.yaml spec.yaml --blocks ABAB -i inventory.yaml
     """
     from ..bench import prompts as prompt_sets
     from ..bench import render, report, runner
@@ -82,8 +86,9 @@ def bench(
     from ..bench.shot import ShotOptions
 
     with exit_codes():
-        if (recipe is None) == (url is None):
-            raise BadInput("give a RECIPE (its serving release is measured) or --url URL, not both/neither")
+        if sum(x is not None for x in (recipe, url, compare)) != 1:
+            raise BadInput("give one of: a RECIPE (its serving release is measured), --url URL, "
+                           "or --compare A.yaml B.yaml")
         if shots < 1 or max_tokens < 2 or warmup < 0 or max_shots < 1:
             raise BadInput("--shots and --max-shots must be >= 1, --max-tokens >= 2, --warmup >= 0")
         if bandwidth <= 0:
@@ -102,6 +107,10 @@ def bench(
         except prompt_sets.PromptError as exc:
             raise BadInput(str(exc)) from None
 
+        if compare is not None:
+            _compare(compare, blocks, inventory, sets, shots, warmup, levels, width, max_shots, the_api, max_tokens,
+                     idle_bound, as_json, report_dir)
+            return
         if recipe is not None:
             from ..config.load import load_deployment
 
@@ -180,3 +189,49 @@ def _shoot(http, model: str, plan, quiet: bool):
             bar.update(task, advance=1, description=f"{group.profile} c={group.concurrency}")
 
         return runner.run(http, model, plan, on_shot)
+
+
+def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, levels, width, max_shots, the_api,
+             max_tokens, idle_bound, as_json: bool, report_dir) -> None:
+    """--compare A.yaml B.yaml: both recipes on the same inventory, blocks in order, then the restore."""
+    import json
+
+    from ..bench import compare as compare_mod
+    from ..bench import render, runner
+    from ..bench.shot import ShotOptions
+    from ..bench.target import TargetError, serving_now
+    from ..config.load import load_deployment
+    from ..runner.events import Events
+    from ..runner.sinks import TerminalSink
+
+    try:
+        order = compare_mod.parse_blocks(blocks_text)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    deps = {"A": load_deployment(paths[0], inventory), "B": load_deployment(paths[1], inventory)}
+    if deps["A"].recipe.name == deps["B"].recipe.name:
+        raise BadInput(f"--compare: {paths[0]} and {paths[1]} are both recipe {deps['A'].recipe.name!r}: "
+                       "give the variants different names, so their releases can be told apart")
+    try:
+        before = serving_now(deps["A"].inventory)
+    except TargetError as exc:
+        raise Failed(str(exc)) from None
+
+    def plan_of(tgt):
+        return runner.Plan(prompts=sets, shots=shots, warmup=warmup, concurrency=levels, until_stable=width,
+                           max_shots=max_shots, draft_budget=tgt.draft_budget,
+                           shot=ShotOptions(api=the_api, max_tokens=max_tokens, idle_bound_s=idle_bound))
+
+    try:
+        result = compare_mod.compare(deps, str(inventory), order, plan_of, Events(TerminalSink(err)), before)
+    except compare_mod.CompareError as exc:
+        raise Failed(str(exc)) from None
+    if as_json:
+        emit_json(result.as_dict())
+    else:
+        render.show_compare(out, result)
+    if report_dir is not None:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        path = report_dir / "compare.json"
+        path.write_text(json.dumps(result.as_dict(), indent=2, default=str) + "\n")
+        (err if as_json else out).print(f"report: {escape(str(path))}")

@@ -1,5 +1,7 @@
 """bench against the vLLM stand-in run LOCALLY (one process on 127.0.0.1, no simulated cluster).
 
+`served` (module scope, integration tests only): a 2-node simulated cluster serving the sim recipe.
+
 `standin(spec_k=..., env={...})` starts orchestrator.sim.standin.local.LocalStandin (ready when its log
 says "Application startup complete.", bounded; its `SIM truth:` line is parsed into .truth) and stops it
 at the end of the test. Readiness is also checked on /health, with a bound.
@@ -7,12 +9,19 @@ at the end of the test. Readiness is also checked on /health, with a bound.
 
 from __future__ import annotations
 
+import itertools
+import os
+import subprocess
 import time
 
 import httpx
 import pytest
+from bench_helpers import SPARK_DEPLOY
+from ruamel.yaml import YAML
 
 from orchestrator.sim.standin.local import LocalStandin
+
+_clusters = itertools.count(1)
 
 
 def _healthy(url: str, bound_s: float = 10.0) -> None:
@@ -42,3 +51,37 @@ def standin():
     yield start
     for srv in started:
         srv.stop()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One 2-node cluster serving the sim recipe (SIM_DECODE_TPS 300) for the module; always torn down."""
+    tmp_path = tmp_path_factory.mktemp("bench-recipe")
+    import docker
+
+    from orchestrator.sim import images as sim_images_mod
+    from orchestrator.sim.cluster import SimCluster
+
+    client = docker.from_env(timeout=900)
+    sim_images_mod.ensure_images(client)
+    old = os.environ.get("SPARK_DEPLOY_SIM_HOME")
+    os.environ["SPARK_DEPLOY_SIM_HOME"] = str(tmp_path / "sim-home")
+    cluster = SimCluster(f"b{os.getpid()}x{next(_clusters)}", client=client)
+    try:
+        cluster.up(2)
+        yaml = YAML()
+        doc = yaml.load(cluster.recipe_path.read_text())
+        doc["env"]["SIM_DECODE_TPS"] = "300"
+        recipe = tmp_path / "recipe.yaml"
+        with recipe.open("w") as fh:
+            yaml.dump(doc, fh)
+        up = subprocess.run([str(SPARK_DEPLOY), "up", str(recipe), "-i", str(cluster.inventory_path)],
+                            capture_output=True, text=True, timeout=600)
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield cluster, recipe
+    finally:
+        cluster.down()
+        if old is None:
+            os.environ.pop("SPARK_DEPLOY_SIM_HOME", None)
+        else:
+            os.environ["SPARK_DEPLOY_SIM_HOME"] = old

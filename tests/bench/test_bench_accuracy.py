@@ -10,11 +10,10 @@ events instead would be off by the tokens-per-chunk factor (note 14).
 from __future__ import annotations
 
 import pytest
+from bench_helpers import bench_cli
 
 from orchestrator.sim.standin.local import LocalStandin
 from orchestrator.sim.standin.speed import expected
-
-from bench_helpers import bench_cli
 
 RATE = "400"
 CONFIGS = {  # name -> (k, SIM_ACCEPT, max_tokens); small per-request spread so 10 shots pin the median

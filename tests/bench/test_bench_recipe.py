@@ -8,46 +8,13 @@ import json
 import os
 import subprocess
 
-import docker
 import pytest
 from bench_helpers import SPARK_DEPLOY, bench_cli
 from ruamel.yaml import YAML
 
-from orchestrator.sim import images as sim_images_mod
-from orchestrator.sim.cluster import SimCluster
-
 pytestmark = pytest.mark.integration
 
 FAKE_MODEL_BYTES_PER_TOKEN = 165504  # tests/unit/test_bench_ceiling.py computes it by hand
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """One 2-node cluster serving the sim recipe (SIM_DECODE_TPS 300) for the module; always torn down."""
-    tmp_path = tmp_path_factory.mktemp("bench-recipe")
-    client = docker.from_env(timeout=900)
-    sim_images_mod.ensure_images(client)
-    old = os.environ.get("SPARK_DEPLOY_SIM_HOME")
-    os.environ["SPARK_DEPLOY_SIM_HOME"] = str(tmp_path / "sim-home")
-    cluster = SimCluster(f"b{os.getpid()}", client=client)
-    try:
-        cluster.up(2)
-        yaml = YAML()
-        doc = yaml.load(cluster.recipe_path.read_text())
-        doc["env"]["SIM_DECODE_TPS"] = "300"
-        recipe = tmp_path / "recipe.yaml"
-        with recipe.open("w") as fh:
-            yaml.dump(doc, fh)
-        up = subprocess.run([str(SPARK_DEPLOY), "up", str(recipe), "-i", str(cluster.inventory_path)],
-                            capture_output=True, text=True, timeout=600)
-        assert up.returncode == 0, up.stdout + up.stderr
-        yield cluster, recipe
-    finally:
-        cluster.down()
-        if old is None:
-            os.environ.pop("SPARK_DEPLOY_SIM_HOME", None)
-        else:
-            os.environ["SPARK_DEPLOY_SIM_HOME"] = old
 
 
 def test_bench_of_the_serving_release_with_its_ceiling(served):

@@ -1,0 +1,166 @@
+"""`bench --compare A.yaml B.yaml --blocks ABAB` (note 21): deploy each recipe in turn as a release, run
+the same shots in interleaved blocks, quote B/A per profile with the drift between blocks of the same
+recipe, and bring back the release that served before.
+
+Noise on a shared machine (or a warming GPU) moves absolute numbers between minutes; interleaving puts
+A and B under the same drift, so their ratio is steadier than either number (note 16).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..config.load import Deployment
+from ..deploy import down as down_mod
+from ..deploy import rollback as rollback_mod
+from ..deploy.up import DeployFailed, UpOptions
+from ..deploy.up import up as run_up
+from ..releases.lock import LockHeld
+from ..runner.events import Events
+from ..transport.cancel import signals_interrupt
+from .client import open_client
+from .runner import Group, Plan, run
+from .target import Target, TargetError, of_recipe, serving_now
+
+
+class CompareError(Exception):
+    """A deploy, a measurement or the restore failed (exit 1); the message says which."""
+
+
+def parse_blocks(text: str) -> str:
+    blocks = text.strip().upper()
+    if not blocks or set(blocks) - {"A", "B"} or "A" not in blocks or "B" not in blocks:
+        raise ValueError(f"--blocks {text!r}: a sequence of A and B with both, e.g. ABAB or ABBA")
+    return blocks
+
+
+@dataclass
+class Block:
+    label: str  # "A" or "B"
+    release: int | None
+    groups: list[Group]
+
+
+@dataclass
+class CompareResult:
+    recipes: dict[str, str]  # label -> recipe name
+    blocks: list[Block] = field(default_factory=list)
+    before: int | None = None  # the id of the release that served before
+    restored: str = ""  # what happened to it at the end
+
+    def _medians(self, label: str, profile: str, c: int) -> list[float]:
+        out = []
+        for b in self.blocks:
+            if b.label != label:
+                continue
+            for g in b.groups:
+                head = g.headline()
+                if g.profile == profile and g.concurrency == c and head is not None:
+                    out.append(head.summary.median)
+        return out
+
+    def rows(self) -> list[dict]:
+        """Per profile and level: the median of each label's block medians, B/A, and each label's drift
+        ((max - min) / mean of its block medians)."""
+        keys = []
+        for b in self.blocks:
+            for g in b.groups:
+                if (g.profile, g.concurrency) not in keys:
+                    keys.append((g.profile, g.concurrency))
+        rows = []
+        for profile, c in keys:
+            a, b = self._medians("A", profile, c), self._medians("B", profile, c)
+            row = {"profile": profile, "concurrency": c, "a_blocks": a, "b_blocks": b,
+                   "a": statistics.median(a) if a else None, "b": statistics.median(b) if b else None}
+            row["ratio"] = row["b"] / row["a"] if a and b else None
+            row["a_drift"] = (max(a) - min(a)) / statistics.mean(a) if len(a) > 1 else None
+            row["b_drift"] = (max(b) - min(b)) / statistics.mean(b) if len(b) > 1 else None
+            rows.append(row)
+        return rows
+
+    def as_dict(self) -> dict:
+        return {"recipes": self.recipes, "before": self.before, "restored": self.restored,
+                "blocks": [{"label": b.label, "release": b.release, "groups": [g.as_dict() for g in b.groups]}
+                           for b in self.blocks],
+                "ratios": self.rows()}
+
+
+def _make_room(inv, recipe: str, events: Events):
+    """`up` replaces only its own recipe's containers: another recipe serving on the same ports is taken
+    down first (its release is recorded as stopped; the restore at the end rolls back to it)."""
+    try:
+        now = serving_now(inv)
+    except TargetError as exc:
+        raise CompareError(str(exc)) from None
+    if now is not None and now.recipe != recipe:
+        try:
+            gone = down_mod.down(inv, now.recipe, events)
+        except LockHeld as exc:
+            raise CompareError(f"down {now.recipe}: {exc}") from None
+        if not gone.ok:
+            raise CompareError(f"down {now.recipe}: " + "; ".join(f"{n}: {w}" for n, w in gone.failed.items()))
+    return now
+
+
+def _deploy(dep: Deployment, events: Events) -> Target:
+    _make_room(dep.inventory, dep.recipe.name, events)
+    try:
+        with signals_interrupt():
+            run_up(dep, events, UpOptions())
+    except DeployFailed as exc:
+        raise CompareError(f"up {dep.recipe.name}: {exc}") from None
+    try:
+        return of_recipe(dep, want_headers=False)
+    except TargetError as exc:
+        raise CompareError(f"{dep.recipe.name}: {exc}") from None
+
+
+def _restore(before, inventory_path: str, events: Events, inv) -> str:
+    """Bring back the release that served before (`before`: a Release) by a rollback to it, unless its
+    plan is the one serving now."""
+    if before is None:
+        return "nothing served before: the last block's release is left serving"
+    try:
+        now = serving_now(inv)
+    except TargetError as exc:
+        raise CompareError(f"restoring release {before.id}: {exc}") from None
+    if now is not None and now.plan_hash == before.plan_hash:
+        return f"release {before.id}'s plan serves again (release {now.id})"
+    _make_room(inv, before.recipe, events)
+    try:
+        prepared = rollback_mod.prepare(inventory_path, before.id)
+        with signals_interrupt():
+            run_up(prepared.dep, events, UpOptions(rollback_of=prepared.target), plan=prepared.plan)
+    except (rollback_mod.RollbackRefused, DeployFailed) as exc:
+        raise CompareError(f"restoring release {before.id}: {exc}") from None
+    return f"release {before.id} serves again (rolled back to it)"
+
+
+def compare(deps: dict[str, Deployment], inventory_path: str, blocks: str, plan_of: Callable[[Target], Plan],
+            events: Events, before,
+            on_shot: Callable[[Group, object], None] = lambda g, s: None) -> CompareResult:
+    """Run the blocks in order; restore `before` at the end whatever happened (errors after the restore)."""
+    result = CompareResult({k: d.recipe.name for k, d in deps.items()},
+                           before=None if before is None else before.id)
+    failure: Exception | None = None
+    try:
+        for label in blocks:
+            tgt = _deploy(deps[label], events)
+            with open_client(tgt.url) as http:
+                groups = run(http, tgt.model, plan_of(tgt), on_shot)
+            result.blocks.append(Block(label, tgt.release, groups))
+    except Exception as exc:  # noqa: BLE001 - restore first, then report this
+        failure = exc
+    try:
+        result.restored = _restore(before, inventory_path, events, deps["A"].inventory)
+    except CompareError as exc:
+        result.restored = f"RESTORE FAILED: {exc}"
+        if failure is None:
+            failure = exc
+    if failure is not None:
+        if isinstance(failure, CompareError):
+            raise CompareError(f"{failure}; {result.restored}") from None
+        raise failure
+    return result

@@ -1,0 +1,53 @@
+"""Acceptance 5 of issue 12: `bench --compare A.yaml B.yaml --blocks ABAB` on the simulated cluster deploys
+A, B, A, B as releases, reports B/A and the drift between blocks, and leaves the release that served
+before serving again."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from bench_helpers import SPARK_DEPLOY, bench_cli
+from ruamel.yaml import YAML
+
+pytestmark = pytest.mark.integration
+
+
+def _variant(src, dest, name: str, spec: bool):
+    yaml = YAML()
+    doc = yaml.load(src.read_text())
+    doc["name"] = name
+    doc["env"]["SIM_ACCEPT"] = "code=3.0:0.6:0.03"
+    if not spec:
+        doc["vllm"]["speculative_config"] = None
+    with dest.open("w") as fh:
+        yaml.dump(doc, fh)
+    return dest
+
+
+def test_compare_abab_reports_ratio_and_drift_and_restores(served, tmp_path):
+    cluster, recipe = served
+    a = _variant(recipe, tmp_path / "base.yaml", "base", spec=False)
+    b = _variant(recipe, tmp_path / "spec.yaml", "spec", spec=True)
+    code, data, text = bench_cli("--compare", str(a), str(b), "--blocks", "ABAB", "-i", str(cluster.inventory_path),
+                                 "--profile", "code", "--shots", "3", "--warmup", "1", "--max-tokens", "150",
+                                 "--json", timeout=900)
+    assert code == 0, text
+    assert [blk["label"] for blk in data["blocks"]] == list("ABAB")
+    releases = [blk["release"] for blk in data["blocks"]]
+    assert releases == sorted(releases) and len(set(releases)) == 4 and releases[0] > 1  # four new releases
+    (row,) = data["ratios"]
+    assert len(row["a_blocks"]) == 2 and len(row["b_blocks"]) == 2
+    assert row["a_drift"] is not None and row["a_drift"] < 0.05  # plain decoding barely drifts
+    # k=5, accepted ~3 per step, draft cost 0.05/token: B/A = (1 + E[accepted]) / (1 + 0.05 x 5)
+    from orchestrator.sim.standin.speed import Truth, expected
+
+    truth = Truth.from_env({"SIM_DECODE_TPS": "300", "SIM_ACCEPT": "code=3.0:0.6:0.03"}, spec_k=5)
+    want = expected(truth, "code").decode_tps / 300
+    assert row["ratio"] == pytest.approx(want, rel=0.05), (row, want)
+    assert data["before"] == 1 and "release 1 serves again" in data["restored"]
+    hist = subprocess.run([str(SPARK_DEPLOY), "history", "-i", str(cluster.inventory_path), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    serving = [r for r in json.loads(hist.stdout) if r["serving"]]
+    assert len(serving) == 1 and serving[0]["recipe"] == "sim-tiny" and serving[0]["rollback_of"] == 1, serving
