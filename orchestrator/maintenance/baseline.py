@@ -27,13 +27,18 @@ class GpuSeen(BaseModel):
     name: str
     driver: str
     cuda: str
-    clock: int  # MHz, when read
-    max_clock: int
+    clock: int | None  # MHz; None where nvidia-smi says [N/A]
+    max_clock: int | None
+    idle: bool = False  # nvidia-smi's clocks_event_reasons.gpu_idle: a low clock is normal then
+    clocks_locked: bool = False  # clocks_event_reasons.applications_clocks_setting (`nvidia-smi -lgc`)
 
     @property
     def locked(self) -> bool:
-        """Below 95% of its max: the sm-clock check's rule (locked after a power fault)."""
-        return bool(self.max_clock) and self.clock < 0.95 * self.max_clock
+        """The sm-clock check's rule: an application-clock lock, or below 95% of its max while not idle."""
+        if self.clocks_locked:
+            return True
+        return (not self.idle and bool(self.max_clock) and self.clock is not None
+                and self.clock < 0.95 * self.max_clock)
 
 
 class ImageSeen(BaseModel):

@@ -77,7 +77,7 @@ def node_facts(node: str, seen: dict[str, Observed], image_id: str | None, servi
     if "gpu" in ok:
         g = ok["gpu"]
         facts.gpu = GpuSeen(name=g["name"], driver=g["driver"], cuda=g["cuda"], clock=g["clock"],
-                            max_clock=g["max_clock"])
+                            max_clock=g["max_clock"], idle=g["idle"], clocks_locked=g["locked"])
     facts.kernel = ok.get("kernel")
     facts.os_release = ok.get("os_release")
     if "docker_info" in ok:

@@ -22,15 +22,27 @@ def parse_docker_info(stdout: str) -> dict:
             data.get("Driver", "").startswith("overlayfs")}
 
 
-@fact("gpu", "nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader,nounits "
+GPU_QUERY = ("name,driver_version,clocks.sm,clocks.max.sm,clocks_event_reasons.gpu_idle,"
+             "clocks_event_reasons.applications_clocks_setting")
+
+
+@fact("gpu", f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits "
       "&& nvidia-smi | grep -o 'CUDA Version: [0-9.]*'")
 def parse_gpu(stdout: str) -> dict:
-    """The first GPU's name, driver, SM clock and its max (MHz), and the CUDA version the driver offers."""
+    """The first GPU's name, driver, SM clock and its max (MHz, None where nvidia-smi says [N/A]), why the
+    clock is held down (idle, or an application-clock lock), and the CUDA version the driver offers."""
     lines = [line for line in stdout.splitlines() if line.strip()]
-    name, driver, clock, max_clock = [p.strip() for p in lines[0].split(",")]
+    parts = [p.strip() for p in lines[0].split(",")]
+    if len(parts) != 6:
+        raise ValueError(f"expected 6 fields ({GPU_QUERY}), got {len(parts)}: {lines[0]!r}")
+    name, driver, clock, max_clock, idle, locked = parts
     cuda = next((line.split(":", 1)[1].strip() for line in lines[1:] if line.startswith("CUDA Version")), "")
-    return {"name": name, "driver": driver, "clock": int(float(clock)), "max_clock": int(float(max_clock)),
-            "cuda": cuda}
+    return {"name": name, "driver": driver, "clock": _mhz(clock), "max_clock": _mhz(max_clock),
+            "idle": idle == "Active", "locked": locked == "Active", "cuda": cuda}
+
+
+def _mhz(text: str) -> int | None:
+    return None if text.startswith("[") else int(float(text))  # "[N/A]", "[Not Supported]"
 
 
 @fact("kernel", "uname -r")
@@ -74,11 +86,19 @@ def sm_clock(seen: Seen, dep: Deployment) -> Verdict:
         if node in cells:
             continue
         g = facts["gpu"].value
-        if g["max_clock"] and g["clock"] < 0.95 * g["max_clock"]:
-            cells[node] = Cell(Status.WARN, f"{g['clock']} of {g['max_clock']} MHz")
+        shown = f"{g['clock']} of {g['max_clock']} MHz"
+        if g["locked"]:
+            cells[node] = Cell(Status.WARN, f"{shown}, locked (applications clocks setting active)")
+            low.append(node)
+        elif g["clock"] is None or g["max_clock"] is None:
+            cells[node] = Cell(Status.SKIP, f"nvidia-smi reports no SM clock here ({shown})")
+        elif g["idle"]:
+            cells[node] = Cell(Status.OK, f"{shown}, idle")  # an idle GPU clocks down: that is no fault
+        elif g["clock"] < 0.95 * g["max_clock"]:
+            cells[node] = Cell(Status.WARN, shown)
             low.append(node)
         else:
-            cells[node] = Cell(Status.OK, f"{g['clock']} of {g['max_clock']} MHz")
+            cells[node] = Cell(Status.OK, shown)
     fix = (f"the SM clock on {', '.join(low)} is below its maximum (locked after a power fault?): "
            "`nvidia-smi -rgc` resets it, or power-cycle the node") if low else ""
     return Verdict("sm-clock", Scope.NODE, cells, fix, 10)

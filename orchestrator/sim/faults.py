@@ -141,7 +141,7 @@ def throttle(cluster, node: NodeInfo, opts: dict) -> str:
 
 _GPU_KEYS = {"driver": ("driver", str), "clock": ("clock_mhz", int), "max_clock": ("max_clock_mhz", int),
              "name": ("name", str), "memory_mib": ("memory_mib", int), "cuda": ("cuda", str),
-             "fail": ("fail", bool)}
+             "fail": ("fail", bool), "idle": ("idle", bool), "locked": ("clocks_locked", bool)}
 
 
 def _bool(v) -> bool:

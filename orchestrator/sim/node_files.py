@@ -74,6 +74,10 @@ def fields(g):
         "temperature.gpu": (str(g.get("temperature_c", 42)), None),
         "power.draw": (str(g.get("power_w", 11.0)), "W"),
         "utilization.gpu": (str(g.get("utilization", 0)), "%"),
+        # why the clock is below its max: idle (normal) or an application-clock lock (`nvidia-smi -lgc`)
+        "clocks_event_reasons.gpu_idle": ("Active" if g.get("idle") else "Not Active", None),
+        "clocks_event_reasons.applications_clocks_setting": ("Active" if g.get("clocks_locked") else "Not Active",
+                                                             None),
         "persistence_mode": ("Enabled", None),
         "pstate": ("P0", None),
     }

@@ -39,6 +39,7 @@ def test_healthy_cluster_shows_every_check_for_every_node(pair):
 @pytest.mark.parametrize("fault, check, both, strict_only", [
     (["driver=575.51.03"], "gpu-parity", ("580.", "575.51.03"), False),
     (["clock=2200", "max_clock=3003"], "sm-clock", ("2200 of 3003 MHz",), True),
+    (["clock=2200", "max_clock=2200", "locked=true"], "sm-clock", ("2200 of 2200 MHz, locked",), True),
 ])
 def test_one_node_differs_preflight_and_up_name_it(clean, fault, check, both, strict_only):
     cluster = clean

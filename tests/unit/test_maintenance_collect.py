@@ -64,7 +64,7 @@ def test_image_fact_parser_refuses_garbage():
 
 
 def _gpu_output(driver: str = "580.159.03", clock: int = 3003) -> str:
-    return f"NVIDIA GB10, {driver}, {clock}, 3003\nCUDA Version: 13.0\n"
+    return f"NVIDIA GB10, {driver}, {clock}, 3003, Not Active, Not Active\nCUDA Version: 13.0\n"
 
 
 def test_node_facts_from_parsed_observations_and_errors_named():

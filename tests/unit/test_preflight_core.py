@@ -66,23 +66,39 @@ def test_docker_info_on_this_machines_real_output():
 
 
 # nvidia-smi's query output as the sim's stub prints it (the layout of the real tool; no GB10 on this machine)
-GPU_OK = "NVIDIA GB10, 580.95.05, 2418, 2418\nCUDA Version: 13.0\n"
+GPU_OK = "NVIDIA GB10, 580.95.05, 2418, 2418, Not Active, Not Active\nCUDA Version: 13.0\n"
 
 
 def test_gpu_query_and_the_cuda_version_from_the_banner():
     assert checks_host.parse_gpu(GPU_OK) == {"name": "NVIDIA GB10", "driver": "580.95.05", "clock": 2418,
-                                             "max_clock": 2418, "cuda": "13.0"}
+                                             "max_clock": 2418, "idle": False, "locked": False, "cuda": "13.0"}
+    assert checks_host.parse_gpu("NVIDIA GB10, 580.95.05, [N/A], [N/A], Active, Not Active\n")["clock"] is None
     with pytest.raises(ValueError):
         checks_host.parse_gpu("No devices were found\n")
+    with pytest.raises(ValueError, match="expected 6 fields"):
+        checks_host.parse_gpu("NVIDIA GB10, 580.95.05, 2418, 2418\n")
+
+
+def _sm(line: str) -> dict:
+    return {"gpu": Observed(value=checks_host.parse_gpu(line + "\nCUDA Version: 13.0\n"))}
 
 
 def test_sm_clock_locked_low_is_a_warning_naming_the_node():
     facts = {"spark-1": {"gpu": Observed(value=checks_host.parse_gpu(GPU_OK))},
-             "spark-2": {"gpu": Observed(value=checks_host.parse_gpu("NVIDIA GB10, 580.95.05, 2200, 3003\n"))}}
+             "spark-2": _sm("NVIDIA GB10, 580.95.05, 2200, 3003, Not Active, Not Active")}
     v = checks_host.sm_clock(facts, None)
     assert v.cells["spark-1"].status is Status.OK and v.cells["spark-2"].status is Status.WARN
     assert "2200 of 3003 MHz" in v.cells["spark-2"].value and "spark-2" in v.fix
     assert v.failed_nodes() == [] and v.failed_nodes(strict=True) == ["spark-2"]
+
+
+def test_sm_clock_idle_is_fine_a_lock_is_not_and_no_clock_is_a_skip():
+    """An idle GPU clocks down (no warning); an application-clock lock warns even at full speed."""
+    v = checks_host.sm_clock({"a": _sm("NVIDIA GB10, 580.95.05, 208, 3003, Active, Not Active"),
+                              "b": _sm("NVIDIA GB10, 580.95.05, 2200, 2200, Not Active, Active"),
+                              "c": _sm("NVIDIA GB10, 580.95.05, [N/A], [N/A], Not Active, Not Active")}, None)
+    assert {n: c.status for n, c in v.cells.items()} == {"a": Status.OK, "b": Status.WARN, "c": Status.SKIP}
+    assert "idle" in v.cells["a"].value and "locked" in v.cells["b"].value and v.fix.startswith("the SM clock on b")
 
 
 def test_os_release_kernel_and_clock_parsers():
