@@ -4,8 +4,9 @@
   bind-mounted over /proc/meminfo in the node's mount namespace (sshd and every SSH command see it; the
   host and the other nodes do not). The kernel's own accounting is untouched: only readers of the file
   (preflight, `free`) are fooled. The values are kept in /etc/sim-meminfo.json and re-applied at every
-  boot, so a `reboot` keeps the node's memory (like the hardware's). `sim up` starts every node at a DGX Spark's figures (SPARK_MEMINFO: the
-  machine running the sim has far less memory than a GB10); `reset=true` goes back to those.
+  boot by the node's `sim-boot`, so a `reboot` keeps the node's memory (like the hardware's). `sim up`
+  starts every node at a DGX Spark's figures (SPARK_MEMINFO: the machine running the sim has far less
+  memory than a GB10); `reset=true` goes back to those.
 - `mtu mtu=N [dev=eth0]`: `ip link set dev DEV mtu N` (a real MTU change of the node's interface);
   `reset=true` restores the MTU saved at the first change.
 - `kernel release=STR`: a wrapper /usr/local/bin/uname (ahead of /usr/bin on the SSH user's PATH) that

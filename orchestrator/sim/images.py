@@ -9,6 +9,8 @@ Two stages per image, each cached by a sha256 of its inputs:
    ``docker commit``-ed with ENTRYPOINT/CMD/ENV. Editing a stub or the stand-in only redoes this stage.
 
 The mirror is read from the machine's apt sources and is deliberately NOT part of the hash.
+What each kind contains (node, node-systemd, vllm) is in images_spec.py; the systemd node image is built
+only when asked for (`ensure_images(systemd=True)`).
 """
 
 from __future__ import annotations
