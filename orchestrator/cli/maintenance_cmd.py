@@ -40,7 +40,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=N
 
 OptionalRecipe = Annotated[Path | None, typer.Argument(help="The recipe (default: the open window's).",
                                                           show_default=False)]
-_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+MAX_REASON = 300
 
 
 def _when(stamp: float | None) -> str:
@@ -81,7 +81,8 @@ def _facts_table(base: Baseline) -> Table:
          if f.image else None),
         ("model", lambda f: (f"{f.model.commit[:12]}, {len(f.model.files)} files" if not f.model.absent
                              else f"absent: {f.model.absent}") if f.model else None),
-        ("units enabled", lambda f: ", ".join(f.units_enabled) if f.units_enabled is not None else None),
+        ("units enabled", lambda f: ", ".join(f.units_enabled) if f.units_enabled is not None else
+         f"no systemd ({f.systemd})" if f.systemd else None),
         ("restart policies", lambda f: "; ".join(f.restart_policies) or "none" if f.restart_policies is not None
          else None),
     ]
@@ -135,6 +136,9 @@ def begin(
     Example: spark-deploy maintenance begin recipes/dspark-0731-b12x.yaml --reason "DGX OS update" --stop
     """
     with exit_codes(), _errors():
+        if len(reason) > MAX_REASON:
+            raise BadInput(f"--reason is {len(reason)} characters; at most {MAX_REASON} (it goes into every "
+                           "node's audit log, one line each)")
         dep = load_deployment(recipe, inventory)
         events = _events(as_json)
         result = window.begin(dep, events, reason, stop, force)
