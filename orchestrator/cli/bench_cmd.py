@@ -144,6 +144,8 @@ def bench(
                 result.groups = _shoot(http, tgt.model, plan, quiet=as_json)
             except (RequestFailed, MetricsError) as exc:
                 raise Failed(f"{tgt.url}: {exc}") from None
+            except KeyboardInterrupt:
+                raise Failed("interrupted: no results (a partial run would not follow the protocol)") from None
             result.finished_at = time.time()
         finally:
             http.close()
