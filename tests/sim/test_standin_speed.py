@@ -24,6 +24,7 @@ import pytest
 
 SIM_DIR = Path(__file__).resolve().parents[2] / "orchestrator" / "sim"
 sys.path.insert(0, str(SIM_DIR))
+from standin.engine import tokenize
 from standin.local import LocalStandin
 from standin.speed import Truth, expected, position_rate
 
@@ -50,8 +51,21 @@ class Shot:
         return (self.content[0][0] - t0) / 1e9
 
     def decode_tps(self, first_chunk_tokens: int) -> float:
+        """The field's client metric (note 14): first and last content chunk only."""
         window = (self.content[-1][0] - self.content[0][0]) / 1e9
         return (self.usage["completion_tokens"] - first_chunk_tokens) / window
+
+    def pace_tps(self) -> float:
+        """The server's pace, robust to chunks read late: the median over i of the rate between chunk i
+        and chunk i + N/2.  A chunk can only arrive late, never early, and on this shared 2-core machine
+        (load 5-7 while others test) one late first or last chunk moves the field's metric by 2-3%."""
+        times, cum, total = [], [], 0
+        for t, text in self.content:
+            total += len(tokenize(text))  # the server's tokenizer, as /tokenize counts
+            times.append(t / 1e9)
+            cum.append(total)
+        h = len(times) // 2
+        return statistics.median((cum[i + h] - cum[i]) / (times[i + h] - times[i]) for i in range(len(times) - h))
 
 
 def post(conn: http.client.HTTPConnection, path: str, body: dict) -> tuple[int, object]:
@@ -154,6 +168,9 @@ def test_expected_acceptance_is_the_exact_clipped_expectation():
     assert plain.tokens_per_step == 1 and plain.decode_tps == pytest.approx(50 / (1 + 0.19 * 2))
     assert expected(truth, "code").step_seconds == pytest.approx((1 + 0.05 * 4) / 50)
     assert position_rate(2.0, 0.0, 1) == 1.0 and position_rate(2.0, 0.0, 2) == 0.0
+    # the default batch cost reproduces the seeds' 67.6 tok/s single -> ~260 aggregate at 12 (within 2%)
+    at12 = expected(truth, "code", batch=12).aggregate_tps / expected(truth, "code").decode_tps
+    assert at12 == pytest.approx(260 / 67.6, rel=0.02)
 
 
 def test_truth_line_round_trips_and_bad_knobs_are_named():
@@ -181,12 +198,14 @@ def test_server_prints_its_truth(plain, spec):
 def test_plain_decode_rate_is_the_formula(plain):
     rate, shot = shot_decode(plain.port, PROSE, 300, "u-plain-1")
     assert all(count_tokens(plain.port, t) == 1 for _, t in shot.content[:20])  # one token per chunk
-    assert rate == pytest.approx(expected(plain.truth, "prose", k=0).decode_tps, rel=0.03)
+    want = expected(plain.truth, "prose", k=0).decode_tps
+    assert shot.pace_tps() == pytest.approx(want, rel=0.02)
+    assert rate == pytest.approx(want, rel=0.08)  # the field's metric: loose, see Shot.pace_tps
 
 
 def test_spec_rate_and_tokens_per_step_are_the_formula(spec, plain):
     before = scrape(spec.port)
-    rates = [shot_decode(spec.port, PROSE, 400, f"u-spec-{i}")[0] for i in range(3)]
+    shots = [shot_decode(spec.port, PROSE, 400, f"u-spec-{i}") for i in range(3)]
     after = scrape(spec.port)
     drafts = delta(before, after, "vllm:spec_decode_num_drafts_total")
     accepted = delta(before, after, "vllm:spec_decode_num_accepted_tokens_total")
@@ -194,7 +213,8 @@ def test_spec_rate_and_tokens_per_step_are_the_formula(spec, plain):
     assert delta(before, after, 'vllm:request_success_total{finished_reason="length"}') == 3
     e = expected(spec.truth, "prose")
     assert 1 + accepted / drafts == pytest.approx(e.tokens_per_step, rel=0.03)
-    assert statistics.median(rates) == pytest.approx(e.decode_tps, rel=0.04)
+    assert statistics.median(s.pace_tps() for _, s in shots) == pytest.approx(e.decode_tps, rel=0.04)
+    assert statistics.median(r for r, _ in shots) == pytest.approx(e.decode_tps, rel=0.08)
     per_pos = [delta(before, after, f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}')
                for i in range(4)]
     assert sum(per_pos) == accepted and per_pos == sorted(per_pos, reverse=True)
@@ -213,12 +233,19 @@ def test_counting_events_undercounts_by_the_tokens_per_chunk(spec):
     assert count_tokens(spec.port, shot.content[0][1]) >= 2  # the first chunk carries a verification step
 
 
-def test_spec_spreads_across_requests_plain_does_not(spec, plain):
-    spec_rates = [shot_decode(spec.port, CODE, 300, f"u-spread-{i}")[0] for i in range(10)]
-    plain_rates = [shot_decode(plain.port, PROSE, 200, f"u-spread-{i}")[0] for i in range(10)]
-    print(f"\nspread: spec {spread(spec_rates):.1%}  plain {spread(plain_rates):.2%}")
-    assert 0.06 <= spread(spec_rates) <= 0.27
-    assert spread(plain_rates) < 0.01
+def test_spec_spreads_across_requests_plain_does_not(plain):
+    """Ten shots each. A fresh server with the default SIM_ACCEPT and seed, so the draws do not depend on
+    the tests before. Asserted on the server's pace (Shot.pace_tps): the field's first/last metric is
+    printed too, but one late chunk on this loaded machine can move a plain shot by 2-3%."""
+    with LocalStandin(spec_k=4, env={"SIM_DECODE_TPS": "400", "SIM_TTFT": "0"}) as spec:
+        spec_shots = [shot_decode(spec.port, CODE, 600, f"u-spread-{i}") for i in range(10)]
+    plain_shots = [shot_decode(plain.port, PROSE, 300, f"u-spread-{i}") for i in range(10)]
+    spec_pace, plain_pace = [s.pace_tps() for _, s in spec_shots], [s.pace_tps() for _, s in plain_shots]
+    print(f"\nspread over 10 shots, pace: spec {spread(spec_pace):.1%}, plain {spread(plain_pace):.2%}; "
+          f"field metric: spec {spread([r for r, _ in spec_shots]):.1%}, "
+          f"plain {spread([r for r, _ in plain_shots]):.2%}")
+    assert 0.06 <= spread(spec_pace) <= 0.27
+    assert spread(plain_pace) < 0.01
 
 
 def test_code_prose_zh_order_like_the_reports(spec):
@@ -234,7 +261,7 @@ def test_code_prose_zh_order_like_the_reports(spec):
 def test_concurrency_shares_the_step_sublinearly(plain):
     n = 4
     with ThreadPoolExecutor(n) as pool:
-        rates = list(pool.map(lambda i: shot_decode(plain.port, PROSE, 200, f"u-conc-{i}")[0], range(n)))
+        rates = list(pool.map(lambda i: shot_decode(plain.port, PROSE, 200, f"u-conc-{i}")[1].pace_tps(), range(n)))
     single = expected(plain.truth, "prose", k=0)
     batch = expected(plain.truth, "prose", k=0, batch=n)
     assert statistics.median(rates) == pytest.approx(batch.decode_tps, rel=0.05)
