@@ -82,7 +82,7 @@ def test_ttft_cold_and_warm_and_the_report_files(standin, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    ([], "give a RECIPE"),
+    ([], "give one of: a RECIPE"),
     (["--url", "http://127.0.0.1:9", "--concurrency", "1,x"], "--concurrency '1,x'"),
     (["--url", "http://127.0.0.1:9", "--until-stable", "150%"], "between 0 and 1"),
     (["--url", "http://127.0.0.1:9", "--profile", "poetry"], "unknown profile 'poetry'"),
