@@ -140,7 +140,8 @@ def _restore(before, inventory_path: str, events: Events, inv) -> str:
 
 def compare(deps: dict[str, Deployment], inventory_path: str, blocks: str, plan_of: Callable[[Target], Plan],
             events: Events, before,
-            on_shot: Callable[[Group, object], None] = lambda g, s: None) -> CompareResult:
+            on_shot: Callable[[Group, object], None] = lambda g, s: None,
+            on_block: Callable[[Target, Plan, list[Group]], None] = lambda t, p, g: None) -> CompareResult:
     """Run the blocks in order; restore `before` at the end whatever happened (errors after the restore)."""
     result = CompareResult({k: d.recipe.name for k, d in deps.items()},
                            before=None if before is None else before.id)
@@ -148,9 +149,11 @@ def compare(deps: dict[str, Deployment], inventory_path: str, blocks: str, plan_
     try:
         for label in blocks:
             tgt = _deploy(deps[label], events)
+            plan = plan_of(tgt)
             with open_client(tgt.url) as http:
-                groups = run(http, tgt.model, plan_of(tgt), on_shot)
+                groups = run(http, tgt.model, plan, on_shot)
             result.blocks.append(Block(label, tgt.release, groups))
+            on_block(tgt, plan, groups)  # e.g. record the block's figures with its release
     except Exception as exc:  # noqa: BLE001 - restore first, then report this
         failure = exc
     try:

@@ -109,7 +109,7 @@ def bench(
 
         if compare is not None:
             _compare(compare, blocks, inventory, sets, shots, warmup, levels, width, max_shots, the_api, max_tokens,
-                     idle_bound, as_json, report_dir)
+                     idle_bound, as_json, report_dir, no_record)
             return
         if recipe is not None:
             from ..config.load import load_deployment
@@ -194,7 +194,7 @@ def _shoot(http, model: str, plan, quiet: bool):
 
 
 def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, levels, width, max_shots, the_api,
-             max_tokens, idle_bound, as_json: bool, report_dir) -> None:
+             max_tokens, idle_bound, as_json: bool, report_dir, no_record: bool) -> None:
     """--compare A.yaml B.yaml: both recipes on the same inventory, blocks in order, then the restore."""
     import json
 
@@ -224,8 +224,22 @@ def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, leve
                            max_shots=max_shots, draft_budget=tgt.draft_budget,
                            shot=ShotOptions(api=the_api, max_tokens=max_tokens, idle_bound_s=idle_bound))
 
+    def record_block(tgt, plan, groups) -> None:
+        from ..bench.record import NotRecorded, record
+        from ..bench.report import BenchResult
+
+        if no_record or tgt.release is None:
+            return
+        block = BenchResult(target={**tgt.as_dict(), "api": str(the_api)}, plan=plan, groups=groups,
+                            finished_at=time.time())
+        try:
+            record(block, deps["A"].inventory, tgt.release, err)
+        except NotRecorded as exc:
+            err.print(f"[yellow]warning[/]: {escape(str(exc))}")
+
     try:
-        result = compare_mod.compare(deps, str(inventory), order, plan_of, Events(TerminalSink(err)), before)
+        result = compare_mod.compare(deps, str(inventory), order, plan_of, Events(TerminalSink(err)), before,
+                                     on_block=record_block)
     except compare_mod.CompareError as exc:
         raise Failed(str(exc)) from None
     if as_json:
