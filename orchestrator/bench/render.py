@@ -90,7 +90,7 @@ def show(console: Console, result: BenchResult) -> None:
                   f"(headers of {cd['shards']} shard(s) on {escape(cd['node'])}: {cd['bytes_read']:,} bytes read)")
     for p, frac in cd["of_ceiling"].items():
         if frac is not None:
-            console.print(f"  {escape(p)}: {cd['steps_per_s'][p]:.2f} steps/s = {frac:.0%} of the ceiling")
+            console.print(f"  {escape(p)}: {cd['steps_per_s'][p]:.2f} steps/s = {frac:.1%} of the ceiling")
     ht = Table(title="hypotheses (a measured speed above a ceiling refutes it)")
     for col in ("weights read", "GB per token", "ceiling steps/s", "measured / ceiling", "verdict"):
         ht.add_column(col)
@@ -98,7 +98,7 @@ def show(console: Console, result: BenchResult) -> None:
         verdict = row["verdict"]
         style = "bold red" if verdict == "refuted" else "green" if verdict == "possible" else "dim"
         ht.add_row(row["hypothesis"], f"{row['bytes_per_token'] / 1e9:.4g}", f"{row['ceiling_tps']:.2f}",
-                   _f(row["of_ceiling"], "{:.0%}"), f"[{style}]{verdict}[/]")
+                   _f(row["of_ceiling"], "{:.1%}"), f"[{style}]{verdict}[/]")
     console.print(ht)
 
 
