@@ -289,6 +289,7 @@ KINDS: dict[str, Callable] = {
     "meminfo": faults_host.meminfo,
     "mtu": faults_host.mtu,
     "kernel": faults_host.kernel,
+    "earlyoom": faults_host.earlyoom,
     "reboot": reboot,
 }
 

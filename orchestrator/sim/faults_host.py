@@ -142,3 +142,46 @@ def kernel(cluster, node: NodeInfo, opts: dict) -> str:
     if seen != release:
         raise SimError(f"{node.name}: `uname -r` prints {seen!r} after installing the wrapper")
     return f"{node.name}: `uname -r` prints {release} (wrapper {UNAME_WRAPPER}; the kernel is unchanged)"
+
+
+EARLYOOM_PID = "/run/sim-earlyoom.pid"
+# "$1" = -m PERCENT. Real earlyoom (Debian's), reading the node's /proc/meminfo (a Spark's, bind-mounted);
+# -r 3600: one report line an hour, as Debian's /etc/default/earlyoom has it. Detached; its pid kept.
+_EARLYOOM_START = ('[ ! -s "$2" ] || kill "$(cat "$2")" 2>/dev/null; '
+                   'setsid nohup earlyoom -m "$1" -r 3600 >>/var/log/sim-earlyoom.log 2>&1 </dev/null & '
+                   'echo $! > "$2"')
+_EARLYOOM_STOP = 'f=$1; [ ! -s "$f" ] || { kill "$(cat "$f")" 2>/dev/null; rm -f "$f"; }; true'
+
+
+def earlyoom(cluster, node: NodeInfo, opts: dict) -> str:
+    """Run the real earlyoom on the node with `-m PERCENT` (field note 8: 0.835 left ~2 GiB and earlyoom
+    killed the service), or stop it. A threshold the node's memory is already under is refused: earlyoom
+    would at once kill the node's largest process (its dockerd) instead of modelling a Spark."""
+    if set(opts) == {"stop"}:
+        if not _bool("earlyoom", opts["stop"]):
+            raise SimInputError("fault earlyoom: stop=false does nothing")
+        cluster.exec(node.index, ["sh", "-c", _EARLYOOM_STOP, "sh", EARLYOOM_PID])
+        return f"{node.name}: earlyoom stopped"
+    if set(opts) != {"m"}:
+        raise SimInputError("fault earlyoom takes m=PERCENT (earlyoom -m: SIGTERM below that % available), "
+                            "or stop=true")
+    try:
+        percent = float(opts["m"])
+    except ValueError:
+        raise SimInputError(f"fault earlyoom: m={opts['m']!r} is not a number") from None
+    if not 1 <= percent <= 90:
+        raise SimInputError(f"fault earlyoom: m={opts['m']} is outside 1-90")
+    seen = cluster.exec(node.index, ["cat", "/proc/meminfo"]).stdout
+    kb = {k: int(v) for k, v in re.findall(r"^(MemTotal|MemAvailable):\s+(\d+) kB$", seen, re.MULTILINE)}
+    if kb["MemAvailable"] * 100 <= percent * kb["MemTotal"]:
+        raise SimInputError(f"fault earlyoom: {node.name} has only {100 * kb['MemAvailable'] / kb['MemTotal']:.1f}% "
+                            f"available: earlyoom -m {opts['m']} would start killing at once")
+    if cluster.exec(node.index, ["sh", "-c", "command -v earlyoom"], check=False).code != 0:
+        raise SimError(f"{node.name}: no earlyoom in this node image (rebuild: `spark-deploy sim images`)")
+    cluster.exec(node.index, ["sh", "-c", _EARLYOOM_START, "sh", opts["m"], EARLYOOM_PID])
+    for _ in range(50):  # bounded: earlyoom is up once pgrep sees it with our threshold
+        found = cluster.exec(node.index, ["pgrep", "-a", "-x", "earlyoom"], check=False).stdout
+        if f"-m {opts['m']}" in found:
+            return f"{node.name}: earlyoom -m {opts['m']} runs ({found.split()[0]})"
+        cluster.exec(node.index, ["sleep", "0.1"])
+    raise SimError(f"{node.name}: earlyoom did not start; see /var/log/sim-earlyoom.log in the node")

@@ -67,3 +67,31 @@ def test_healthy_then_each_fault_on_spark_2(sim_cluster_factory, tmp_path):
             cluster.fault("spark-2", undo[0], **dict(a.split("=", 1) for a in undo[1:]))
         code, checks = preflight(cluster, recipe)
         assert code == 0, (f"after undoing {fault}", json.dumps(checks, indent=1))
+
+
+def test_earlyoom_that_would_fire_at_the_expected_headroom_warns(sim_cluster_factory, tmp_path):
+    """Real earlyoom on spark-2 (field note 8: 0.835 left ~2 GiB and earlyoom killed the service). The sim
+    recipe's 0.8 of a Spark's 119.7 GiB leaves ~19.9 GiB: -m 10 (12.0 GiB) is fine, -m 20 (23.9 GiB) warns."""
+    cluster = sim_cluster_factory(nodes=2)
+    recipe = recipe_variant(cluster, tmp_path / "recipe.yaml")
+    cluster.fault("spark-2", "earlyoom", m="10")
+    try:
+        code, checks = preflight(cluster, recipe)
+        cells = checks["memory-headroom"]["per_node"]
+        assert code == 0 and cells["spark-2"]["status"] == "ok", cells
+        assert "earlyoom kills below 12.0 GiB" in cells["spark-2"]["value"]
+        assert "earlyoom not running" in cells["spark-1"]["value"]
+        cluster.fault("spark-2", "earlyoom", m="20")
+        code, checks = preflight(cluster, recipe)
+        verdict = checks["memory-headroom"]
+        assert code == 0 and verdict["per_node"]["spark-2"]["status"] == "warn", verdict
+        assert "under earlyoom's 23.9 GiB threshold (" in verdict["per_node"]["spark-2"]["value"]
+        assert "earlyoom -m 20 -r 3600" in verdict["per_node"]["spark-2"]["value"]
+        assert verdict["fix"].startswith("spark-2: earlyoom would kill the service")
+        strict = spark_deploy("preflight", recipe, "-i", cluster.inventory_path, "--only", "memory-headroom",
+                              "--strict", timeout=120)
+        assert strict.returncode == 1, strict.stdout + strict.stderr
+    finally:
+        cluster.fault("spark-2", "earlyoom", stop="true")
+    code, checks = preflight(cluster, recipe)
+    assert "earlyoom not running" in checks["memory-headroom"]["per_node"]["spark-2"]["value"]
