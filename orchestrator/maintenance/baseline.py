@@ -17,6 +17,11 @@ SCHEMA = 1
 BOOT_SERVING = "comes back and matches the serving release"  # checks_boot.BootMatch.SERVING's text
 
 
+def said(reason: str) -> str:
+    """The reason as an audit line shows it."""
+    return f"reason {reason!r}" if reason else "no reason given"
+
+
 class WindowState(StrEnum):
     OPEN = "open"
     CLOSED = "closed"

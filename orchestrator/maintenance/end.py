@@ -30,7 +30,7 @@ from ..runner.events import Events
 from ..transport.cancel import signals_interrupt
 from ..transport.group import Cluster
 from . import store
-from .baseline import Baseline, WindowState
+from .baseline import Baseline, WindowState, said
 from .diff import ADVICE
 from .stop import kept_name
 from .window import (
@@ -174,7 +174,7 @@ def close(inventory_path: str, base: Baseline, result: EndResult, events: Events
                 events.warn(f"could not mark the baseline closed: {why}", node)
             audit.append(cluster, inventory, audit.entry(
                 "maintenance-end", str(result.outcome), release=result.up.release if result.up else base.release,
-                detail=f"reason {base.reason!r}; window {_when(base.opened_at)} - {_when(now)}; {result.detail}",
+                detail=f"{said(base.reason)}; window {_when(base.opened_at)} - {_when(now)}; {result.detail}",
                 **_window_fields(base, result, now)), conns)
             return closed
     finally:
@@ -189,7 +189,7 @@ def _audit_failure(inventory_path: str, base: Baseline, result: EndResult) -> No
         conns, _unreachable = cluster.open_reachable()
         audit.append(cluster, inventory, audit.entry(
             "maintenance-end", str(result.outcome), release=base.release,
-            detail=f"reason {base.reason!r}; the window stays open: {result.detail}"[:900],
+            detail=f"{said(base.reason)}; the window stays open: {result.detail}"[:900],
             **_window_fields(base, result, None)), conns)
     finally:
         cluster.close()

@@ -28,7 +28,7 @@ from ..runner.events import Events
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
 from . import collect, store
-from .baseline import Baseline, NodeFacts, WindowState
+from .baseline import Baseline, NodeFacts, WindowState, said
 from .diff import Drift, compare
 from .stop import StopResult, release_containers, stop_release
 
@@ -145,7 +145,7 @@ def _begin_locked(dep: Deployment, cluster: Cluster, conns, unreachable, events:
     outcome = "opened" if report.ok() and not not_written and (stopped is None or stopped.ok) else "opened with problems"
     audit.append(cluster, inventory, audit.entry(
         "maintenance-begin", outcome, release=baseline.release, reason=reason, opened_at=now,
-        detail=f"reason {reason!r}; " + ("preflight ok" if report.ok() else
+        detail=f"{said(reason)}; " + ("preflight ok" if report.ok() else
                                          f"preflight failed: {', '.join(v.name for v in report.failed())}")
         + (f"; stopped {len(stopped.stopped)} container(s) of release {serving.id}" if stopped else "")
         + (f"; replaced the open window of {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(open_window.opened_at))}"
