@@ -71,8 +71,7 @@ def _facts_table(base: Baseline) -> Table:
     rows = [
         ("driver", lambda f: f.gpu.driver if f.gpu else None),
         ("CUDA", lambda f: f.gpu.cuda if f.gpu else None),
-        ("SM clock", lambda f: f"{f.gpu.clock} of {f.gpu.max_clock} MHz" + (" (locked)" if f.gpu.locked else "")
-         if f.gpu else None),
+        ("SM clock", lambda f: f.gpu.clock_text() if f.gpu else None),
         ("kernel", lambda f: f.kernel), ("OS", lambda f: f.os_release),
         ("docker", lambda f: f"{f.docker_version} / {f.docker_driver}" if f.docker_version else None),
         ("memory", lambda f: f"{f.mem_total / GIB:.1f} GiB total, {f.mem_available / GIB:.1f} GiB available"

@@ -45,6 +45,13 @@ class GpuSeen(BaseModel):
         return (not self.idle and bool(self.max_clock) and self.clock is not None
                 and self.clock < 0.95 * self.max_clock)
 
+    def clock_text(self) -> str:
+        """As the tables show it: "2418 of 2418 MHz", "[N/A]", with "(idle)" or "(locked...)"."""
+        shown = "[N/A]" if self.clock is None else f"{self.clock} of {self.max_clock if self.max_clock else '?'} MHz"
+        if self.clocks_locked:
+            return f"{shown} (locked: application clocks set)"
+        return shown + (" (locked)" if self.locked else " (idle)" if self.idle else "")
+
 
 class ImageSeen(BaseModel):
     """The serving release's image on one node: present or not, and its layers (DiffIDs)."""

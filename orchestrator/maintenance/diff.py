@@ -125,7 +125,7 @@ class Drift:
 def _clock(f: NodeFacts) -> str | None:
     if f.gpu is None:
         return None
-    return f"{f.gpu.clock} of {f.gpu.max_clock} MHz" + (" (locked)" if f.gpu.locked else "")
+    return f.gpu.clock_text()
 
 
 def _image(f: NodeFacts) -> str | None:

@@ -71,6 +71,15 @@ def test_a_clock_that_moves_is_no_change_but_a_locked_clock_is():
     unlocked = compare(before, after)
     assert [c.consequence for c in unlocked.changes] == [Consequence.NOTED] and not unlocked.blocking
     assert unlocked.consequences[0] is Consequence.SAFE
+    idle = node("spark-2").gpu.model_copy(update={"clock": 208, "idle": True})  # an idle GPU clocks down
+    assert compare(*both(gpu=idle)).changes == []
+    app_locked = node("spark-2").gpu.model_copy(update={"clocks_locked": True})  # nvidia-smi -lgc at full speed
+    drift = compare(*both(gpu=app_locked))
+    assert [c.consequence for c in drift.changes] == [Consequence.RESET_CLOCK]
+    assert drift.changes[0].after == "3003 of 3003 MHz (locked: application clocks set)"
+    unread = node("spark-2").gpu.model_copy(update={"clock": None, "max_clock": None})
+    (change,) = compare(*both(gpu=unread)).changes  # nvidia-smi gives no clock: shown, no consequence
+    assert (change.fact, change.after, change.consequence) == (Fact.SM_CLOCK, "[N/A]", Consequence.NOTED)
 
 
 def test_the_image_missing_on_a_node_means_a_resync():
