@@ -127,8 +127,8 @@ def status(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("invent
                     out.print(f"  {_item_line(item)}")
                 if not n.boot.items:
                     out.print("  nothing comes back on boot")
-                elif s and not any(i.match is BootMatch.SERVING for i in n.boot.items):
-                    out.print("  [yellow]the serving release does not come back[/]")
+                if s and not any(i.match is BootMatch.SERVING for i in n.boot.items):
+                    out.print("  [yellow]the serving release does not come back[/] (`spark-deploy boot enable RECIPE`)")
         for node, why in report.unreachable.items():
             err.print(f"[bold red]{escape(node)}[/]: unreachable: {escape(why)}")
         for n in report.nodes:

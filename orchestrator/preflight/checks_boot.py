@@ -328,7 +328,7 @@ def boot_items(observed: dict[str, Observed], serving: str | Iterable[str] | Non
 
 def _container_text(p: PolicyContainer) -> str:
     labels = p.container.ours
-    image = p.ref or p.container.image[:19]
+    image = p.ref if p.ref and not p.ref.startswith("sha256:") else (p.ref or p.container.image)[:19]
     if labels:
         return f"{image}, spark-deploy {labels.recipe} rank {labels.rank} plan {labels.plan_hash or '?'}"
     return image

@@ -226,3 +226,18 @@ def test_a_fact_that_failed_skips_with_its_error(plan, tmp_path):
 def test_boot_is_registered_outside_ups_subset():
     spec = CHECKS["boot"]
     assert spec.facts == ("boot_units", "restart_policies") and spec.in_up is False and spec.field_note == 9
+
+
+def test_sim_head_with_our_unit_enabled_is_ok(tmp_path):
+    """Captured on a simulated systemd node after `up` and `boot enable`: our head unit and its container."""
+    units = parse_boot_units(sample("boot_units_sim_head.txt"))
+    containers = parse_restart_policies(sample("boot_restart_sim_head.txt"))
+    assert [u.id for u in units.units] == ["spark-deploy-sim-bootdbg-sim-tiny.service"]  # sim-boot, ssh: no docker
+    (c,) = containers
+    plan = c.plan_hash
+    items = boot_items({"boot_units": Observed(units), "restart_policies": Observed(containers)}, plan)
+    assert [(i.kind, i.match) for i in items] == [(ItemKind.UNIT, BootMatch.SERVING)]
+    assert "sd-sim-tiny-r0" in items[0].starts and "sha256:c526c3081f60" in items[0].starts
+    assert "sha256:c526c3081f60baff" not in items[0].starts  # an image ID is shown short
+    other = boot_items({"boot_units": Observed(units), "restart_policies": Observed(containers)}, "0" * 16)
+    assert [i.match for i in other] == [BootMatch.OTHER]
