@@ -160,11 +160,17 @@ def enable(dep: Deployment, events: Events, *, yes: bool) -> EnableResult:
                     "boot-enable", "refused", release=release.id,
                     detail="other things come back on boot: " + "; ".join(c.describe() for c in conflicts)))
                 return result
-            for c in conflicts:
-                _turn_off(cluster[c.node], c.item, looked)
-                result.disabled.append(f"{c.node}: {c.item.kind} {c.item.name}")
-                events.note(f"{c.item.kind} {c.item.name} no longer comes back on boot", c.node)
-            cluster.each(lambda conn: _install(conn, next(u for u in units if u.node == conn.name)), conns)
+            try:
+                for c in conflicts:
+                    _turn_off(cluster[c.node], c.item)
+                    result.disabled.append(f"{c.node}: {c.item.kind} {c.item.name}")
+                    events.note(f"{c.item.kind} {c.item.name} no longer comes back on boot", c.node)
+                cluster.each(lambda conn: _install(conn, next(u for u in units if u.node == conn.name)), conns)
+            except (GroupError, NodeError, BootRefused) as exc:
+                audit.append(cluster, inventory, audit.entry(
+                    "boot-enable", "failed", release=release.id, detail=f"{exc}; turned off before it: "
+                    f"{'; '.join(result.disabled) or 'nothing'}"))
+                raise BootRefused(f"boot enable failed: {exc}") from exc
             for u in units:
                 events.note(f"{u.name} enabled: brings back {u.container} (release {u.release}, plan "
                             f"{u.plan_hash})", u.node)
@@ -197,7 +203,7 @@ def _serving_matches(looked: Looked, plan: Plan) -> Release:
     return serving
 
 
-def _turn_off(conn: NodeConnection, item: BootItem, looked: Looked) -> None:
+def _turn_off(conn: NodeConnection, item: BootItem) -> None:
     if item.kind is ItemKind.UNIT:
         conn.run(["systemctl", "disable", item.name], timeout=60, check=True)
     else:
@@ -250,7 +256,11 @@ def disable(inventory: Inventory, recipe: str | None, events: Events) -> Disable
                     conn.run(["systemctl", "daemon-reload"], timeout=60, check=True)
                 return names
 
-            result.removed = cluster.each(one, conns)
+            try:
+                result.removed = cluster.each(one, conns)
+            except GroupError as exc:
+                audit.append(cluster, inventory, audit.entry("boot-disable", "failed", detail=str(exc)))
+                raise BootRefused(f"boot disable failed: {exc}") from exc
             for node, names in result.removed.items():
                 for name in names:
                     events.note(f"{name} disabled and removed", node)
