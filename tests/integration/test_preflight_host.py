@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 
-from deploy_helpers import assert_up_refuses, recipe_variant, spark_deploy
+from ruamel.yaml import YAML
+
+from deploy_helpers import assert_up_refuses, our_containers, recipe_variant, spark_deploy
 
 CHECKS = ["memory-headroom", "fabric-ip", "socket-ifname", "mtu-parity", "fabric-reach", "roce-hca", "roce-gid",
           "kernel"]
@@ -95,3 +97,28 @@ def test_earlyoom_that_would_fire_at_the_expected_headroom_warns(sim_cluster_fac
         cluster.fault("spark-2", "earlyoom", stop="true")
     code, checks = preflight(cluster, recipe)
     assert "earlyoom not running" in checks["memory-headroom"]["per_node"]["spark-2"]["value"]
+
+
+def test_a_socket_interface_the_node_does_not_have(sim_cluster_factory, tmp_path):
+    """The per-node NCCL/Gloo interface in the inventory names a port spark-2 does not have (its QSFP port
+    is called differently): preflight names spark-2 and what it has, and up refuses the same way."""
+    cluster = sim_cluster_factory(nodes=2)
+    yaml = YAML()
+    doc = yaml.load(cluster.inventory_path.read_text())
+    spark2 = next(n for n in doc["nodes"] if n["name"] == "spark-2")
+    spark2["env"] = {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "GLOO_SOCKET_IFNAME": "enp1s0f1np1"}
+    inventory = tmp_path / "inventory.yaml"
+    with inventory.open("w") as handle:
+        yaml.dump(doc, handle)
+    res = spark_deploy("preflight", cluster.recipe_path, "-i", inventory, "--only", "socket-ifname", "--json",
+                       timeout=120)
+    assert res.returncode == 1, res.stdout + res.stderr
+    cells = {c["name"]: c for c in json.loads(res.stdout)["checks"]}["socket-ifname"]["per_node"]
+    assert cells["spark-1"]["status"] == "ok" and "eth0" in cells["spark-1"]["value"]
+    assert cells["spark-2"]["status"] == "fail"
+    assert "NCCL_SOCKET_IFNAME=enp1s0f1np1 matches no interface (has " in cells["spark-2"]["value"]
+    assert "eth0" in cells["spark-2"]["value"]
+    before = our_containers(cluster)
+    up = spark_deploy("up", cluster.recipe_path, "-i", inventory, timeout=180)
+    assert up.returncode == 1 and "during preflight" in up.stderr and "socket-ifname" in up.stderr, up.stderr
+    assert "spark-2" in up.stderr and our_containers(cluster) == before
