@@ -117,12 +117,16 @@ def _enough(group: Group, plan: Plan) -> bool:
 def warm_probe(http: httpx.Client, model: str, prompt: str, opts: ShotOptions) -> WarmProbe:
     """Send an identical prompt once more (after the server is idle) to see the prefix cache work."""
     try:
-        if m.wait_idle(http, opts.idle_bound_s) is None:
+        before = m.wait_idle(http, opts.idle_bound_s)
+        if before is None:
             return WarmProbe(None, None, None, "server busy")
         got = stream(http, opts.api, model, prompt, WARM_PROBE_TOKENS, opts.timeout_s)
+        hits = m.delta(before, m.wait_idle(http, opts.idle_bound_s) or m.scrape(http)).cache_hits
     except (RequestFailed, m.MetricsError) as exc:
         return WarmProbe(None, None, None, str(exc))
-    return WarmProbe(got.ttft_s, got.cached_tokens, got.prompt_tokens)
+    # usage says it only under --enable-prompt-tokens-details; the hits counter says it either way
+    cached = got.cached_tokens if got.cached_tokens is not None else (int(hits) if hits is not None else None)
+    return WarmProbe(got.ttft_s, cached, got.prompt_tokens)
 
 
 def run_group(http: httpx.Client, model: str, plan: Plan, profile: str, c: int,

@@ -1,8 +1,9 @@
 """One shot: c simultaneous requests under the field's protocol (notes 14, 15, 17), and its discard rules.
 
 Before: the server must be idle (num_requests_running == 0 and nothing waiting), waited for with a bound.
-Each request carries a unique prefix, so the prefix cache cannot help; the server must confirm it
-(usage.prompt_tokens_details.cached_tokens == 0). After: request_success_total must have grown by exactly
+Each request carries a unique prefix, so the prefix cache cannot help; the server must confirm it:
+vllm:prefix_cache_hits_total must not grow during the shot (vLLM reports usage.prompt_tokens_details only
+with --enable-prompt-tokens-details, and only for a hit; a reported hit also discards). After: request_success_total must have grown by exactly
 c, and nothing may still run (a request that ran beside ours shared our steps). A shot that breaks a rule
 is kept with its reason and never averaged.
 """
@@ -26,7 +27,7 @@ class Discard(StrEnum):
     POLLUTED = "polluted"  # request_success_total grew by other than c, or a request still ran after
     FAILED = "failed"  # a request failed
     NO_USAGE = "no-usage"  # the server sent no usage (include_usage ignored): nothing to count from
-    NO_CACHE_REPORT = "no-cached-tokens"  # the server does not report cached_tokens: freshness unproven
+    NO_CACHE_REPORT = "no-cached-tokens"  # neither cached_tokens nor the hits counter: freshness unproven
     TOO_SHORT = "too-short"  # all tokens arrived in the first chunk: no decode interval
 
 
@@ -170,12 +171,16 @@ def judge(shot: Shot, after: m.Scrape | None) -> None:
             f"{after.get(m.RUNNING):g} request(s) still running after the shot: they shared its steps")
     elif any(r.completion_tokens is None for r in shot.requests):
         shot.discarded, shot.why = Discard.NO_USAGE, "no usage in the stream (stream_options.include_usage ignored)"
-    elif any(r.cached_tokens is None for r in shot.requests):
-        shot.discarded, shot.why = Discard.NO_CACHE_REPORT, (
-            "usage.prompt_tokens_details.cached_tokens missing: cannot prove the prefix cache did not help")
     elif any(r.cached_tokens for r in shot.requests):
         hit = max(r.cached_tokens or 0 for r in shot.requests)
         shot.discarded, shot.why = Discard.CACHED, f"prefix cache hit: cached_tokens={hit} (must be 0)"
+    elif shot.delta is not None and shot.delta.cache_hits:
+        shot.discarded, shot.why = Discard.CACHED, (
+            f"prefix cache hit: vllm:prefix_cache_hits_total grew by {shot.delta.cache_hits:g} tokens (must be 0)")
+    elif (shot.delta is None or shot.delta.cache_hits is None) and any(r.cached_tokens is None for r in shot.requests):
+        shot.discarded, shot.why = Discard.NO_CACHE_REPORT, (
+            "neither usage.prompt_tokens_details.cached_tokens nor vllm:prefix_cache_hits_total: cannot prove the "
+            "prefix cache did not help")
     elif any(r.decode_tps is None for r in shot.requests):
         shot.discarded, shot.why = Discard.TOO_SHORT, "no decode interval (everything came in the first chunk)"
 

@@ -41,8 +41,8 @@ def _healthy(url: str, bound_s: float = 10.0) -> None:
 def standin():
     started: list[LocalStandin] = []
 
-    def start(spec_k: int = 0, env: dict | None = None) -> LocalStandin:
-        srv = LocalStandin(spec_k=spec_k, env={"SIM_SEED": "7", **(env or {})}, timeout=60)
+    def start(spec_k: int = 0, env: dict | None = None, extra: tuple[str, ...] = ()) -> LocalStandin:
+        srv = LocalStandin(spec_k=spec_k, env={"SIM_SEED": "7", **(env or {})}, timeout=60, extra=extra)
         srv.start()
         started.append(srv)
         _healthy(srv.url)

@@ -51,16 +51,24 @@ def test_a_concurrent_request_pollutes_the_shot(standin):
     assert "grew by 2" in shot.why
 
 
-def test_a_prefix_cache_hit_is_discarded_and_the_warm_probe_shows_it(standin):
-    srv = standin(env={"SIM_DECODE_TPS": "500"})
+@pytest.mark.parametrize("details", [False, True], ids=["metrics-only", "usage-details"])
+def test_a_prefix_cache_hit_is_discarded_and_the_warm_probe_shows_it(standin, details):
+    """vLLM puts cached_tokens in usage only with --enable-prompt-tokens-details (and only for a hit): without
+    it the hit is seen in vllm:prefix_cache_hits_total, and a fresh shot (usage says nothing) is still kept."""
+    srv = standin(env={"SIM_DECODE_TPS": "500"}, extra=("--enable-prompt-tokens-details",) if details else ())
     opts = ShotOptions(api=Api.COMPLETIONS, max_tokens=20)
     prompt = fresh_prompt(LONG)
     with open_client(srv.url) as http:
         first = take(http, "tiny", Shot(0, "prose", 1, 0), [prompt], opts)
         again = take(http, "tiny", Shot(1, "prose", 1, 0), [prompt], opts)  # the same prompt: cached
     assert first.ok, first.why
-    assert again.discarded is Discard.CACHED and again.requests[0].cached_tokens > 0
-    assert f"cached_tokens={again.requests[0].cached_tokens}" in again.why
+    assert first.requests[0].cached_tokens is None  # no hit: vLLM reports no details
+    assert again.discarded is Discard.CACHED and again.delta.cache_hits > 0
+    if details:
+        assert again.requests[0].cached_tokens > 0 and f"cached_tokens={again.requests[0].cached_tokens}" in again.why
+    else:
+        assert again.requests[0].cached_tokens is None
+        assert f"prefix_cache_hits_total grew by {again.delta.cache_hits:g}" in again.why
     assert again.ttft_s < first.ttft_s  # the cache shortened the prefill
 
 

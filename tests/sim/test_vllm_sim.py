@@ -237,7 +237,8 @@ def single(tmp_path_factory):
     hf = tmp_path_factory.mktemp("hf")
     make_model(hf)
     procs, port = Procs(), free_port()
-    p = procs(serve_args(port, "--served-model-name", "tiny", "--max_model_len", "8192"),
+    p = procs(serve_args(port, "--served-model-name", "tiny", "--max_model_len", "8192",
+                         "--enable-prompt-tokens-details"),
               hermetic_env(hf, SIM_DECODE_TPS="200"), "single")
     started(p)
     yield port, p
@@ -411,8 +412,8 @@ def test_enforce_eager_has_no_cuda_graph_profile(env, spawn):
     assert p.matching(r"GPU KV cache size: ")
     assert p.matching(r"enforce_eager=True, .*enable_prefix_caching=False")
     body = {"prompt": " ".join(["same"] * 40), "max_tokens": 1}
-    for _ in range(2):  # prefix caching off: the repeat gets no cached tokens
-        assert http(port, "/v1/completions", body)[1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    for _ in range(2):  # prefix caching off: the repeat gets no cached tokens (and no details without the flag)
+        assert http(port, "/v1/completions", body)[1]["usage"]["prompt_tokens_details"] is None
 
 
 def test_cuda_graph_profile_depends_on_flags(env, spawn):
@@ -566,9 +567,25 @@ def test_prefix_cache_reports_block_granular_hits(single):
     shared = "unique-c3 " + " ".join(f"w{i}" for i in range(40))
     first = http(port, "/v1/completions", {"prompt": shared + " alpha", "max_tokens": 2})[1]
     second = http(port, "/v1/completions", {"prompt": shared + " beta gamma", "max_tokens": 2})[1]
-    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert first["usage"]["prompt_tokens_details"] is None  # no hit: null, as vLLM sends it
     # 41 shared tokens, block size 16 -> two full blocks hit
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == 32
+
+
+def test_prompt_tokens_details_only_with_the_flag(spec):
+    """Like vLLM: without --enable-prompt-tokens-details a cache hit is not in usage (null), only in /metrics."""
+    port, _ = spec
+    shared = {"prompt": "unique-c4 " + " ".join(f"w{i}" for i in range(40)), "max_tokens": 2}
+
+    def hits_total() -> float:
+        text = http(port, "/metrics")[1]
+        return float(re.search(r"^vllm:prefix_cache_hits_total\{[^}]*\} (\S+)$", text, re.MULTILINE).group(1))
+
+    http(port, "/v1/completions", shared)
+    before = hits_total()
+    usage = http(port, "/v1/completions", shared)[1]["usage"]
+    assert usage["prompt_tokens_details"] is None
+    assert hits_total() - before == 32  # the hit happened: two full blocks of 16
 
 
 def test_request_errors(single):

@@ -62,8 +62,20 @@ def test_prefix_cache_hit_is_discarded():
     assert s.discarded is Discard.CACHED and "cached_tokens=32" in s.why
 
 
-def test_unreported_cache_and_usage_are_discarded_not_assumed():
+def test_freshness_from_the_hits_counter_when_usage_has_no_details():
+    """vLLM's usage carries prompt_tokens_details only with --enable-prompt-tokens-details and a hit."""
     s = _shot(reqs=[_req(cached=None)])
+    s.delta = m.Delta(success=1, cache_hits=0)
+    judge(s, _scrape())
+    assert s.ok, s.why
+    s = _shot(reqs=[_req(cached=None)])
+    s.delta = m.Delta(success=1, cache_hits=48)
+    judge(s, _scrape())
+    assert s.discarded is Discard.CACHED and "prefix_cache_hits_total grew by 48" in s.why
+
+
+def test_unreported_cache_and_usage_are_discarded_not_assumed():
+    s = _shot(reqs=[_req(cached=None)])  # no details and no hits counter: freshness unproven
     judge(s, _scrape())
     assert s.discarded is Discard.NO_CACHE_REPORT
     s = _shot(reqs=[_req(completion=None)])

@@ -181,7 +181,7 @@ class Handler(BaseHTTPRequestHandler):
                                 "messages or completion.")
         req = engine.prepare(prompt)
         tokens, reason = engine.output_tokens(req, max_tokens, ignore_eos)
-        use = usage(n_prompt, len(tokens), req["cached"])
+        use = usage(n_prompt, len(tokens), req["cached"], bool(self.app.args.enable_prompt_tokens_details))
         steps = engine.steps(req, tokens, reason)
         try:
             if body.get("stream"):

@@ -55,9 +55,14 @@ def sampling(body: dict, default_max: int) -> tuple[int, bool, bool]:
     return max_tokens, bool(body.get("ignore_eos")), bool((options or {}).get("include_usage"))
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached: int, details: bool) -> dict:
+    """vLLM's UsageInfo: prompt_tokens_details is null unless the server runs with
+    --enable-prompt-tokens-details AND the prefix cache served some of the prompt (serving_completion.py:
+    `if self.enable_prompt_tokens_details and num_cached_tokens`). A client that needs freshness must not
+    read a missing field as 0: the prefix_cache_hits counter in /metrics answers either way."""
     return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-            "completion_tokens": completion_tokens, "prompt_tokens_details": {"cached_tokens": cached}}
+            "completion_tokens": completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached} if details and cached else None}
 
 
 class Shape:
