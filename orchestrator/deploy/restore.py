@@ -41,7 +41,7 @@ class StartKept:
     def __init__(self, phase: Phase, kept: list[Kept], undo_stops: bool):
         self.phase, self.kept, self.undo_stops = phase, kept, undo_stops
         self.detail = ", ".join(f"{k.node}: docker start {k.container.id[:12]} as {k.name}" for k in kept)
-        self.renamed: list[Kept] = []
+        self.renamed: list[tuple[Kept, str]] = []  # with the name it had when this step found it
         self.started: list[Kept] = []
 
     def run(self, ctx: UpContext) -> None:
@@ -50,8 +50,12 @@ class StartKept:
 
     def _start(self, ctx: UpContext, kept: Kept) -> None:
         conn = ctx.conn(kept.node)
-        if kept.container.name != kept.name:
-            self.renamed.append(kept)
+        # its name NOW, not when it was looked at: a release stopped under its serving names (a reboot) was
+        # renamed to a kept name by StopPrevious since; it must serve under the plan's name again
+        found = inspect_container(conn, kept.container.id)
+        name = found.name if found else kept.container.name
+        if name != kept.name:
+            self.renamed.append((kept, name))
             rename_container(conn, kept.container.id, kept.name)
         self.started.append(kept)
         start_container(conn, kept.container.id)
@@ -67,9 +71,10 @@ class StartKept:
         for kept in list(self.started):
             stop_container(ctx.conn(kept.node), kept.container.id)
             self.started.remove(kept)
-        for kept in list(self.renamed):
-            rename_container(ctx.conn(kept.node), kept.container.id, kept.container.name)
-            self.renamed.remove(kept)
+        for item in list(self.renamed):
+            kept, name = item
+            rename_container(ctx.conn(kept.node), kept.container.id, name)
+            self.renamed.remove(item)
 
     def leftover(self, ctx: UpContext) -> list[str]:
         return [f"{k.node}: {k.name} ({k.container.id[:12]}) started again" for k in self.started]

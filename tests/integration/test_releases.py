@@ -290,3 +290,26 @@ def test_a_restore_that_fails_too_says_so_loudly_with_both_causes(fresh, tmp_pat
         assert not any(r["serving"] for r in records.values())
     finally:
         cluster.exec(2, ["mv", f"{NODE_HF_CACHE}/hub.off", f"{NODE_HF_CACHE}/hub"])
+
+
+def test_rollback_after_a_reboot_serves_under_the_plans_names(fresh, tmp_path):
+    """Both nodes rebooted: the release's containers (no restart policy) are exited under their serving
+    names. `rollback 1` starts those same containers again under the plan's names, not the kept names
+    StopPrevious gave them on the way (found by the maintenance work: they served as sd-...-rN-RUN)."""
+    cluster = fresh
+    a = recipe_variant(cluster, tmp_path / "a.yaml")
+    result = up(cluster, a)
+    assert result.returncode == 0, result.stderr + result.stdout
+    names = {n: set(running(cluster, n)) for n in (1, 2)}
+    ids = {n: {d["Id"] for d in running(cluster, n).values()} for n in (1, 2)}
+    for node in ("spark-2", "spark-1"):
+        cluster.reboot(node)
+    assert not plan_hashes(cluster), "nothing comes back by itself: no restart policy, no boot unit"
+    back = spark_deploy("rollback", "1", "-i", cluster.inventory_path, timeout=600)
+    assert back.returncode == 0, back.stderr + back.stdout
+    assert "started again, not re-created" in back.stdout
+    assert {n: set(running(cluster, n)) for n in (1, 2)} == names, "served under the plan's container names"
+    assert {n: {d["Id"] for d in running(cluster, n).values()} for n in (1, 2)} == ids
+    assert completion(cluster)
+    records = {r["id"]: r for r in history(cluster)}
+    assert records[2]["rollback_of"] == 1 and records[2]["serving"] is True
