@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from ..config.load import Deployment
 from .facts import Observed, fact
@@ -26,8 +27,11 @@ GPU_QUERY = ("name,driver_version,clocks.sm,clocks.max.sm,clocks_event_reasons.g
              "clocks_event_reasons.applications_clocks_setting")
 
 
-@fact("gpu", f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits "
-      "&& nvidia-smi | grep -o 'CUDA Version: [0-9.]*'")
+GPU_SCRIPT = (f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits "
+              "&& nvidia-smi | grep -oE 'CUDA (UMD )?Version: [0-9.]+'")
+
+
+@fact("gpu", GPU_SCRIPT)
 def parse_gpu(stdout: str) -> dict:
     """The first GPU's name, driver, SM clock and its max (MHz, None where nvidia-smi says [N/A]), why the
     clock is held down (idle, or an application-clock lock), and the CUDA version the driver offers."""
@@ -36,9 +40,16 @@ def parse_gpu(stdout: str) -> dict:
     if len(parts) != 6:
         raise ValueError(f"expected 6 fields ({GPU_QUERY}), got {len(parts)}: {lines[0]!r}")
     name, driver, clock, max_clock, idle, locked = parts
-    cuda = next((line.split(":", 1)[1].strip() for line in lines[1:] if line.startswith("CUDA Version")), "")
+    cuda = next((cuda_version(line) for line in lines[1:] if line.startswith("CUDA")), "")
     return {"name": name, "driver": driver, "clock": _mhz(clock), "max_clock": _mhz(max_clock),
             "idle": idle == "Active", "locked": locked == "Active", "cuda": cuda}
+
+
+def cuda_version(banner: str) -> str:
+    """The CUDA version nvidia-smi's banner offers: `CUDA Version: 13.0` (R580), `CUDA UMD Version: 13.3`
+    (R610 and later); "" when neither is there."""
+    found = re.search(r"CUDA (?:UMD )?Version: ([0-9.]+)", banner)
+    return found.group(1) if found else ""
 
 
 def _mhz(text: str) -> int | None:

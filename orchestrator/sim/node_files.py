@@ -120,6 +120,8 @@ def banner(g):
     print("|   0  %-29s  On  |   %s Off |                  N/A |" % (g["name"][:29], g["bus_id"]))
     print("| N/A   %2sC    P0            %4sW /  N/A | %22s |      0%%      Default |"
           % (g.get("temperature_c", 42), int(float(g.get("power_w", 11.0))),
+             # a GB10's unified memory has no framebuffer: the real banner says "Not Supported" there
+             "Not Supported" if "GB10" in g["name"] else
              "%dMiB / %dMiB" % (int(g.get("memory_used_mib", 0)), int(g["memory_mib"]))))
     print("|                                         |                        |                  N/A |")
     print(bar)

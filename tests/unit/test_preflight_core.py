@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,19 @@ def test_gpu_query_and_the_cuda_version_from_the_banner():
         checks_host.parse_gpu("No devices were found\n")
     with pytest.raises(ValueError, match="expected 6 fields"):
         checks_host.parse_gpu("NVIDIA GB10, 580.95.05, 2418, 2418\n")
+
+
+def test_cuda_version_from_real_banners():
+    """Real captures: a DGX Spark on R580 (`CUDA Version:`), and the R610 layout (`CUDA UMD Version:`)."""
+    gb10 = (SAMPLES / "nvidia-smi-gb10-580.126.09.txt").read_text()
+    r610 = (SAMPLES / "nvidia-smi-r610-banner.txt").read_text()
+    assert checks_host.cuda_version(gb10) == "13.0" and checks_host.cuda_version(r610) == "13.3"
+    grep = re.compile(r"CUDA (UMD )?Version: [0-9.]+")  # what the fact's `grep -oE` keeps of each
+    for banner, want in ((gb10, "13.0"), (r610, "13.3")):
+        kept = grep.search(banner).group(0)
+        line = "NVIDIA GB10, 580.126.09, 2411, 3003, Not Active, Not Active\n" + kept + "\n"
+        assert checks_host.parse_gpu(line)["cuda"] == want
+    assert "grep -oE 'CUDA (UMD )?Version: [0-9.]+'" in checks_host.GPU_SCRIPT
 
 
 def _sm(line: str) -> dict:
