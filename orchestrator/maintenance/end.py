@@ -22,17 +22,14 @@ from ..config.source import ConfigError
 from ..deploy import rollback as rollback_mod
 from ..deploy.up import DeployFailed, UpOptions, UpResult
 from ..deploy.up import up as run_up
-from ..docker_cli.containers import list_containers, rename_container
 from ..releases import audit
 from ..releases.guard import holding_lock
-from ..render.labels import Label
 from ..runner.events import Events
 from ..transport.cancel import signals_interrupt
 from ..transport.group import Cluster
 from . import store
 from .baseline import Baseline, WindowState, said
 from .diff import ADVICE
-from .stop import kept_name
 from .window import (
     MaintenanceError,
     MaintenanceInput,
@@ -117,7 +114,6 @@ def _bring_back(v: VerifyResult, inventory_path: str, events: Events, yes: bool,
         return EndResult(v, EndOutcome.FAILED, "\n".join(prepared.changes) + f"\nrelease {base.release} would not run as "
                          "recorded on today's inventory (above): `maintenance end --yes` deploys it anyway")
     events.note(f"bringing back release {base.release} (plan {base.plan_hash}) by a rollback, every wait and check")
-    _keep_stopped(inventory_path, base, events)
     opts = UpOptions(rollback_of=prepared.target, ready_timeout=ready_timeout)
     try:
         with signals_interrupt():
@@ -126,26 +122,6 @@ def _bring_back(v: VerifyResult, inventory_path: str, events: Events, yes: bool,
         return EndResult(v, EndOutcome.FAILED, f"the rollback to release {base.release} failed: {exc}")
     return EndResult(v, EndOutcome.BROUGHT_BACK, f"release {base.release} serves again as release {done.release} "
                      f"(plan {done.plan_hash}) at {done.endpoint}", up=done)
-
-
-def _keep_stopped(inventory_path: str, base: Baseline, events: Events) -> None:
-    """After a reboot the release's containers are exited under their serving names (no restart policy
-    brought them back). Give them their kept names, as `--stop` and `up` keep a stopped release, so the
-    rollback finds them kept and starts them again under their serving names (it takes the names back)."""
-    inventory, _ = load_inventory(inventory_path)
-    cluster = Cluster(inventory)
-    try:
-        conns, _unreachable = cluster.open_reachable()
-        with holding_lock(cluster, inventory, events):
-            def on(conn) -> None:
-                for c in list_containers(conn, [f"label={Label.PLAN_HASH}={base.plan_hash}"]):
-                    if not c.running and not c.kept:
-                        rename_container(conn, c.id, kept_name(c))
-                        events.note(f"{c.name} ({c.id[:12]}, {c.status}) kept as {kept_name(c)} for the rollback",
-                                    conn.name)
-            cluster.each(on, conns)
-    finally:
-        cluster.close()
 
 
 def _window_fields(base: Baseline, result: EndResult, closed_at: float | None) -> dict:
