@@ -40,20 +40,25 @@ class Target:
                 "recipe": self.recipe, "release": self.release}
 
 
+def _serving_on(cluster: Cluster, inv: Inventory):
+    """The release serving now on an opened-as-far-as-it-goes cluster (every node must answer)."""
+    alive, unreachable = cluster.open_reachable()
+    if unreachable:
+        raise TargetError("unreachable: " + "; ".join(f"{n}: {e}" for n, e in unreachable.items()))
+    hist = store.read_history(cluster, inv, alive)
+    try:
+        containers = cluster.each(ours, alive)
+    except GroupError as exc:
+        raise TargetError("cannot list containers: " + "; ".join(
+            f"{n}: {e}" for n, e in exc.failures.items())) from None
+    return serving_release(hist.releases, containers, inv.cluster)
+
+
 def serving_now(inv: Inventory):
     """The release serving on the inventory's cluster now (releases.record.Release), or None."""
     cluster = Cluster(inv)
     try:
-        alive, unreachable = cluster.open_reachable()
-        if unreachable:
-            raise TargetError("unreachable: " + "; ".join(f"{n}: {e}" for n, e in unreachable.items()))
-        hist = store.read_history(cluster, inv, alive)
-        try:
-            containers = cluster.each(ours, alive)
-        except GroupError as exc:
-            raise TargetError("cannot list containers: " + "; ".join(
-                f"{n}: {e}" for n, e in exc.failures.items())) from None
-        return serving_release(hist.releases, containers, inv.cluster)
+        return _serving_on(cluster, inv)
     except NodeError as exc:
         raise TargetError(str(exc)) from None
     finally:
@@ -69,16 +74,7 @@ def of_recipe(dep: Deployment, want_headers: bool = True) -> Target:
                     nodes=recipe.vllm.tensor_parallel_size, recipe=recipe.name)
     cluster = Cluster(inv)
     try:
-        alive, unreachable = cluster.open_reachable()
-        if unreachable:
-            raise TargetError("unreachable: " + "; ".join(f"{n}: {e}" for n, e in unreachable.items()))
-        hist = store.read_history(cluster, inv, alive)
-        try:
-            containers = cluster.each(ours, alive)
-        except GroupError as exc:
-            raise TargetError("cannot list containers: " + "; ".join(
-                f"{n}: {e}" for n, e in exc.failures.items())) from None
-        now = serving_release(hist.releases, containers, inv.cluster)
+        now = _serving_on(cluster, inv)
         if now is None:
             raise TargetError(f"no release serves on {inv.cluster}: deploy {recipe.name} with `spark-deploy up` first")
         if now.recipe != recipe.name:
