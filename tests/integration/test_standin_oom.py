@@ -33,6 +33,7 @@ def _run_standin(cluster, *docker_args: str) -> dict:
         assert waited.code == 0, waited.stderr
         state = json.loads(node_docker(cluster, 1, "inspect", "--format", "{{json .State}}", NAME,
                                        check=True).stdout)
+        state["Id"] = node_docker(cluster, 1, "inspect", "--format", "{{.Id}}", NAME, check=True).stdout.strip()
         logs = node_docker(cluster, 1, "logs", NAME)
         state["logs"] = logs.stdout + logs.stderr
         return state
@@ -40,10 +41,21 @@ def _run_standin(cluster, *docker_args: str) -> dict:
         node_docker(cluster, 1, "rm", "-f", NAME)
 
 
+def kernel_oom_kills(cluster, container_id: str) -> list[str]:
+    """The kernel's own record of an OOM kill in that container's memory cgroup (dmesg on the node)."""
+    log = cluster.exec(1, ["dmesg"], check=False).stdout
+    return [line for line in log.splitlines() if "oom-kill:" in line and f"oom_memcg=/docker/{container_id}" in line]
+
+
 def test_memory_limited_container_is_killed_by_the_kernel_oom_killer(pair):
     state = _run_standin(pair, "--memory", "96m", "--memory-swap", "96m")
     assert state["ExitCode"] == 137
-    assert state["OOMKilled"] is True, state  # a real kernel OOM kill in the container's memory cgroup
+    # A real kernel OOM kill in the container's memory cgroup, read where the kernel writes it. Docker's
+    # OOMKilled flag is the engine's reading of the memcg's OOM event: true on this machine until 2026-12-01,
+    # when both the host's and the nodes' engines stopped receiving that event (a plain allocating python
+    # under --memory also shows OOMKilled=false), though the kernel log still records the kill.
+    kills = kernel_oom_kills(pair, state["Id"])
+    assert kills or state["OOMKilled"] is True, state
     assert "Model loading took" in state["logs"]  # it died after loading, with no last words
     assert "Traceback" not in state["logs"]
 
@@ -52,6 +64,7 @@ def test_unlimited_container_is_killed_from_outside_the_server(pair):
     state = _run_standin(pair)
     assert state["ExitCode"] == 137, state  # PID 1 (the supervisor) SIGKILLed the server
     assert state["OOMKilled"] is False  # no memory cgroup limit was hit: Docker cannot say more
+    assert kernel_oom_kills(pair, state["Id"]) == []  # and the kernel killed nothing in its cgroup
     assert "Model loading took" in state["logs"]
     assert "Traceback" not in state["logs"]
 
