@@ -11,20 +11,18 @@ import base64
 import json
 from dataclasses import dataclass
 
+from ..checks.model_cache import SNAPSHOT_SH
 from ..transport.node import NodeConnection
 
 # Records, one per line, tab-separated: snap <dir> | config <base64> | header <file> <n> <base64> |
 # bad <file> <why> | absent <why>.
 SCRIPT = r'''cache=$1; repo=$2; rev=$3
-if [ "${repo#/}" != "$repo" ]; then snap=$repo
+if [ "${repo#/}" != "$repo" ]; then
+  snap=$repo
+  [ -d "$snap" ] || { printf 'absent\tno snapshot directory %s\n' "$snap"; exit 0; }
 else
-  root="$cache/hub/models--${repo//\//--}"
-  if [ -f "$root/refs/$rev" ]; then commit=$(cat -- "$root/refs/$rev")
-  elif [[ $rev =~ ^[0-9a-f]{40}$ ]]; then commit=$rev
-  else printf 'absent\tno refs/%s in %s\n' "$rev" "$root"; exit 0; fi
-  snap="$root/snapshots/$commit"
+''' + SNAPSHOT_SH + r'''
 fi
-[ -d "$snap" ] || { printf 'absent\tno snapshot directory %s\n' "$snap"; exit 0; }
 printf 'snap\t%s\n' "$snap"
 if [ -f "$snap/config.json" ]; then printf 'config\t%s\n' "$(base64 -w0 -- "$snap/config.json")"; fi
 found=0

@@ -20,6 +20,17 @@ if [ -f "$d/refs/$rev" ]; then commit="$(cat -- "$d/refs/$rev")"; else commit="$
 if [ -d "$d/snapshots/$commit" ]; then echo "SNAPSHOT $commit"; else echo "NOSNAPSHOT $commit"; fi'''
 
 
+# A bash fragment for node scripts that read a snapshot: with $cache, $repo (a repo id) and $rev set, it sets
+# $snap to the snapshot directory, or prints an `absent<TAB>why` record and exits 0 (the revision is a ref
+# in refs/, or a 40-hex commit).
+SNAPSHOT_SH = r'''root="$cache/hub/models--${repo//\//--}"
+if [ -f "$root/refs/$rev" ]; then commit=$(cat -- "$root/refs/$rev")
+elif [[ $rev =~ ^[0-9a-f]{40}$ ]]; then commit=$rev
+else printf 'absent\tno refs/%s in %s\n' "$rev" "$root"; exit 0; fi
+snap="$root/snapshots/$commit"
+[ -d "$snap" ] || { printf 'absent\tno snapshot directory %s\n' "$snap"; exit 0; }'''
+
+
 def repo_dir(hf_cache: str, repo: str) -> str:
     return posixpath.join(hf_cache, "hub", "models--" + repo.replace("/", "--"))
 

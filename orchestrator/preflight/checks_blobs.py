@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..checks.model_cache import SNAPSHOT_SH
 from ..transport.group import GroupError
 from .registry import Cell, Scope, Status, Verdict, active_check
 
@@ -18,12 +19,7 @@ from .registry import Cell, Scope, Status, Verdict, active_check
 # small files by their git blob id, sha1("blob <size>\0" + content) (40 hex). One record per file, as it ends.
 _SCRIPT = r'''cache=$1; repo=$2; rev=$3
 if [ "${repo#/}" != "$repo" ]; then printf 'plain\t%s\n' "$repo"; exit 0; fi
-root="$cache/hub/models--${repo//\//--}"
-if [ -f "$root/refs/$rev" ]; then commit=$(cat -- "$root/refs/$rev")
-elif [[ $rev =~ ^[0-9a-f]{40}$ ]]; then commit=$rev
-else printf 'absent\tno refs/%s in %s\n' "$rev" "$root"; exit 0; fi
-snap="$root/snapshots/$commit"
-[ -d "$snap" ] || { printf 'absent\tno snapshot directory %s\n' "$snap"; exit 0; }
+''' + SNAPSHOT_SH + r'''
 printf 'start\t%s\n' "$(date +%s.%N)"
 find "$snap" -mindepth 1 -type l -printf '%P\t%l\n' | sort | while IFS=$'\t' read -r name target; do
   blob=${target##*/}; f=$snap/$name
