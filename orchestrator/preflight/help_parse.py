@@ -5,7 +5,7 @@ older images refuse `--help=all` and print every flag for `--help`. `layout` tel
 group list is never mistaken for "an image with no flags".
 
 What the help text shows, and how it maps onto what the parser accepts (held against the real 0.33.0
-parser's own table, ../shared/vllm/options.json, in the unit tests):
+parser's own table, tests/data/vllm/options.json, in the unit tests):
 - an option line is two spaces then the invocation (`--a METAVAR, -b METAVAR`), its help after two or
   more spaces or on the next lines;
 - choices are shown only when argparse enforces them, as `{a,b,c}` (nargs '+' adds ` [{a,b,c} ...]`);

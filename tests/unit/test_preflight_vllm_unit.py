@@ -29,7 +29,7 @@ from orchestrator.preflight.registry import Status
 from orchestrator.render.plan import build_plan
 from orchestrator.sim import fake_model
 
-SHARED = Path("/work/shared/vllm")
+SHARED = Path(__file__).resolve().parents[1] / "data" / "vllm"  # copied from shared/vllm: see its README
 HELP_ALL = (SHARED / "serve-help-all.txt").read_text()
 HELP_GROUPS = (SHARED / "serve-help.txt").read_text()
 ROOT = Path(__file__).resolve().parents[2]
