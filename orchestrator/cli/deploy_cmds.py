@@ -19,6 +19,7 @@ from ..config.source import ConfigError
 from ..deploy import logs as logs_mod
 from ..deploy import status as status_mod
 from ..deploy import down as down_mod
+from ..docker_cli.image_sync import STALL_TIMEOUT
 from ..deploy.up import DeployFailed, UnpinnedImage, UpOptions, up as run_up
 from .. import preflight as preflight_registry
 from ..releases.lock import LockHeld
@@ -65,6 +66,9 @@ def up(
                                              help="Seconds between 'still waiting' lines during long waits.")] = 30.0,
     stall_warning: Annotated[float, typer.Option("--stall-warning", min=0.1,
                                                  help="Warn when no node has logged anything for this many seconds.")] = 300.0,
+    copy_stall_timeout: Annotated[float, typer.Option("--copy-stall-timeout", min=1,
+                                                      help="Seconds an image copy may move no byte before it "
+                                                           "fails.")] = STALL_TIMEOUT,
     no_restore: Annotated[bool, typer.Option("--no-restore", help="If it fails, leave the nodes empty instead of "
                                                                   "starting the previous release again.")] = False,
     skip_check: Annotated[Optional[list[str]], typer.Option("--skip-check", help="Leave this preflight check out "
@@ -83,7 +87,8 @@ def up(
         events = _events(as_json)
         opts = UpOptions(force=force, keep_on_failure=keep_on_failure, replace_image=sync_image,
                          ready_timeout=ready_timeout, join_timeout=join_timeout, heartbeat=heartbeat,
-                         stall_warning=stall_warning, restore=not no_restore, skip_checks=list(skip_check or []))
+                         stall_warning=stall_warning, restore=not no_restore, skip_checks=list(skip_check or []),
+                         copy_stall_timeout=copy_stall_timeout)
         try:
             preflight_registry.select(skip=opts.skip_checks)
         except preflight_registry.UnknownCheck as exc:

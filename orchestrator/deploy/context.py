@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..checks.basics import CheckResult
 from ..config.load import Deployment
-from ..docker_cli.image_sync import SyncPlan
+from ..docker_cli.image_sync import STALL_TIMEOUT, SyncPlan
 from ..http_api.endpoint import Endpoint
 from ..render.plan import Plan
 from ..runner.events import Events
@@ -27,6 +27,7 @@ class UpOptions:
     poll: float = 0.05  # LISTEN probe interval: one short SSH exec each
     heartbeat: float = 30.0  # seconds between "still waiting" lines during long waits
     stall_warning: float = 300.0  # warn when no node has logged anything for this long
+    copy_stall_timeout: float = STALL_TIMEOUT  # an image copy that moves no byte for this long fails
     skip_checks: list = field(default_factory=list)  # --skip-check NAME: preflight checks left out
     restore: bool = True  # a failed or interrupted `up` starts the previous release again (--no-restore: not)
     rollback_of: object = None  # releases.record.Release: this `up` deploys that release again (`rollback`)

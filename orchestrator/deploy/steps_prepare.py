@@ -170,7 +170,8 @@ class SyncImage:
         user = (dst_node.ssh and dst_node.ssh.user) or dep.inventory.ssh.user
         moved = image_sync.copy_image(
             source.conn, dst, ctx.plan.image_id, source.pinned, dst_host=dst_node.fabric_ip, dst_user=user,
-            progress=lambda done, total: ctx.events.progress(f"image → {dst.name}", done, max(total, done)))
+            progress=lambda done, total: ctx.events.progress(f"image → {dst.name}", done, max(total, done)),
+            stall_timeout=ctx.opts.copy_stall_timeout)
         route = {image_sync.TransferMode.DIRECT: "node to node over the fabric",
                  image_sync.TransferMode.RELAY: "relayed through this machine (nodes cannot SSH to each other)"}
         ctx.events.image_moved(moved.source, moved.target, ctx.plan.image_id, moved.bytes, route[moved.mode])

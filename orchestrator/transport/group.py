@@ -14,7 +14,7 @@ from typing import Callable, Iterable, TypeVar
 
 from ..config.inventory import Inventory
 from .cancel import Cancelled, CancelToken, interrupt_reason
-from .node import DEFAULT_MAX_CHANNELS, NodeConnection, NodeError, SSHTarget
+from .node import DEFAULT_MAX_CHANNELS, SESSION_RETRY, NodeConnection, NodeError, SSHTarget
 
 T = TypeVar("T")
 CANCEL_GRACE = 1.5  # seconds the workers get, once cancelled, to kill and clean up before we return
@@ -108,11 +108,12 @@ class Cluster:
     of this cluster is killed."""
 
     def __init__(self, inventory: Inventory, *, cancel: CancelToken | None = None,
-                 max_channels: int = DEFAULT_MAX_CHANNELS):
+                 max_channels: int = DEFAULT_MAX_CHANNELS, session_retry: float = SESSION_RETRY):
         self.inventory = inventory
         self.cancel = cancel or CancelToken()
         self.nodes: list[NodeConnection] = [NodeConnection(SSHTarget.of(inventory, n), cancel=self.cancel,
-                                                           max_channels=max_channels) for n in inventory.ranked]
+                                                           max_channels=max_channels, session_retry=session_retry)
+                                            for n in inventory.ranked]
         for conn in self.nodes:
             conn.cluster = self
 

@@ -64,7 +64,7 @@ class NodeConnection:
     `cancel` is shared by the connections of one cluster: setting it kills every in-flight command."""
 
     def __init__(self, target: SSHTarget, *, cancel: CancelToken | None = None,
-                 max_channels: int = DEFAULT_MAX_CHANNELS):
+                 max_channels: int = DEFAULT_MAX_CHANNELS, session_retry: float = SESSION_RETRY):
         self.target = target
         self.name = target.node
         kwargs = {"look_for_keys": target.key is None, "allow_agent": target.key is None,
@@ -74,6 +74,7 @@ class NodeConnection:
         self._conn = Connection(host=target.host, user=target.user, port=target.port, connect_kwargs=kwargs)
         self.cancel = cancel or CancelToken()
         self.max_channels = max_channels
+        self.session_retry = session_retry
         self._slots = threading.BoundedSemaphore(max_channels)
         self._control = threading.BoundedSemaphore(CONTROL_CHANNELS)
         self._lock = threading.Lock()
@@ -131,7 +132,7 @@ class NodeConnection:
     def _open_session(self) -> paramiko.Channel:
         """Open a session channel. sshd frees a closed session only on its next loop turn, so an open
         right after a close can be refused although we hold fewer than MaxSessions: retried briefly."""
-        delay, give_up = 0.01, time.monotonic() + SESSION_RETRY
+        delay, give_up = 0.01, time.monotonic() + self.session_retry
         while True:
             try:
                 return self.transport.open_session(timeout=CONNECT_TIMEOUT)

@@ -1,6 +1,6 @@
 """bench against the vLLM stand-in run LOCALLY (one process on 127.0.0.1, no simulated cluster).
 
-`served` (module scope, integration tests only): a 2-node simulated cluster serving the sim recipe.
+`served` (module scope, integration tests only): the shared 2-node simulated cluster, lent to the module, serving the sim recipe.
 
 `standin(spec_k=..., env={...})` starts orchestrator.sim.standin.local.LocalStandin (ready when its log
 says "Application startup complete.", bounded; its `SIM truth:` line is parsed into .truth) and stops it
@@ -9,8 +9,6 @@ at the end of the test. Readiness is also checked on /health, with a bound.
 
 from __future__ import annotations
 
-import itertools
-import os
 import subprocess
 import time
 
@@ -21,7 +19,6 @@ from ruamel.yaml import YAML
 
 from orchestrator.sim.standin.local import LocalStandin
 
-_clusters = itertools.count(1)
 
 
 def _healthy(url: str, bound_s: float = 10.0) -> None:
@@ -54,21 +51,11 @@ def standin():
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """One 2-node cluster serving the sim recipe (SIM_DECODE_TPS 300) for the module; always torn down."""
+def served(shared_pair, request, tmp_path_factory):
+    """The session's shared 2-node cluster, lent to this module, serving the sim recipe at
+    SIM_DECODE_TPS 300 for all of its tests; the loan's reset clears it afterwards."""
     tmp_path = tmp_path_factory.mktemp("bench-recipe")
-    import docker
-
-    from orchestrator.sim import images as sim_images_mod
-    from orchestrator.sim.cluster import SimCluster
-
-    client = docker.from_env(timeout=900)
-    sim_images_mod.ensure_images(client)
-    old = os.environ.get("SPARK_DEPLOY_SIM_HOME")
-    os.environ["SPARK_DEPLOY_SIM_HOME"] = str(tmp_path / "sim-home")
-    cluster = SimCluster(f"b{os.getpid()}x{next(_clusters)}", client=client)
-    try:
-        cluster.up(2)
+    with shared_pair.lend(request.module.__name__) as cluster:
         yaml = YAML()
         doc = yaml.load(cluster.recipe_path.read_text())
         doc["env"]["SIM_DECODE_TPS"] = "300"
@@ -79,9 +66,3 @@ def served(tmp_path_factory):
                             capture_output=True, text=True, timeout=600)
         assert up.returncode == 0, up.stdout + up.stderr
         yield cluster, recipe
-    finally:
-        cluster.down()
-        if old is None:
-            os.environ.pop("SPARK_DEPLOY_SIM_HOME", None)
-        else:
-            os.environ["SPARK_DEPLOY_SIM_HOME"] = old

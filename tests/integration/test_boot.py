@@ -21,7 +21,6 @@ import time
 import urllib.request
 
 import pytest
-from conftest import unique_cluster_name
 from deploy_helpers import node_docker, spark_deploy
 
 from orchestrator.config.load import load_inventory
@@ -135,8 +134,8 @@ def status_json(cluster: SimCluster) -> dict:
     return json.loads(r.stdout)
 
 
-def test_non_systemd_node_skips_and_boot_status_names_it(sim_cluster_factory):
-    cluster = sim_cluster_factory(2)
+def test_non_systemd_node_skips_and_boot_status_names_it(pair):
+    cluster = pair
     r = spark_deploy("preflight", cluster.recipe_path, "-i", cluster.inventory_path, "--only", "boot", "--json")
     assert r.returncode == 0, r.stderr + r.stdout
     cells = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "boot")["per_node"]
@@ -149,14 +148,9 @@ def test_non_systemd_node_skips_and_boot_status_names_it(sim_cluster_factory):
     assert r.returncode == 1 and "nothing serves" in r.stderr  # refused before any write
 
 
-@pytest.fixture(scope="module")
-def sysd(docker_client, sim_images, sim_home):
-    cluster = SimCluster(unique_cluster_name(), client=docker_client)
-    try:
-        cluster.up(2, init="systemd")
-        yield cluster
-    finally:
-        cluster.down()
+@pytest.fixture
+def sysd(systemd_pair):
+    return systemd_pair
 
 
 def test_systemd_decodes_our_quoting_exactly(sysd):

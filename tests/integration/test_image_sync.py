@@ -21,7 +21,7 @@ from orchestrator.transport.cancel import Cancelled
 from orchestrator.transport.group import Cluster
 from orchestrator.transport.node import NodeError
 
-from deploy_helpers import CLI, pinned_id, spark_deploy
+from deploy_helpers import CLI, pinned_id
 
 pytestmark = pytest.mark.integration
 
@@ -29,15 +29,14 @@ COPY_PROCESSES = ("docker save", "docker load", "sdsend", "sdrecv", "dd bs=1M")
 
 
 @pytest.fixture
-def clean(pair):
-    """Every test starts with spark-2 holding no image, an open fast network and a working engine."""
-    yield pair
+def clean(bare_peer):
+    """Every test starts with spark-2 holding no image, an open fast network and a working engine; what a
+    test injected is healed here (the shared cluster's reset then checks nothing else was left)."""
+    yield bare_peer
     for node in (1, 2):
-        pair.fault(node, "heal")
-    pair.fault(2, "free-disk")
-    pair.fault(2, "start-dockerd")
-    spark_deploy("down", "-i", pair.inventory_path)
-    pair.exec(2, ["sh", "-c", 'ids=$(docker image ls -aq); [ -z "$ids" ] || docker image rm -f $ids'], check=False)
+        bare_peer.fault(node, "heal")
+    bare_peer.fault(2, "free-disk")
+    bare_peer.fault(2, "start-dockerd")
 
 
 def copy_processes(sim: SimCluster, node: int) -> list[str]:
@@ -72,8 +71,12 @@ def loading_on_target(sim: SimCluster) -> bool:
     return any("docker load" in line for line in copy_processes(sim, 2))
 
 
+STALL_S = 4.0  # up's --copy-stall-timeout here: the tool's 30 s default shortened, the bound is what is tested
+
+
 def start_up(sim: SimCluster) -> subprocess.Popen:
-    return subprocess.Popen([*CLI, "up", str(sim.recipe_path), "-i", str(sim.inventory_path), "--json"],
+    return subprocess.Popen([*CLI, "up", str(sim.recipe_path), "-i", str(sim.inventory_path), "--json",
+                             "--copy-stall-timeout", str(STALL_S)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -118,14 +121,15 @@ def test_a_link_dropped_mid_copy_fails_naming_both_nodes_and_ends_both_ends(clea
         wait_for(lambda: loading_on_target(clean), 60, "docker load never started on spark-2")
         clean.fault(2, "partition")
         cut = time.monotonic()
-        code, stderr = finish(proc, sync.STALL_TIMEOUT + 60)
+        code, stderr = finish(proc, STALL_S + 60)
         elapsed = time.monotonic() - cut
     finally:
         if proc.poll() is None:
             proc.kill()
     assert code == 1, stderr
     assert "no progress" in stderr and "spark-1" in stderr and "spark-2" in stderr, stderr
-    assert elapsed < sync.STALL_TIMEOUT + 15
+    assert f"no progress for {STALL_S:.0f} s" in stderr, stderr  # the configured bound, not the default
+    assert STALL_S - 1 <= elapsed < STALL_S + 15, elapsed  # bytes in flight can land just after the cut
     assert leftovers(clean) == {}, "both ends must be ended although the nodes cannot reach each other"
     assert images(clean, 2) == before
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import pytest
 from deploy_helpers import image_inspect, node_docker
 from image_variants import MB, derive_image
 
@@ -12,12 +13,14 @@ from orchestrator.sim.images import VLLM_REFERENCE_TAG
 from orchestrator.sim.state import SimError
 from orchestrator.transport.group import Cluster
 
+pytestmark = pytest.mark.integration
+
 EXTRA_MB = 16
 TOLERANCE = 0.03  # docker system df prints 4 significant digits; the layer adds a few kB of metadata
 
 
-def test_derived_image_is_new_and_disk_usage_follows_it(sim_cluster_factory):
-    cluster = sim_cluster_factory(nodes=2)
+def test_derived_image_is_new_and_disk_usage_follows_it(pair):
+    cluster = pair
     assert VLLM_REFERENCE_TAG == "vllm-sim:latest"
     base = image_inspect(cluster, 1, VLLM_REFERENCE_TAG)
     assert base is not None, "sim up loads vllm-sim:latest on node 1"

@@ -9,9 +9,8 @@ import json
 import re
 
 import pytest
-from deploy_helpers import completion, node_docker, spark_deploy, unique_name
+from deploy_helpers import completion, node_docker, spark_deploy
 
-from orchestrator.sim.cluster import SimCluster
 from orchestrator.sim.state import NODE_STATE_DIR
 
 pytestmark = pytest.mark.integration
@@ -19,30 +18,13 @@ pytestmark = pytest.mark.integration
 NEW_DRIVER = "580.165.02"
 
 
-@pytest.fixture(scope="module")
-def spark_pair(docker_client, sim_images, sim_home):
-    """Two systemd nodes for the module (a reboot is a real boot there); torn down whatever happens."""
-    cluster = SimCluster(unique_name(), client=docker_client)
-    try:
-        cluster.up(2, init="systemd")
-        yield cluster
-    finally:
-        cluster.down()
-
-
 @pytest.fixture
-def fresh(spark_pair):
-    """No release, audit, lock or window on the nodes, nothing of ours running, the stub GPU as shipped."""
-    cluster = spark_pair
-    spark_deploy("down", "-i", cluster.inventory_path)
+def fresh(systemd_pair):
+    """The shared systemd pair (a reboot is a real boot there); the loan's reset clears releases, audit,
+    lock, window and faults before and after."""
+    yield systemd_pair
     for node in (1, 2):
-        cluster.fault(node, "gpu", reset="true")
-        cluster.exec(node, ["rm", "-rf", f"{NODE_STATE_DIR}/releases", f"{NODE_STATE_DIR}/audit",
-                            f"{NODE_STATE_DIR}/lock", f"{NODE_STATE_DIR}/maintenance"])
-    yield cluster
-    for node in (1, 2):
-        cluster.fault(node, "gpu", reset="true")
-    spark_deploy("down", "-i", cluster.inventory_path)
+        systemd_pair.fault(node, "gpu", reset="true")
 
 
 def sd(cluster, *args, timeout: float = 600):

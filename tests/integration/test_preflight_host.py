@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from ruamel.yaml import YAML
 
 from deploy_helpers import assert_up_refuses, our_containers, recipe_variant, spark_deploy
+
+pytestmark = pytest.mark.integration
 
 CHECKS = ["memory-headroom", "fabric-ip", "socket-ifname", "mtu-parity", "fabric-reach", "roce-hca", "roce-gid",
           "kernel"]
@@ -28,8 +31,8 @@ def preflight(cluster, recipe) -> tuple[int, dict]:
     return res.returncode, {c["name"]: c for c in report["checks"]}
 
 
-def test_healthy_then_each_fault_on_spark_2(sim_cluster_factory, tmp_path):
-    cluster = sim_cluster_factory(nodes=2)
+def test_healthy_then_each_fault_on_spark_2(pair, tmp_path):
+    cluster = pair
     recipe = recipe_variant(cluster, tmp_path / "recipe.yaml")
 
     code, checks = preflight(cluster, recipe)
@@ -71,10 +74,10 @@ def test_healthy_then_each_fault_on_spark_2(sim_cluster_factory, tmp_path):
         assert code == 0, (f"after undoing {fault}", json.dumps(checks, indent=1))
 
 
-def test_earlyoom_that_would_fire_at_the_expected_headroom_warns(sim_cluster_factory, tmp_path):
+def test_earlyoom_that_would_fire_at_the_expected_headroom_warns(pair, tmp_path):
     """Real earlyoom on spark-2 (field note 8: 0.835 left ~2 GiB and earlyoom killed the service). The sim
     recipe's 0.8 of a Spark's 119.7 GiB leaves ~19.9 GiB: -m 10 (12.0 GiB) is fine, -m 20 (23.9 GiB) warns."""
-    cluster = sim_cluster_factory(nodes=2)
+    cluster = pair
     recipe = recipe_variant(cluster, tmp_path / "recipe.yaml")
     cluster.fault("spark-2", "earlyoom", m="10")
     try:
@@ -99,10 +102,10 @@ def test_earlyoom_that_would_fire_at_the_expected_headroom_warns(sim_cluster_fac
     assert "earlyoom not running" in checks["memory-headroom"]["per_node"]["spark-2"]["value"]
 
 
-def test_a_socket_interface_the_node_does_not_have(sim_cluster_factory, tmp_path):
+def test_a_socket_interface_the_node_does_not_have(pair, tmp_path):
     """The per-node NCCL/Gloo interface in the inventory names a port spark-2 does not have (its QSFP port
     is called differently): preflight names spark-2 and what it has, and up refuses the same way."""
-    cluster = sim_cluster_factory(nodes=2)
+    cluster = pair
     yaml = YAML()
     doc = yaml.load(cluster.inventory_path.read_text())
     spark2 = next(n for n in doc["nodes"] if n["name"] == "spark-2")

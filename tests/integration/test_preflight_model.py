@@ -11,6 +11,8 @@ from ruamel.yaml import YAML
 
 from deploy_helpers import assert_up_refuses, spark_deploy
 
+pytestmark = pytest.mark.integration
+
 CHECKS = ("model-files", "model-shards", "model-incomplete")
 SHARD2 = "model-00002-of-00003.safetensors"
 ROOT = "/srv/hf-cache/hub/models--sim--tiny-moe"
@@ -46,10 +48,10 @@ def assert_healthy(cluster) -> None:
 
 
 @pytest.fixture
-def pair(sim_cluster_factory):
-    cluster = sim_cluster_factory(nodes=2, load_image_on=())
-    assert_healthy(cluster)
-    return cluster
+def pair(pair):
+    """The shared cluster, its model cache checked healthy first."""
+    assert_healthy(pair)
+    return pair
 
 
 def test_remove_shard(pair):

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from deploy_helpers import assert_up_refuses, node_docker, our_containers, recipe_variant, spark_deploy
 from image_variants import derive_without_choice
 from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_deployment
 from orchestrator.sim import fake_model
+
+pytestmark = pytest.mark.integration
 
 REWRITE_CONFIG = 'd="$1/hub/$2"; f="$d/snapshots/$(cat "$d/refs/main")/config.json"; rm -f "$f" && printf "%s\\n" "$3" > "$f"'
 CHECKS = ("--only", "vllm-flags", "--only", "speculative-tokens", "--only", "overlay-targets")
@@ -43,8 +46,8 @@ def all_containers(cluster) -> dict[str, list[str]]:
             for i in cluster.nodes()}
 
 
-def test_vllm_checks_healthy_cached_and_failing(sim_cluster_factory, tmp_path):
-    cluster = sim_cluster_factory(2)
+def test_vllm_checks_healthy_cached_and_failing(pair, tmp_path):
+    cluster = pair
     cache = tmp_path / "xdg"
     dep = load_deployment(cluster.recipe_path, cluster.inventory_path)
     image = dep.recipe.image.id
@@ -135,10 +138,10 @@ def test_vllm_checks_healthy_cached_and_failing(sim_cluster_factory, tmp_path):
     assert all_containers(cluster) == before
 
 
-def test_an_older_build_without_the_recipes_moe_backend(sim_cluster_factory, tmp_path):
+def test_an_older_build_without_the_recipes_moe_backend(pair, tmp_path):
     """The recipe's moe_backend is a value vLLM 0.33.0 accepts, but the image pinned is an older build whose
     parser has no such choice: preflight judges against the image it will run, and up refuses the same way."""
-    cluster = sim_cluster_factory(2)
+    cluster = pair
     dep = load_deployment(cluster.recipe_path, cluster.inventory_path)
     head = dep.inventory.head
     wanted = dep.recipe.vllm.moe_backend

@@ -7,7 +7,6 @@ another engineer's maintenance code will drive it.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 
@@ -47,17 +46,6 @@ ExecStart=/bin/false
 [Install]
 WantedBy=multi-user.target
 """
-
-
-@pytest.fixture(scope="module")
-def systemd_pair(docker_client, sim_images, sim_home):
-    """One 2-node systemd cluster for the module, vllm-sim on both nodes; torn down whatever happens."""
-    cluster = SimCluster(f"t{os.getpid()}boot", client=docker_client)
-    try:
-        cluster.up(2, (1, 2), init="systemd")
-        yield cluster
-    finally:
-        cluster.down()
 
 
 def ssh(cluster: SimCluster) -> Cluster:

@@ -21,19 +21,9 @@ from orchestrator.render.plan import render_plan
 from orchestrator.sim.cluster import SimCluster
 from orchestrator.sim.standin.speed import Truth
 
-from deploy_helpers import recipe_variant, unique_name
+from deploy_helpers import recipe_variant
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def pair(docker_client, sim_images, sim_home):
-    cluster = SimCluster(unique_name(), client=docker_client)
-    try:
-        cluster.up(2, load_image_on=(1, 2))  # by hand: no image sync logic here, so both nodes get the image
-        yield cluster
-    finally:
-        cluster.down()
 
 
 def _connect(cluster: SimCluster, node_ip: str) -> Connection:

@@ -13,6 +13,7 @@ import paramiko
 import pytest
 
 from orchestrator.sim import fake_model, images
+from orchestrator.sim import reset as sim_reset
 from orchestrator.sim.cluster import SimCluster
 from orchestrator.sim.state import LABEL, NodeInfo, SimError
 
@@ -100,10 +101,10 @@ def test_image_tag_follows_vllm_sim_content_but_not_the_mirror(tmp_path, monkeyp
 
 
 # ---- bring-up, SSH trust ------------------------------------------------------------------------
-def test_two_nodes_up_with_ssh_through_known_hosts_only(sim_cluster_factory):
+def test_two_nodes_up_with_ssh_through_known_hosts_only(pair, tmp_path):
     from orchestrator.config.load import load_deployment
 
-    cluster = sim_cluster_factory(nodes=2)
+    cluster = pair
     n1, n2 = cluster.nodes()
     assert (n1.name, n2.name) == ("spark-1", "spark-2")
     assert n1.ip.endswith(".11") and n2.ip.endswith(".12")
@@ -142,7 +143,7 @@ def test_two_nodes_up_with_ssh_through_known_hosts_only(sim_cluster_factory):
     assert (code, out.strip()) == (0, "spark-2"), err
 
     # a host missing from known_hosts is refused by RejectPolicy
-    partial = cluster.state_dir / "known_hosts.only-1"
+    partial = tmp_path / "known_hosts.only-1"
     partial.write_text("".join(line + "\n" for line in cluster.known_hosts_path.read_text().splitlines()
                                if line.startswith(n1.ip + " ")))
     with pytest.raises(paramiko.SSHException, match="not found in known_hosts"):
@@ -153,14 +154,18 @@ def test_two_nodes_up_with_ssh_through_known_hosts_only(sim_cluster_factory):
                                         "ssh-keygen -A >/dev/null"])
     cluster.fault(n2.index, "stop-sshd")
     cluster.fault(n2.index, "start-sshd")
-    with pytest.raises(paramiko.BadHostKeyException):
-        ssh(cluster, n2)
-    ssh(cluster, n1).close()  # the other node is unaffected
+    try:
+        with pytest.raises(paramiko.BadHostKeyException):
+            ssh(cluster, n2)
+        ssh(cluster, n1).close()  # the other node is unaffected
+    finally:
+        sim_reset.restore_ssh(cluster, n2)  # the shared cluster's host key as it was made
+    ssh(cluster, n2).close()
 
 
 # ---- images on nodes, GPU stand-ins, the model -------------------------------------------------------
-def test_image_only_on_node1_and_gpu_run_works(sim_cluster_factory, sim_images):
-    cluster = sim_cluster_factory(nodes=2)
+def test_image_only_on_node1_and_gpu_run_works(bare_peer, sim_images):
+    cluster = bare_peer
     n1, n2 = cluster.nodes()
     image_id = cluster.info()["images"]["vllm"]  # not sim_images': vllm_sim.py may have changed since
     assert image_id.startswith("sha256:")
@@ -182,8 +187,8 @@ def test_image_only_on_node1_and_gpu_run_works(sim_cluster_factory, sim_images):
     assert (code, out.strip()) == (0, image_id)
 
 
-def test_nvidia_smi_stub_and_gpu_fault(sim_cluster_factory):
-    cluster = sim_cluster_factory(nodes=2)
+def test_nvidia_smi_stub_and_gpu_fault(pair):
+    cluster = pair
     n1, n2 = cluster.nodes()
     code, out, _ = ssh_run(cluster, n2, GPU_QUERY)
     assert (code, out.strip()) == (0, "NVIDIA GB10, 580.159.03, 122502, 2418, 2418")
@@ -199,8 +204,8 @@ def test_nvidia_smi_stub_and_gpu_fault(sim_cluster_factory):
     assert ssh_run(cluster, n2, GPU_QUERY)[1].strip() == "NVIDIA GB10, 580.159.03, 122502, 2418, 2418"
 
 
-def test_fake_model_in_hf_cache_layout(sim_cluster_factory):
-    cluster = sim_cluster_factory(nodes=2)
+def test_fake_model_in_hf_cache_layout(pair):
+    cluster = pair
     meta = fake_model.model_metadata()
     assert cluster.info()["model"] == meta
     root = f"/srv/hf-cache/hub/{fake_model.CACHE_DIR_NAME}"
@@ -224,8 +229,8 @@ def test_fake_model_in_hf_cache_layout(sim_cluster_factory):
 
 
 # ---- faults ----------------------------------------------------------------------------------
-def test_shared_jit_really_shares_one_directory(sim_cluster_factory):
-    cluster = sim_cluster_factory(nodes=2)
+def test_shared_jit_really_shares_one_directory(pair):
+    cluster = pair
     n1, n2 = cluster.nodes()
     token = "/var/cache/vllm-jit/token-from-spark-1"
     assert ssh_run(cluster, n1, ["touch", token])[0] == 0
@@ -238,8 +243,8 @@ def test_shared_jit_really_shares_one_directory(sim_cluster_factory):
     assert ssh_run(cluster, n2, ["test", "-e", token])[0] != 0
 
 
-def test_service_and_network_faults(sim_cluster_factory):
-    cluster = sim_cluster_factory(nodes=2)
+def test_service_and_network_faults(pair):
+    cluster = pair
     n1, n2 = cluster.nodes()
 
     cluster.fault(n2.name, "stop-sshd")
@@ -269,8 +274,8 @@ def test_service_and_network_faults(sim_cluster_factory):
     assert not can_connect(n1.ip, 8000)
 
 
-def test_netem_is_real_or_fails_clearly(sim_cluster_factory):
-    cluster = sim_cluster_factory(nodes=1)
+def test_netem_is_real_or_fails_clearly(pair):
+    cluster = pair
     try:
         cluster.fault(1, "netem", delay=50)
     except SimError as exc:

@@ -294,15 +294,18 @@ def test_status_names_an_unreachable_node_and_still_reports_the_others(clean):
         clean.fault(2, "start-sshd")
 
 
-def test_image_is_relayed_through_the_controller_when_nodes_cannot_ssh_to_each_other(sim_cluster_factory):
-    cluster = sim_cluster_factory(nodes=2)
+def test_image_is_relayed_through_the_controller_when_nodes_cannot_ssh_to_each_other(bare_peer):
+    cluster = bare_peer
     cluster.exec(1, ["mv", "/root/.ssh/known_hosts", "/root/.ssh/known_hosts.off"])  # node 1 trusts no peer now
-    result = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
-    assert result.returncode == 0, result.stderr
-    assert "relayed through this machine" in result.stdout
-    image_id = pinned_id(cluster)
-    assert image_inspect(cluster, 2, image_id)["Id"] == image_id
-    assert spark_deploy("down", "-i", cluster.inventory_path).returncode == 0
+    try:
+        result = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
+        assert result.returncode == 0, result.stderr
+        assert "relayed through this machine" in result.stdout
+        image_id = pinned_id(cluster)
+        assert image_inspect(cluster, 2, image_id)["Id"] == image_id
+        assert spark_deploy("down", "-i", cluster.inventory_path).returncode == 0
+    finally:
+        cluster.exec(1, ["mv", "/root/.ssh/known_hosts.off", "/root/.ssh/known_hosts"])
 
 
 def test_pin_writes_the_image_id_keeping_comments(clean, tmp_path):

@@ -18,11 +18,6 @@ from deploy_helpers import CLI, recipe_variant, spark_deploy
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def pair(sim_cluster_factory):
-    return sim_cluster_factory(nodes=2, load_image_on=(1, 2))  # no image phase: the partition is the subject
-
-
 def test_a_peer_that_cannot_reach_the_rendezvous_fails_naming_it_and_the_address(pair):
     peer_argv = json.loads(spark_deploy("render", pair.recipe_path, "-i", pair.inventory_path, "--json").stdout)[1]["argv"]
     master = f"{peer_argv[peer_argv.index('--master-addr') + 1]}:{peer_argv[peer_argv.index('--master-port') + 1]}"

@@ -1,0 +1,216 @@
+"""Put a simulated node back as it was made: undo every difference from its baseline condition.
+
+Each `Aspect` has one undo, mostly the fault kind that reverses it (faults.py), so the reset and
+`spark-deploy sim fault` cannot disagree about how a fault is removed. An aspect with no undo (a vanished
+interface, changed iptables) is reported, never papered over: the cluster has to be made anew.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import faults, provision
+from .condition import PROBE_SH, Aspect, Condition, Difference, differences, parse
+from .state import NODE_JIT_CACHE, NODE_STATE_DIR, SHARED_MOUNT, NodeInfo, SimError
+
+
+SSH_SAVED = "/etc/sim-baseline-ssh.tar"  # the node's SSH trust and host keys as made (save_baseline)
+_SAVE_SSH = ('cd / && tar -cf "$1" $(ls -d root/.ssh home/*/.ssh etc/ssh/ssh_host_* 2>/dev/null)')
+_RESTORE_SSH = ('cd / && [ -s "$1" ] || { echo "no $1: save_baseline was not run" >&2; exit 1; }; '
+                'for d in root/.ssh home/*/.ssh; do [ -d "$d" ] && find "$d" -mindepth 1 -delete; done; '
+                'rm -f etc/ssh/ssh_host_*; tar -xpf "$1"')
+
+
+def save_baseline(cluster, nodes: list[NodeInfo]) -> dict[str, Condition]:
+    """Keep on each node what a probe can only hash (its SSH trust, its host keys), then probe it."""
+    for node in nodes:
+        _sh(cluster, node, _SAVE_SSH, SSH_SAVED)
+    return probe_all(cluster, nodes)
+
+
+def probe(cluster, node: NodeInfo) -> Condition:
+    """One `docker exec` of the probe script; sshd is also asked from outside (its port answers)."""
+    res = cluster.exec(node.index, ["sh", "-c", PROBE_SH], check=False)
+    if res.code != 0:
+        raise SimError(f"{node.name}: the condition probe exited {res.code}: {res.stderr.strip()[-500:]}")
+    cond = parse(node.name, res.stdout)
+    if cond.get(Aspect.SSHD) == ("up",) and not faults._port_open(node.ip, 22):
+        cond.seen[Aspect.SSHD] = ("up, but port 22 does not answer",)
+    return cond
+
+
+def probe_all(cluster, nodes: list[NodeInfo]) -> dict[str, Condition]:
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(nodes))) as pool:
+        return dict(zip((n.name for n in nodes), pool.map(lambda n: probe(cluster, n), nodes)))
+
+
+def _sh(cluster, node: NodeInfo, script: str, *args: str) -> None:
+    res = cluster.exec(node.index, ["sh", "-c", script, "sh", *args], check=False)
+    if res.code != 0:
+        raise SimError(f"{node.name}: {script[:60]!r} exited {res.code}: {res.stderr.strip()[-300:]}")
+
+
+def _containers(cluster, node, diff, want) -> None:
+    _sh(cluster, node, 'ids=$(docker ps -aq); [ -z "$ids" ] || docker rm -f $ids >/dev/null')
+
+
+def _images(cluster, node, diff: Difference, want: ImageWant) -> None:
+    extra = [i for i in diff.now if i not in diff.was]
+    if extra:
+        _sh(cluster, node, 'docker image rm -f "$@" >/dev/null 2>&1; docker image prune -f >/dev/null; true', *extra)
+    missing = [i for i in diff.was if i not in diff.now]
+    if missing and want.load is not None:
+        want.load(node)
+
+
+def _state(cluster, node, diff, want) -> None:
+    _sh(cluster, node, 'rm -rf -- "$1"/* "$1"/.[!.]* 2>/dev/null; mkdir -p -- "$1"', NODE_STATE_DIR)
+
+
+def _units(cluster, node, diff, want) -> None:
+    """Units a test installed: stopped, disabled and removed (their .wants links too)."""
+    _sh(cluster, node, 'for u in "$@"; do case $u in *.service|*.timer|*.socket) systemctl disable --now '
+                       '"${u##*/}" >/dev/null 2>&1;; esac; rm -rf -- "$u"; done; '
+                       'systemctl daemon-reload 2>/dev/null; systemctl reset-failed 2>/dev/null; true',
+        *[u for u in diff.now if u not in diff.was])
+
+
+def _system(cluster, node, diff, want) -> None:
+    _sh(cluster, node, "systemctl reset-failed 2>/dev/null; true")
+
+
+def restore_ssh(cluster, node: NodeInfo, *, restart_sshd: bool = True) -> None:
+    """The node's SSH trust and host keys as save_baseline kept them; sshd restarted to serve the keys."""
+    _sh(cluster, node, _RESTORE_SSH, SSH_SAVED)
+    if restart_sshd:
+        cluster.fault(node.index, "stop-sshd")
+        cluster.fault(node.index, "start-sshd")
+
+
+def _ssh_trust(cluster, node, diff, want) -> None:
+    restore_ssh(cluster, node, restart_sshd=False)
+
+
+def _host_key(cluster, node, diff, want) -> None:
+    restore_ssh(cluster, node)
+
+
+def _processes(cluster, node, diff, want) -> None:
+    pids = [line.split()[0] for line in diff.now if line not in diff.was and line.split()[0].isdigit()]
+    _sh(cluster, node, 'kill -9 "$@" 2>/dev/null; rm -f /run/sim-earlyoom.pid; true', *pids)
+
+
+def _jit(cluster, node, diff, want) -> None:
+    cluster.fault(node.index, "local-jit")
+    _sh(cluster, node, 'find "$1" -mindepth 1 -delete', NODE_JIT_CACHE)
+
+
+def _shared(cluster, node, diff, want) -> None:
+    _sh(cluster, node, 'for p in "$@"; do rm -rf -- "$p"; done', *[p for p in diff.now if p not in diff.was
+                                                                   and p.startswith(SHARED_MOUNT + "/")])
+
+
+def _fault(kind: str, **opts) -> Callable:
+    return lambda cluster, node, diff, want: cluster.fault(node.index, kind, **opts)
+
+
+def _ports(cluster, node, diff, want) -> None:
+    for entry in diff.now:
+        cluster.fault(node.index, "free-port", port=entry.removesuffix(".pid"))
+
+
+def _mtu(cluster, node, diff, want) -> None:
+    for entry in diff.now:
+        if entry.startswith("saved "):
+            cluster.fault(node.index, "mtu", reset="true", dev=entry.removeprefix("saved "))
+
+
+@dataclass
+class ImageWant:
+    """How to give a node back an image its baseline had (a test removed it): None = report it."""
+    load: Callable[[NodeInfo], None] | None = None
+
+
+UNDO: dict[Aspect, Callable | None] = {
+    Aspect.DOCKERD: _fault("start-dockerd"),
+    Aspect.SSHD: _fault("start-sshd"),
+    Aspect.HOST_KEY: _host_key,
+    Aspect.SSH_TRUST: _ssh_trust,
+    Aspect.SYSTEM: _system,
+    Aspect.INTERFACES: None,
+    Aspect.IPTABLES: None,
+    Aspect.CONTAINERS: _containers,
+    Aspect.IMAGES: _images,
+    Aspect.STATE: _state,
+    Aspect.UNITS: _units,
+    Aspect.PROCESSES: _processes,
+    Aspect.ROUTES: _fault("heal"),
+    Aspect.QDISC: _fault("heal"),
+    Aspect.MTU: _mtu,
+    Aspect.GPU: _fault("gpu", reset="true"),
+    Aspect.MEMINFO: _fault("meminfo", reset="true"),
+    Aspect.FILL_DISK: _fault("free-disk"),
+    Aspect.KERNEL: _fault("kernel", reset="true"),
+    Aspect.PORTS: _ports,
+    Aspect.JIT: _jit,
+    Aspect.SHARED: _shared,
+    Aspect.MODEL: _fault("model-reset"),
+}
+
+
+@dataclass
+class Outcome:
+    """What one reset found and did: the differences it saw, and those still there after undoing."""
+    found: list[Difference]
+    left: list[Difference]
+    errors: list[str]
+
+    @property
+    def faults(self) -> list[Difference]:
+        """What was not a test's ordinary residue (containers, releases, images): injected or damaged."""
+        return [d for d in self.found if not d.aspect.residue]
+
+    def describe(self, what: list[Difference]) -> str:
+        return "\n  ".join(d.describe() for d in what)
+
+
+def reset(cluster, baselines: dict[str, Condition], want: ImageWant | None = None) -> Outcome:
+    """Undo every difference from the baselines, node by node in parallel, then look again."""
+    want = want or ImageWant()
+    nodes = [n for n in cluster.nodes() if n.name in baselines]
+    missing = sorted(set(baselines) - {n.name for n in nodes})
+    if missing:
+        gone = [Difference(m, Aspect.DOCKERD, ("node container",), ("gone",)) for m in missing]
+        return Outcome(gone, gone, [f"{m}: the node container is gone" for m in missing])
+    found = _all_differences(cluster, nodes, baselines)
+    errors: list[str] = []
+
+    def undo(node: NodeInfo) -> None:
+        for diff in [d for d in found if d.node == node.name]:
+            action = UNDO[diff.aspect]
+            if action is None:
+                continue
+            try:
+                action(cluster, node, diff, want)
+            except Exception as exc:  # noqa: BLE001 - reported with the difference, then looked at again
+                errors.append(f"{node.name}: undoing {diff.aspect.value}: {exc}")
+
+    if found:
+        with concurrent.futures.ThreadPoolExecutor(len(nodes)) as pool:
+            list(pool.map(undo, nodes))
+        left = _all_differences(cluster, nodes, baselines)
+    else:
+        left = []
+    return Outcome(found, left, errors)
+
+
+def _all_differences(cluster, nodes: list[NodeInfo], baselines: dict[str, Condition]) -> list[Difference]:
+    seen = probe_all(cluster, nodes)
+    return [d for n in nodes for d in differences(baselines[n.name], seen[n.name])]
+
+
+def image_loader(cluster, image_id: str, tags: list[str]) -> ImageWant:
+    """Load the cluster's stand-in image into a node again, as `up` does (host engine -> node engine)."""
+    return ImageWant(load=lambda node: provision.load_image(node.container, image_id, tags))

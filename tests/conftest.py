@@ -1,0 +1,108 @@
+"""Session fixtures every test directory shares, and the rules the whole suite keeps (issue 17).
+
+- ``docker_client``: the host engine; FAILS (never skips) when it is unreachable.
+- ``sim_images``: session-scoped; builds the node and vllm-sim images, or reuses the cached tags.
+- ``sim_home``: the controller-side state of test clusters goes to this session's temp dir.
+- ``shared_pair`` / ``shared_systemd_pair``: one 2-node docker-init cluster and one 2-node systemd cluster
+  per session (per xdist worker), made on first use and lent to one test or module at a time with a reset
+  that proves itself (tests/shared_clusters.py). ``pair`` (tests/integration/conftest.py) is the loan.
+
+Rules enforced at collection:
+- a test that asks for a Docker fixture must carry the ``integration`` mark (``-m "not integration"`` is
+  then the real unit suite; a test that breaks this fails to collect, naming itself);
+- timeouts bound a hang, not a slow machine: 60 s per unit test, 300 s per integration test (a test may
+  set its own with ``@pytest.mark.timeout``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import docker
+import pytest
+
+from shared_clusters import SharedCluster
+
+DOCKER_FIXTURES = {"docker_client", "sim_images", "sim_cluster_factory", "shared_pair", "shared_systemd_pair",
+                   "pair", "conns", "clean", "served", "sysd", "systemd_pair"}
+UNIT_TIMEOUT_S = 60
+INTEGRATION_TIMEOUT_S = 300
+
+
+def pytest_collection_modifyitems(config, items):
+    unmarked = []
+    for item in items:
+        integration = item.get_closest_marker("integration") is not None
+        if not integration and DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            unmarked.append(item.nodeid)
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S if integration else UNIT_TIMEOUT_S))
+    if unmarked:
+        raise pytest.UsageError("tests that need Docker but are not marked integration "
+                                "(add `pytestmark = pytest.mark.integration`): " + ", ".join(unmarked))
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> docker.DockerClient:
+    try:
+        client = docker.from_env(timeout=900)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure here means "no engine"
+        pytest.fail(
+            "integration tests need a Docker engine (start `dockerd`, or set DOCKER_HOST); "
+            f"docker.from_env() failed: {exc}",
+            pytrace=False,
+        )
+    return client
+
+
+TEST_LOAD_SECONDS = "0.2"  # the stand-in's weight load where a test does not measure it (the demo keeps 2 s)
+
+
+@pytest.fixture(scope="session")
+def sim_home(tmp_path_factory) -> str:
+    """State dirs of test clusters go to a per-session temp dir, not the user's ~/.local/state; every test
+    cluster's recipe is the shipped one with a short load (a test that needs a long one sets its own)."""
+    from ruamel.yaml import YAML
+
+    from orchestrator.sim.provision import DEFAULT_RECIPE
+
+    path = tmp_path_factory.mktemp("sim-home")
+    yaml = YAML()
+    doc = yaml.load(DEFAULT_RECIPE.read_text())
+    doc["env"]["SIM_LOAD_SECONDS"] = TEST_LOAD_SECONDS
+    template = path / "recipe-template.yaml"
+    with template.open("w") as fh:
+        yaml.dump(doc, fh)
+    saved = {k: os.environ.get(k) for k in ("SPARK_DEPLOY_SIM_HOME", "SPARK_DEPLOY_SIM_RECIPE")}
+    os.environ["SPARK_DEPLOY_SIM_HOME"] = str(path)
+    os.environ["SPARK_DEPLOY_SIM_RECIPE"] = str(template)
+    yield str(path)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def sim_images(docker_client):
+    from orchestrator.sim import images as sim_images_mod
+
+    return sim_images_mod.ensure_images(docker_client)
+
+
+@pytest.fixture(scope="session")
+def shared_pair(docker_client, sim_images, sim_home):
+    """The session's 2-node docker-init cluster, the stand-in image on both nodes (lend it: ``pair``)."""
+    shared = SharedCluster(docker_client, "s", load_image_on=(1, 2))
+    yield shared
+    shared.down()
+
+
+@pytest.fixture(scope="session")
+def shared_systemd_pair(docker_client, sim_images, sim_home):
+    """The session's 2-node systemd cluster (real systemd as PID 1; a reboot is a real boot)."""
+    shared = SharedCluster(docker_client, "y", load_image_on=(1, 2), init="systemd")
+    yield shared
+    shared.down()
