@@ -18,6 +18,7 @@ from ..config.local_checks import local_problems
 from ..config.source import ConfigError
 from ..deploy import logs as logs_mod
 from ..deploy import status as status_mod
+from ..deploy.status import PROBE_TIMEOUT
 from ..deploy import down as down_mod
 from ..docker_cli.image_sync import STALL_TIMEOUT
 from ..deploy.up import DeployFailed, UnpinnedImage, UpOptions, up as run_up
@@ -166,6 +167,8 @@ def status(
     inventory: InventoryOpt = Path("inventory.yaml"),
     as_json: JsonOpt = False,
     no_probe: Annotated[bool, typer.Option("--no-probe", help="Skip the one short completion.")] = False,
+    probe_timeout: Annotated[float, typer.Option("--probe-timeout", min=0.1,
+                                                 help="Seconds the short completion may take.")] = PROBE_TIMEOUT,
 ) -> None:
     """Per node: this tool's containers (state, start, image, recipe, plan, rank), every rank present and on one
     plan, and the endpoint: /health and one short real completion. Exit 1 when anything is not serving.
@@ -175,7 +178,7 @@ def status(
     with exit_codes():
         name = _recipe_name(recipe, inventory)
         inv, _ = load_inventory(inventory)
-        report = status_mod.collect(inv, name, probe=not no_probe)
+        report = status_mod.collect(inv, name, probe=not no_probe, probe_timeout=probe_timeout)
         if as_json:
             emit_json(report.as_dict())
         else:

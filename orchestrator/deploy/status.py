@@ -99,7 +99,11 @@ def judge(rows: list[ContainerRow], unreachable: dict[str, str]) -> list[Deploym
     return out
 
 
-def collect(inventory: Inventory, recipe: str | None = None, probe: bool = True) -> StatusReport:
+PROBE_TIMEOUT = 15.0  # seconds the one short completion may take: a stuck scheduler answers /health only
+
+
+def collect(inventory: Inventory, recipe: str | None = None, probe: bool = True,
+            probe_timeout: float = PROBE_TIMEOUT) -> StatusReport:
     """Ask every reachable node; an unreachable one is reported, not fatal."""
     cluster = Cluster(inventory)
     try:
@@ -114,7 +118,8 @@ def collect(inventory: Inventory, recipe: str | None = None, probe: bool = True)
     finally:
         cluster.close()
     rows = sorted((r for rs in found.values() for r in rs), key=lambda r: (r.recipe, int(r.rank or 0)))
-    endpoints = [_endpoint(inventory, row, probe) for row in rows if row.rank == "0" and row.state == "running"]
+    endpoints = [_endpoint(inventory, row, probe, probe_timeout) for row in rows
+                 if row.rank == "0" and row.state == "running"]
     deployments = judge(rows, unreachable)
     for d in deployments:
         if d.ok and history is not None and len(d.plan_hashes) == 1:
@@ -125,7 +130,7 @@ def collect(inventory: Inventory, recipe: str | None = None, probe: bool = True)
     return StatusReport(rows, unreachable, endpoints, deployments)
 
 
-def _endpoint(inventory: Inventory, row: ContainerRow, probe: bool) -> EndpointState:
+def _endpoint(inventory: Inventory, row: ContainerRow, probe: bool, probe_timeout: float) -> EndpointState:
     endpoint = Endpoint(inventory.node(row.node).address, int(row.serve_port or 8000))
     try:
         seen = health(endpoint)
@@ -134,7 +139,7 @@ def _endpoint(inventory: Inventory, row: ContainerRow, probe: bool) -> EndpointS
         if probe and seen.ok:
             answer: dict = {}
             try:  # bounded: a stuck scheduler answers /health but never generates
-                generated = completes(endpoint, row.served_model, row.node, answer, timeout=15.0)
+                generated = completes(endpoint, row.served_model, row.node, answer, timeout=probe_timeout)
                 state.generates, state.probe = generated.ok, generated.what
             except Exception as exc:  # noqa: BLE001 - a refusal is a failed probe, with its reason
                 state.generates, state.probe = False, str(exc)

@@ -62,6 +62,7 @@ _RESIDUE = {Aspect.CONTAINERS, Aspect.IMAGES, Aspect.STATE, Aspect.UNITS, Aspect
             Aspect.SSH_TRUST}
 
 # One POSIX sh script: each line "ASPECT<TAB>value". Read only; every command bounded by what it reads.
+# iptables leaves out the engine's embedded-DNS rules (127.0.0.11, a new port at every node start).
 PROBE_SH = r"""
 p() { printf '%s\t%s\n' "$1" "$2"; }
 if docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; then p dockerd up
@@ -74,7 +75,7 @@ for d in /sys/class/net/*; do n=${d##*/}; case $n in lo|docker0|veth*|br-*) ;; *
 for d in /sys/class/net/*; do n=${d##*/}; [ "$n" = lo ] || tc qdisc show dev "$n" 2>/dev/null | grep -E 'qdisc (netem|tbf|htb|prio) ' | while read -r l; do p qdisc "$n: $l"; done; done
 ip -4 route show type blackhole 2>/dev/null | while read -r l; do p routes "$l"; done
 ip -4 route show type unreachable 2>/dev/null | while read -r l; do p routes "$l"; done
-p iptables "$( (iptables-save 2>/dev/null; ip6tables-save 2>/dev/null) | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//' | sort | sha256sum | cut -c1-16)"
+p iptables "$( (iptables-save 2>/dev/null; ip6tables-save 2>/dev/null) | grep -v -e '^#' -e '127\.0\.0\.11' | sed 's/\[[0-9]*:[0-9]*\]//' | sort | sha256sum | cut -c1-16)"
 p gpu "$(sha256sum < GPU_FILE 2>/dev/null | cut -c1-16)"
 p meminfo "$(cat MEMINFO_SPEC 2>/dev/null) $(grep -E '^Mem(Total|Available):' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
 [ -e FILL_SPEC ] && p fill-disk "spec $(cat FILL_SPEC)"

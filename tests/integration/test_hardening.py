@@ -268,13 +268,14 @@ def test_status_fails_on_a_dead_rank_and_on_an_endpoint_that_cannot_generate(cle
     assert run.finish() == 1
     assert running_ranks(cluster) == {"spark-1": ["sd-sim-tiny-r0"], "spark-2": ["sd-sim-tiny-r1"]}
 
-    stuck = spark_deploy("status", "-i", cluster.inventory_path, "--json")
+    short = ("--probe-timeout", "3")  # the completion that never finishes: bounded by the option, not 15 s
+    stuck = spark_deploy("status", "-i", cluster.inventory_path, "--json", *short)
     assert stuck.returncode == 1, stuck.stdout + stuck.stderr
     report = json.loads(stuck.stdout)
     assert all(d["ok"] for d in report["deployments"]), "every rank runs: that is not the problem here"
     (endpoint,) = report["endpoints"]
     assert endpoint["healthy"] is True and endpoint["generates"] is False and endpoint["probe"], endpoint
-    said = spark_deploy("status", "-i", cluster.inventory_path)
+    said = spark_deploy("status", "-i", cluster.inventory_path, *short)
     assert said.returncode == 1 and "does not generate" in said.stdout, said.stdout + said.stderr
 
     skipped = spark_deploy("status", "-i", cluster.inventory_path, "--json", "--no-probe")

@@ -36,8 +36,8 @@ def _running_with_start_times(cluster) -> dict[str, list[str]]:
     return found
 
 
-def test_up_moves_the_image_serves_and_down_removes_everything(clean):
-    cluster = clean
+def test_up_moves_the_image_serves_and_down_removes_everything(bare_peer):
+    cluster = bare_peer
     image_id = pinned_id(cluster)
     assert image_inspect(cluster, 1, image_id) is not None
     assert image_inspect(cluster, 2, image_id) is None, "the stand-in image must start on node 1 only"
