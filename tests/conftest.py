@@ -17,9 +17,11 @@ Rules enforced at collection:
 from __future__ import annotations
 
 import os
+import random
 
 import docker
 import pytest
+import xdist_plan
 
 from shared_clusters import SharedCluster
 
@@ -29,7 +31,14 @@ UNIT_TIMEOUT_S = 60
 INTEGRATION_TIMEOUT_S = 300
 
 
+def pytest_addoption(parser):
+    parser.addoption("--shuffle-files", metavar="SEED", default=None,
+                     help="run the test files in a random order drawn from SEED (tests within a file keep "
+                          "their order): shows that no file depends on another having run first")
+
+
 def pytest_collection_modifyitems(config, items):
+    _order_files(items, config.getoption("--shuffle-files"))
     unmarked = []
     for item in items:
         integration = item.get_closest_marker("integration") is not None
@@ -40,6 +49,24 @@ def pytest_collection_modifyitems(config, items):
     if unmarked:
         raise pytest.UsageError("tests that need Docker but are not marked integration "
                                 "(add `pytestmark = pytest.mark.integration`): " + ", ".join(unmarked))
+
+
+def _order_files(items: list, seed: str | None) -> None:
+    """Files in one deterministic order, longest first (xdist hands out whole files in this order, so the
+    long ones start early and the short ones fill in); or shuffled by file with --shuffle-files SEED."""
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    if seed is not None:
+        order = sorted(files)
+        random.Random(seed).shuffle(order)
+    else:
+        order = sorted(files, key=lambda f: (-xdist_plan.weight(f, len(files[f])), f))
+    items[:] = [item for f in order for item in files[f]]
+
+
+def pytest_xdist_make_scheduler(config, log):
+    return xdist_plan.make_scheduler(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import pytest
 from deploy_helpers import image_inspect, node_docker
 from image_variants import MB, derive_image
 
@@ -19,8 +18,8 @@ EXTRA_MB = 16
 TOLERANCE = 0.03  # docker system df prints 4 significant digits; the layer adds a few kB of metadata
 
 
-def test_derived_image_is_new_and_disk_usage_follows_it(pair):
-    cluster = pair
+def test_derived_image_is_new_and_disk_usage_follows_it(bare_peer):
+    cluster = bare_peer
     assert VLLM_REFERENCE_TAG == "vllm-sim:latest"
     base = image_inspect(cluster, 1, VLLM_REFERENCE_TAG)
     assert base is not None, "sim up loads vllm-sim:latest on node 1"

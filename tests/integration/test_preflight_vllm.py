@@ -46,7 +46,15 @@ def all_containers(cluster) -> dict[str, list[str]]:
             for i in cluster.nodes()}
 
 
-def test_vllm_checks_healthy_cached_and_failing(pair, tmp_path):
+@pytest.fixture
+def rewrites_model(pair):
+    """The test rewrites config.json in both nodes' snapshot and adds an overlay source: put back after."""
+    yield pair
+    pair.fault("all", "model-reset")
+    pair.exec(1, ["rm", "-f", "/opt/overlay-only-here.py"])
+
+
+def test_vllm_checks_healthy_cached_and_failing(pair, rewrites_model, tmp_path):
     cluster = pair
     cache = tmp_path / "xdg"
     dep = load_deployment(cluster.recipe_path, cluster.inventory_path)

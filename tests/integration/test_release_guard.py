@@ -15,7 +15,6 @@ import secrets as pysecrets
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -111,8 +110,8 @@ def test_a_second_up_refuses_at_once_naming_the_first_and_the_first_serves(clean
     cluster = clean
     slow = recipe_variant(cluster, tmp_path / "slow.yaml", env={"SIM_LOAD_SECONDS": "15"})
 
-    first = background("up", slow, "-i", cluster.inventory_path)
-    time.sleep(0.5)  # the point of the test: the second is started half a second after the first
+    first = background("up", slow, "-i", cluster.inventory_path, "--json", events=True)
+    first.wait_for(phase_start("preflight"))  # the event, not a guess: the first holds the lock from here on
     second = background("up", cluster.recipe_path, "-i", cluster.inventory_path)
     code = second.finish(timeout=120)
 
