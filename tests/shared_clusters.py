@@ -119,6 +119,7 @@ class SharedCluster:
             self.broken = f"{user} left what the reset cannot undo"
             raise ResetFailed(f"shared cluster {self.cluster.name}: {user} left what the reset could not undo "
                               "(the cluster is made anew for the next test):\n  " + outcome.describe(outcome.left)
+                              + "\n  it found:\n  " + outcome.describe(outcome.found)
                               + _errors(outcome))
         if edited:
             raise ResetFailed(f"shared cluster {self.cluster.name}: {user} changed the cluster's own files "

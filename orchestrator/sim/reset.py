@@ -186,9 +186,10 @@ def reset(cluster, baselines: dict[str, Condition], want: ImageWant | None = Non
         return Outcome(gone, gone, [f"{m}: the node container is gone" for m in missing])
     found = _all_differences(cluster, nodes, baselines)
     errors: list[str] = []
+    todo = found
 
     def undo(node: NodeInfo) -> None:
-        for diff in [d for d in found if d.node == node.name]:
+        for diff in [d for d in todo if d.node == node.name]:
             action = UNDO[diff.aspect]
             if action is None:
                 continue
@@ -197,12 +198,13 @@ def reset(cluster, baselines: dict[str, Condition], want: ImageWant | None = Non
             except Exception as exc:  # noqa: BLE001 - reported with the difference, then looked at again
                 errors.append(f"{node.name}: undoing {diff.aspect.value}: {exc}")
 
-    if found:
+    left: list[Difference] = []
+    for _ in range(2):  # a second pass for what a dying process (an interrupted copy) changed meanwhile
+        if not todo:
+            break
         with concurrent.futures.ThreadPoolExecutor(len(nodes)) as pool:
             list(pool.map(undo, nodes))
-        left = _all_differences(cluster, nodes, baselines)
-    else:
-        left = []
+        todo = left = _all_differences(cluster, nodes, baselines)
     return Outcome(found, left, errors)
 
 
