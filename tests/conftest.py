@@ -7,11 +7,13 @@
   per session (per xdist worker), made on first use and lent to one test or module at a time with a reset
   that proves itself (tests/shared_clusters.py). ``pair`` (tests/integration/conftest.py) is the loan.
 
-Rules enforced at collection:
+Rules enforced:
 - a test that asks for a Docker fixture must carry the ``integration`` mark (``-m "not integration"`` is
   then the real unit suite; a test that breaks this fails to collect, naming itself);
 - timeouts bound a hang, not a slow machine: 60 s per unit test, 300 s per integration test (a test may
-  set its own with ``@pytest.mark.timeout``).
+  set its own with ``@pytest.mark.timeout``);
+- in CI (CI=true) a skip is a failure unless its reason starts "not on this host: " and names what the
+  host lacks; scripts/test prints every skip's reason (-rs).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import xdist_plan
 
 from shared_clusters import SharedCluster
 
+HONEST_SKIP = "not on this host: "  # the only skip allowed in CI: `pytest.skip("not on this host: systemd-analyze")`
 DOCKER_FIXTURES = {"docker_client", "sim_images", "sim_cluster_factory", "shared_pair", "shared_systemd_pair",
                    "pair", "conns", "clean", "served", "sysd", "systemd_pair"}
 UNIT_TIMEOUT_S = 60
@@ -67,6 +70,19 @@ def _order_files(items: list, seed: str | None) -> None:
 
 def pytest_xdist_make_scheduler(config, log):
     return xdist_plan.make_scheduler(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI (CI=true) a skip that does not name what the host lacks is a failure: nothing passes by
+    being left out."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("CI") == "true" and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if HONEST_SKIP not in reason:
+            report.outcome = "failed"
+            report.longrepr = f"skipped in CI without naming what this host lacks ({HONEST_SKIP!r}...): {reason}"
 
 
 @pytest.fixture(scope="session")

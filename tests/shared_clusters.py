@@ -29,9 +29,9 @@ class ResetFailed(AssertionError):
 
 
 class SharedCluster:
-    def __init__(self, client: docker.DockerClient, tag: str, *, nodes: int = 2,
-                 load_image_on: tuple[int, ...] = (1, 2), init: str = "docker-init"):
-        self.client, self.tag = client, tag
+    def __init__(self, client: docker.DockerClient | None, tag: str, *, nodes: int = 2,
+                 load_image_on: tuple[int, ...] = (1, 2), init: str = "docker-init", cluster_class=SimCluster):
+        self.client, self.tag, self.cluster_class = client, tag, cluster_class
         self.nodes, self.load_image_on, self.init = nodes, load_image_on, init
         self.cluster: SimCluster | None = None
         self.baseline: dict[str, Condition] = {}
@@ -44,7 +44,7 @@ class SharedCluster:
     # ---- the cluster ---------------------------------------------------------------------------
     def _make(self) -> SimCluster:
         self.made += 1
-        cluster = SimCluster(f"{self.tag}{os.getpid()}m{self.made}", client=self.client)
+        cluster = self.cluster_class(f"{self.tag}{os.getpid()}m{self.made}", client=self.client)
         try:
             cluster.up(self.nodes, self.load_image_on, init=self.init)
             self.baseline = sim_reset.save_baseline(cluster, cluster.nodes())

@@ -14,8 +14,48 @@ GROUPS = {  # file -> the unit it is scheduled in
     "tests/integration/test_maintenance.py": "systemd-pair",
 }
 
-# seconds per file, measured (scripts/test --durations=0 on this machine); unlisted files weigh 0.2 s a test
-WEIGHTS: dict[str, float] = {}
+# seconds per file (junit times summed) from one `scripts/test` run at -n 3 on this machine, 2026-12-01;
+# unlisted files weigh 0.2 s a test. Only the order matters: refresh it when a file grows a lot.
+WEIGHTS: dict[str, float] = {
+    "tests/integration/test_up.py": 356,
+    "tests/integration/test_hardening.py": 235,
+    "tests/integration/test_image_sync.py": 222,
+    "tests/integration/test_releases.py": 222,
+    "tests/integration/test_boot.py": 99,
+    "tests/integration/test_maintenance.py": 99,
+    "tests/integration/test_release_guard.py": 96,
+    "tests/integration/test_plan.py": 83,
+    "tests/integration/test_waits.py": 68,
+    "tests/integration/test_sim_boot.py": 67,
+    "tests/bench/test_bench_accuracy.py": 60,
+    "tests/integration/test_preflight_host.py": 54,
+    "tests/integration/test_sim_by_hand.py": 51,
+    "tests/bench/test_bench_compare.py": 50,
+    "tests/integration/test_preflight.py": 47,
+    "tests/integration/test_preflight_model.py": 39,
+    "tests/integration/test_transport.py": 37,
+    "tests/bench/test_bench_protocol.py": 35,
+    "tests/unit/test_render_property.py": 31,
+    "tests/integration/test_preflight_vllm.py": 31,
+    "tests/integration/test_sim_cluster.py": 30,
+    "tests/sim/test_vllm_sim.py": 25,
+    "tests/integration/test_demo.py": 24,
+    "tests/integration/test_standin_oom.py": 19,
+    "tests/sim/test_standin_speed.py": 18,
+    "tests/bench/test_bench_discards.py": 16,
+    "tests/unit/test_config_limits.py": 16,
+    "tests/bench/test_bench_recipe.py": 15,
+    "tests/unit/test_render_report.py": 14,
+    "tests/unit/test_config_corpus.py": 13,
+    "tests/integration/test_image_variants.py": 8,
+    "tests/unit/test_secrets.py": 8,
+    "tests/sim/test_standin_cli.py": 5,
+    "tests/unit/test_local_checks.py": 4,
+    "tests/unit/test_preflight_vllm_unit.py": 3,
+    "tests/unit/test_boot_unit.py": 2,
+    "tests/unit/test_plan_hash.py": 2,
+    "tests/unit/test_transport_group.py": 2,
+}
 
 
 def weight(path: str, tests: int) -> float:

@@ -23,6 +23,10 @@ _RESTORE_SSH = ('cd / && [ -s "$1" ] || { echo "no $1: save_baseline was not run
                 'rm -f etc/ssh/ssh_host_*; tar -xpf "$1"')
 
 
+def sshd_answers(ip: str) -> bool:
+    return faults._port_open(ip, 22)
+
+
 def save_baseline(cluster, nodes: list[NodeInfo]) -> dict[str, Condition]:
     """Keep on each node what a probe can only hash (its SSH trust, its host keys), then probe it."""
     for node in nodes:
@@ -36,7 +40,7 @@ def probe(cluster, node: NodeInfo) -> Condition:
     if res.code != 0:
         raise SimError(f"{node.name}: the condition probe exited {res.code}: {res.stderr.strip()[-500:]}")
     cond = parse(node.name, res.stdout)
-    if cond.get(Aspect.SSHD) == ("up",) and not faults._port_open(node.ip, 22):
+    if cond.get(Aspect.SSHD) == ("up",) and not sshd_answers(node.ip):
         cond.seen[Aspect.SSHD] = ("up, but port 22 does not answer",)
     return cond
 

@@ -15,6 +15,8 @@ from bench_helpers import bench_cli
 from orchestrator.sim.standin.local import LocalStandin
 from orchestrator.sim.standin.speed import expected
 
+pytestmark = pytest.mark.timing  # judged on wall-clock rates: scripts/test runs it alone (pyproject)
+
 RATE = "250"  # a shot lasts 1-2 s: one late chunk on a loaded machine moves it well under 1%
 CONFIGS = {  # name -> (k, SIM_ACCEPT, max_tokens); small per-request spread so 10 shots pin the median
     "plain": (0, "", "400"),

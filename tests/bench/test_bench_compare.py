@@ -8,7 +8,7 @@ import json
 import subprocess
 
 import pytest
-from bench_helpers import SPARK_DEPLOY, bench_cli
+from bench_helpers import SPARK_DEPLOY, bench_cli, head_truth
 from ruamel.yaml import YAML
 
 pytestmark = pytest.mark.integration
@@ -40,11 +40,13 @@ def test_compare_abab_reports_ratio_and_drift_and_restores(served, tmp_path):
     (row,) = data["ratios"]
     assert len(row["a_blocks"]) == 2 and len(row["b_blocks"]) == 2
     assert row["a_drift"] is not None and row["a_drift"] < 0.05  # plain decoding barely drifts
-    # k=5, accepted ~3 per step, draft cost 0.05/token: B/A = (1 + E[accepted]) / (1 + 0.05 x 5)
-    from orchestrator.sim.standin.speed import Truth, expected
+    # the truth of each block as its head printed it (`SIM truth:`), from the containers kept for rollback:
+    # B/A = (1 + E[accepted]) / (1 + draft_cost x k) at the plain rate each head really ran
+    from orchestrator.sim.standin.speed import expected
 
-    truth = Truth.from_env({"SIM_DECODE_TPS": "300", "SIM_ACCEPT": "code=3.0:0.6:0.03"}, spec_k=5)
-    want = expected(truth, "code").decode_tps / 300
+    truth = {name: head_truth(cluster, name) for name in ("base", "spec")}
+    assert truth["spec"].spec_k == 5 and truth["base"].spec_k == 0
+    want = expected(truth["spec"], "code").decode_tps / expected(truth["base"], "code").decode_tps
     assert row["ratio"] == pytest.approx(want, rel=0.05), (row, want)
     assert data["before"] == 1 and "release 1 serves again" in data["restored"]
     hist = subprocess.run([str(SPARK_DEPLOY), "history", "-i", str(cluster.inventory_path), "--json"],

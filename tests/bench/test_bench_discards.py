@@ -15,6 +15,8 @@ from orchestrator.bench import metrics as m
 from orchestrator.bench.client import Api, open_client, stream
 from orchestrator.bench.shot import Discard, Shot, ShotOptions, fresh_prompt, take
 
+pytestmark = pytest.mark.timing  # judged on wall-clock rates: scripts/test runs it alone (pyproject)
+
 LONG = "Explain how a lighthouse works, the lens, the lamp and the keeper's duties, in detail. " * 4
 
 

@@ -10,6 +10,8 @@ from bench_helpers import bench_cli
 
 from orchestrator.sim.standin.speed import expected
 
+pytestmark = pytest.mark.timing  # judged on wall-clock rates: scripts/test runs it alone (pyproject)
+
 
 def test_five_shots_with_a_wide_spread_are_provisional_with_advice(standin):
     srv = standin(spec_k=4, env={"SIM_DECODE_TPS": "400", "SIM_ACCEPT": "code=2.0:0.8:0.9"})

@@ -9,8 +9,10 @@ import os
 import subprocess
 
 import pytest
-from bench_helpers import SPARK_DEPLOY, bench_cli
+from bench_helpers import SPARK_DEPLOY, bench_cli, head_truth
 from ruamel.yaml import YAML
+
+from orchestrator.sim.standin.speed import expected
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +34,7 @@ def test_bench_of_the_serving_release_with_its_ceiling(served):
     assert ce["shards"] == 3 and 1_000 < ce["bytes_read"] < 16_000  # headers only
     assert ce["bytes_read"] < ce["total_stored_bytes"]
     assert ce["parts"]["vision tower"]["excluded"] and ce["parts"]["MTP/draft head"]["excluded"]
-    assert [h["verdict"] for h in ce["hypotheses"]] == ["possible"] * 4  # the stand-in is far below
+    assert [h["verdict"] for h in ce["hypotheses"]] == ["possible"] * 4  # a GB10's bandwidth: far below
     assert "recorded with release 1" in text
     hist = subprocess.run([str(SPARK_DEPLOY), "history", "-i", str(cluster.inventory_path), "--json"],
                           capture_output=True, text=True, timeout=120)
@@ -55,3 +57,25 @@ def test_bench_of_a_recipe_that_does_not_serve_fails(served, tmp_path):
         yaml.dump(doc, fh)
     code, _, text = bench_cli(str(other), "-i", str(cluster.inventory_path), "--shots", "1")
     assert code == 1 and "recipe 'sim-tiny' serves" in text and "not 'other'" in text, text
+
+
+def test_hypotheses_refute_the_widths_a_measured_rate_exceeds(served):
+    """A bandwidth that puts the measured rate between the hypotheses' ceilings: the fake model is stored in
+    BF16, so the ceilings are C (as stored, BF16), 2C (FP8) and 4C (4-bit). With C a third of the rate the
+    head's truth predicts, the measured rate must refute as stored, BF16 and FP8 and leave 4-bit possible,
+    each verdict agreeing with the row's own ceiling against the measured median."""
+    cluster, recipe = served
+    want = expected(head_truth(cluster, "sim-tiny"), "code").decode_tps
+    bandwidth_gbs = (want / 3) * FAKE_MODEL_BYTES_PER_TOKEN / 2 / 1e9  # 2 nodes: C = 2 x bw / bytes
+    code, data, text = bench_cli(str(recipe), "-i", str(cluster.inventory_path), "--profile", "code",
+                                 "--shots", "3", "--max-tokens", "120", "--bandwidth", f"{bandwidth_gbs:.9f}",
+                                 "--json")
+    assert code == 0, text
+    measured = data["groups"][0]["decode_tps"]["median"]
+    assert measured == pytest.approx(want, rel=0.25), (measured, want)
+    rows = {h["hypothesis"]: h for h in data["ceiling"]["hypotheses"]}
+    for row in rows.values():
+        assert row["verdict"] == ("refuted" if measured > row["ceiling_tps"] else "possible"), row
+    assert {name: row["verdict"] for name, row in rows.items()} == {
+        "as stored (headers)": "refuted", "weights read at 4-bit": "possible",
+        "dequantized to FP8": "refuted", "dequantized to BF16": "refuted"}, rows

@@ -146,6 +146,16 @@ def test_non_systemd_node_skips_and_boot_status_names_it(pair):
     assert "spark-1" in r.stderr and "not a systemd node (systemctl is not installed)" in r.stderr
     r = spark_deploy("boot", "enable", cluster.recipe_path, "-i", cluster.inventory_path)
     assert r.returncode == 1 and "nothing serves" in r.stderr  # refused before any write
+    # serving, it is the node itself that is refused: no systemd to hold a unit
+    units_before = {n: cluster.exec(n, ["ls", "-A", "/etc/systemd/system"]).stdout for n in (1, 2)}
+    up = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
+    assert up.returncode == 0, up.stdout + up.stderr
+    r = spark_deploy("boot", "enable", cluster.recipe_path, "-i", cluster.inventory_path, "--yes")
+    assert r.returncode == 1, r.stdout + r.stderr
+    for node in ("spark-1", "spark-2"):
+        assert f"{node}: not a systemd node (systemctl is not installed): a boot unit needs systemd as PID 1" \
+            in r.stderr, r.stderr
+    assert {n: cluster.exec(n, ["ls", "-A", "/etc/systemd/system"]).stdout for n in (1, 2)} == units_before
 
 
 @pytest.fixture

@@ -274,18 +274,55 @@ def test_service_and_network_faults(pair):
     assert not can_connect(n1.ip, 8000)
 
 
-def test_netem_is_real_or_fails_clearly(pair):
-    cluster = pair
+def _send_seconds(cluster, nbytes: int) -> float:
+    """Seconds spark-1 takes to push nbytes to spark-2 over node-to-node ssh (its own clock, one exec)."""
+    script = ('t0=$(date +%s.%N); head -c "$1" /dev/zero | ssh -o BatchMode=yes spark-2 "cat >/dev/null"; '
+              't1=$(date +%s.%N); echo "$t0 $t1"')
+    t0, t1 = map(float, cluster.exec(1, ["sh", "-c", script, "sh", str(nbytes)]).stdout.split())
+    return t1 - t0
+
+
+def _connect_ms(cluster) -> float:
+    """Median TCP connect time from spark-1 to spark-2's sshd, in ms (7 tries, one exec)."""
+    code = ("import socket,statistics,sys,time\nts=[]\nfor _ in range(7):\n t=time.monotonic()\n"
+            " s=socket.create_connection((sys.argv[1],22),timeout=5); ts.append(time.monotonic()-t); s.close()\n"
+            "print(statistics.median(ts)*1000)")
+    return float(cluster.exec(1, ["python3", "-c", code, cluster.node(2).ip]).stdout)
+
+
+def test_netem_delays_for_real_or_fails_clearly(pair):
+    """netem on spark-1 delays what it sends by the delay asked (a connect's SYN-ACK round trip grows by it);
+    on a kernel without sch_netem (this CI machine's) the fault says exactly that and changes nothing."""
+    before = _connect_ms(pair)
     try:
-        cluster.fault(1, "netem", delay=50)
+        pair.fault(1, "netem", delay=80)
     except SimError as exc:
-        assert "sch_netem" in str(exc)
-    else:
-        cluster.fault(1, "heal")
-    cluster.fault(1, "throttle", rate="10mbit")
-    assert "tbf" in cluster.exec(1, ["tc", "qdisc", "show", "dev", "eth0"]).stdout
-    cluster.fault(1, "heal")
-    assert "tbf" not in cluster.exec(1, ["tc", "qdisc", "show", "dev", "eth0"]).stdout
+        assert "sch_netem" in str(exc) and "throttle" in str(exc)
+        assert "netem" not in pair.exec(1, ["tc", "qdisc", "show", "dev", "eth0"]).stdout
+        return
+    try:
+        slowed = _connect_ms(pair)
+    finally:
+        pair.fault(1, "heal")
+    assert slowed - before >= 0.8 * 80, (before, slowed)
+    assert _connect_ms(pair) < before + 40
+
+
+def test_throttle_limits_the_rate_for_real(pair):
+    """tbf at 10 Mbit/s on spark-1: 2.5 MB to spark-2 takes about 2 s (4x+ longer than unthrottled), and
+    heal gives the link back."""
+    nbytes = 2_500_000
+    free = _send_seconds(pair, nbytes)
+    pair.fault(1, "throttle", rate="10mbit")
+    try:
+        assert "tbf" in pair.exec(1, ["tc", "qdisc", "show", "dev", "eth0"]).stdout
+        limited = _send_seconds(pair, nbytes)
+    finally:
+        pair.fault(1, "heal")
+    rate = nbytes * 8 / limited / 1e6
+    assert 5 <= rate <= 11, f"{rate:.1f} Mbit/s under a 10 Mbit/s throttle ({limited:.2f} s, free {free:.2f} s)"
+    assert limited > 4 * free, (limited, free)
+    assert "tbf" not in pair.exec(1, ["tc", "qdisc", "show", "dev", "eth0"]).stdout
 
 
 # ---- liveness and teardown ---------------------------------------------------------------------

@@ -3,12 +3,12 @@ whatever is killed (timeout, cancel token, Ctrl-C, a stopped or closed stream) l
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
 
 import pytest
+from signal_child import signal_child
 
 from orchestrator.config.load import load_inventory
 from orchestrator.sim.cluster import SimCluster
@@ -87,21 +87,40 @@ def test_the_cancel_token_kills_every_in_flight_command(conns, pair):
     assert conns.head.run(["true"], shield=True).ok  # but cleanup can
 
 
-def test_ctrl_c_during_a_group_call_returns_at_once_and_kills_both_nodes(conns, pair):
-    def interrupt_when_running() -> None:
-        wait_present(pair, 1, "sd-sigint-1")
-        wait_present(pair, 2, "sd-sigint-1")
-        os.kill(os.getpid(), signal.SIGINT)
+GROUP_CALL = """
+import json, subprocess, sys, threading, time
+from orchestrator.config.load import load_inventory
+from orchestrator.transport.group import Cluster
+inventory_path, containers = sys.argv[1], sys.argv[2:]
+conns = Cluster(load_inventory(inventory_path)[0]).open()
 
-    threading.Thread(target=interrupt_when_running).start()
-    with pytest.raises(KeyboardInterrupt):
-        try:
-            conns.each(lambda conn: conn.run(["sh", "-c", "sleep 60; : sd-sigint-1"], timeout=None))
-        finally:
-            interrupted_at = time.monotonic()
-    assert conns.cancel.reason == "interrupted (Ctrl-C)"
+def announce():  # `ready` once the remote command runs on every node: the signal lands mid-call
+    for _ in range(1200):
+        if all(subprocess.run(["docker", "exec", c, "pgrep", "-f", "sd-sigint-1"], capture_output=True).returncode
+               == 0 for c in containers):
+            print("ready", flush=True)
+            return
+        time.sleep(0.05)
+
+threading.Thread(target=announce, daemon=True).start()
+out = {}
+try:
+    conns.each(lambda conn: conn.run(["sh", "-c", "sleep 60; : sd-sigint-1"], timeout=None))
+except BaseException as exc:
+    out = {"raised": type(exc).__name__, "at": time.monotonic(), "reason": conns.cancel.reason}
+conns.close()
+print(json.dumps(out), flush=True)
+"""
+
+
+def test_ctrl_c_during_a_group_call_returns_at_once_and_kills_both_nodes(pair):
+    """A real Ctrl-C (SIGINT) to a process blocked in a group call, once both remote commands run: it returns
+    at once and both remote process groups are killed. The signal goes to a child, never to pytest."""
+    out, sent = signal_child(GROUP_CALL, signal.SIGINT,
+                             args=[str(pair.inventory_path), *(n.container for n in pair.nodes())])
+    assert out["raised"] == "KeyboardInterrupt" and out["reason"] == "interrupted (Ctrl-C)", out
+    assert out["at"] - sent < 5, out
     assert wait_gone(pair, "sd-sigint-1") == {}
-    assert time.monotonic() - interrupted_at < 5
 
 
 def test_a_stopped_or_closed_log_stream_leaves_no_docker_logs_behind(conns, pair):

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.timing  # judged on wall-clock rates: scripts/test runs it alone (pyproject)
+
 SIM_DIR = Path(__file__).resolve().parents[2] / "orchestrator" / "sim"
 sys.path.insert(0, str(SIM_DIR))
 from standin.engine import tokenize

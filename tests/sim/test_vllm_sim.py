@@ -597,6 +597,7 @@ def test_request_errors(single):
     assert http(port, "/nowhere")[0] == 404
 
 
+@pytest.mark.timing  # a decode rate, judged on the wall clock
 def test_plain_stream_shape_and_true_decode_rate(single):
     """One token per chunk without speculation; (tokens - first) / (t_last - t_first) == SIM_DECODE_TPS."""
     port, _ = single

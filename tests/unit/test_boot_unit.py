@@ -134,7 +134,7 @@ def test_a_value_that_is_not_plain_cannot_reach_a_key(plan):
         render_unit(replace(plan, cluster="bad\nname"), plan.head, 1)
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="not on this host: systemd-analyze")
 def test_systemd_analyze_verifies_every_rendered_unit(plan, tmp_path):
     for unit in render_units(plan, 3):
         path = tmp_path / unit.node / unit.name

@@ -91,7 +91,7 @@ def test_a_huge_file_is_refused_before_it_is_read(tmp_path, env):
 @pytest.mark.parametrize("side", ["recipe", "inventory"])
 def test_a_device_that_never_ends_is_refused(device, side, env):
     if not os.path.exists(device):
-        pytest.skip(f"{device} is absent")
+        pytest.skip(f"not on this host: {device}")
     result, elapsed = validate(env, **{side: device})
     assert_refused(result, elapsed, f"{device}: ", "is a character device, not a regular file")
 

@@ -1,24 +1,19 @@
 """The node group and the cancel token with fake callables: failures collected, cancel and Ctrl-C return
-promptly although workers block, workers get their grace to clean up, SIGTERM is named as SIGTERM."""
+promptly although workers block, workers get their grace to clean up, SIGTERM is named as SIGTERM (the
+signals go to a child process, tests/signal_child.py, never to pytest itself)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
 
 import pytest
 
-from orchestrator.transport.cancel import Cancelled, CancelToken, Interrupted, interrupt_reason, signals_interrupt
+from signal_child import signal_child
+
+from orchestrator.transport.cancel import Cancelled, CancelToken, interrupt_reason
 from orchestrator.transport.group import GroupError, on_all
-
-
-def _signal_soon(sig: int, delay: float) -> threading.Timer:
-    """Deliver a real signal to this process (Python runs the handler in the main thread)."""
-    timer = threading.Timer(delay, os.kill, args=(os.getpid(), sig))
-    timer.start()
-    return timer
 
 
 def test_every_outcome_is_collected_then_raised_once():
@@ -63,33 +58,44 @@ def test_workers_that_stop_on_the_token_are_waited_for_and_cleanup_runs():
     assert sorted(cleaned) == [0, 1, 2]
 
 
+BLOCKED_GROUP = """
+import json, signal, threading, time
+from orchestrator.transport.cancel import CancelToken, Interrupted, interrupt_reason, signals_interrupt
+from orchestrator.transport.group import on_all
+token, never, seen, started = CancelToken(), threading.Event(), [], []
+token.on_set(seen.append)
+def work(n):
+    started.append(n)
+    if len(started) == 4:
+        print("ready", flush=True)
+    never.wait(60)
+before = signal.getsignal(signal.SIGTERM)
+out = {}
+try:
+    with signals_interrupt() if TERM else __import__("contextlib").nullcontext():
+        on_all(range(4), work, str, cancel=token, grace=0.3)
+except BaseException as exc:
+    out = {"raised": type(exc).__name__, "at": time.monotonic(), "set": token.is_set(), "seen": seen,
+           "reason": token.reason, "signal_name": getattr(exc, "signal_name", None),
+           "restored": signal.getsignal(signal.SIGTERM) is before}
+print(json.dumps(out), flush=True)
+"""
+
+
 def test_ctrl_c_sets_the_token_and_is_reraised_without_waiting_for_workers():
-    token = CancelToken()
-    never = threading.Event()
-    seen: list[str] = []
-    token.on_set(seen.append)
-    _signal_soon(signal.SIGINT, 0.3)
-    started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        on_all(range(4), lambda n: never.wait(60), str, cancel=token, grace=0.3)
-    assert time.monotonic() - started < 2.0
-    assert token.is_set() and seen == ["interrupted (Ctrl-C)"]
-    never.set()
+    """A real SIGINT to a child blocked in on_all (never to pytest itself): KeyboardInterrupt at once."""
+    out, sent = signal_child("TERM = False" + BLOCKED_GROUP, signal.SIGINT)
+    assert out["raised"] == "KeyboardInterrupt", out
+    assert out["at"] - sent < 2.0, out  # the workers block for 60 s; the grace is 0.3 s
+    assert out["set"] and out["seen"] == ["interrupted (Ctrl-C)"], out
 
 
 def test_sigterm_is_named_as_sigterm():
-    token = CancelToken()
-    never = threading.Event()
-    before = signal.getsignal(signal.SIGTERM)
-    with signals_interrupt():
-        _signal_soon(signal.SIGTERM, 0.2)
-        with pytest.raises(Interrupted) as caught:
-            on_all(range(2), lambda n: never.wait(60), str, cancel=token, grace=0.2)
-    assert caught.value.signal_name == "SIGTERM"
-    assert token.reason == "interrupted (SIGTERM)"
+    out, sent = signal_child("TERM = True" + BLOCKED_GROUP, signal.SIGTERM)
+    assert out["raised"] == "Interrupted" and out["signal_name"] == "SIGTERM", out
+    assert out["reason"] == "interrupted (SIGTERM)" and out["at"] - sent < 2.0, out
+    assert out["restored"], "signals_interrupt must give SIGTERM's handler back"
     assert interrupt_reason(KeyboardInterrupt()) == "interrupted (Ctrl-C)"
-    assert signal.getsignal(signal.SIGTERM) is before  # restored
-    never.set()
 
 
 def test_token_first_reason_wins_and_late_subscribers_are_called_at_once():
