@@ -61,9 +61,9 @@ def on_all(items: Iterable[T], fn: Callable[[T], object], name: Callable[[T], st
 
     unsubscribe = cancel.on_set(wake) if cancel is not None else (lambda: None)
     try:
-        for key, item in zip(keys, items):
-            threading.Thread(target=work, args=(key, item), name=f"on-all-{key}", daemon=True).start()
-        try:
+        try:  # the starts too: a Ctrl-C between two of them must set the token for the ones already running
+            for key, item in zip(keys, items):
+                threading.Thread(target=work, args=(key, item), name=f"on-all-{key}", daemon=True).start()
             with changed:
                 while len(outcomes) < len(keys) and not (cancel is not None and cancel.is_set()):
                     changed.wait(POLL)  # bounded: a simulated interrupt (no real signal) is seen too
