@@ -3,9 +3,10 @@
 A `SharedCluster` is made once per test session (per xdist worker) and lent to one test, or one module, at
 a time. Around each loan it resets every node to the condition it had when it was made (sim/reset.py:
 containers, images, release records, lock, audit, maintenance state, faults, stubs, services) and then
-looks again: what the reset could not undo is a failure naming the node, the aspect and the test that left
-it. A cluster that could not be put back is replaced before the next loan, so one bad test does not poison
-the ones after it.
+looks again. Residue (containers, images, releases) is cleared silently; a fault the test left is undone
+and fails that test at its teardown, naming node, aspect and value; a leak found before a loan (it
+appeared after the last check) fails the test about to run; what the reset cannot undo fails the test and
+the cluster is made anew before the next loan, so one bad test does not poison the ones after it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pathlib import Path
 
 import docker
 
-from orchestrator.sim import images as sim_images_mod
 from orchestrator.sim import reset as sim_reset
 from orchestrator.sim.cluster import SimCluster
 from orchestrator.sim.condition import Condition
@@ -135,7 +135,3 @@ def _controller_files(cluster: SimCluster) -> dict[Path, bytes]:
 
 def _errors(outcome: sim_reset.Outcome) -> str:
     return ("\n  errors: " + "; ".join(outcome.errors)) if outcome.errors else ""
-
-
-def ensure_images(client: docker.DockerClient) -> sim_images_mod.SimImages:
-    return sim_images_mod.ensure_images(client)
