@@ -223,6 +223,12 @@ def free_port(cluster, node: NodeInfo, opts: dict) -> str:
     port = _port("free-port", opts)
     cluster.exec(node.index, ["sh", "-c", 'f=/run/sim-port-"$1".pid; [ ! -s "$f" ] || '
                               '{ kill "$(cat "$f")" 2>/dev/null; rm -f "$f"; }; true', "sh", str(port)])
+
+    def check() -> None:  # the kill is asynchronous: released means nothing listens any more
+        if _port_open(node.ip, port):
+            raise _Pending(f"{node.ip}:{port} still answers")
+
+    _poll(check, 15, f"free port {port} on {node.name}")
     return f"{node.name}: port {port} released"
 
 
