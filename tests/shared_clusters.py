@@ -4,7 +4,7 @@ A `SharedCluster` is made once per test session (per xdist worker) and lent to o
 a time. Around each loan it resets every node to the condition it had when it was made (sim/reset.py:
 containers, images, release records, lock, audit, maintenance state, faults, stubs, services) and then
 looks again. Residue (containers, images, releases) is cleared silently; a fault the test left is undone
-and fails that test at its teardown, naming node, aspect and value; a leak found before a loan (it
+and fails that test at its teardown, naming node, aspect and value; a fault found before a loan (it
 appeared after the last check) fails the test about to run; what the reset cannot undo fails the test and
 the cluster is made anew before the next loan, so one bad test does not poison the ones after it.
 """
@@ -103,10 +103,11 @@ class SharedCluster:
             raise ResetFailed(f"shared cluster {self.cluster.name}: before {user}, the reset could not undo "
                               f"(left by {self.last_user or 'nobody known'}):\n  " + outcome.describe(outcome.left)
                               + _errors(outcome))
-        if outcome.found:  # a clean release was checked after the last loan: this escaped it
+        if outcome.faults:  # the last loan was checked clean: a fault found now escaped it (residue that
+            # appeared since, such as an image a dying copy's last command removed, was just cleared)
             raise ResetFailed(f"shared cluster {self.cluster.name}: found before {user} (it escaped the reset "
                               f"after {self.last_user or 'the last loan'}; now undone):\n  "
-                              + outcome.describe(outcome.found))
+                              + outcome.describe(outcome.faults))
         return self.cluster
 
     def _after(self, user: str) -> None:

@@ -11,7 +11,8 @@ import pytest
 from bench_helpers import SPARK_DEPLOY, bench_cli, head_truth
 from ruamel.yaml import YAML
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration,
+              pytest.mark.timing]  # drift between blocks is a wall-clock rate: run alone (scripts/test)
 
 
 def _variant(src, dest, name: str, spec: bool):
