@@ -123,10 +123,17 @@ def test_unknown_flag_exits_2(by_hand, pair, tmp_path):
     assert "vllm: error: unrecognized arguments: --bogus 1" in hand.logs(head)
 
 
-def _assert_peer_dies_and_head_stalls(hand: ByHand) -> None:
-    """Field note 2: the peer dies with the JIT assertion; the head stays up repeating the ring-buffer line."""
+def _assert_peer_dies_and_head_stalls(hand: ByHand, head_claimed=None) -> None:
+    """Field note 2: the peer dies with the JIT assertion; the head stays up repeating the ring-buffer line.
+    `head_claimed()`: the event to wait for before the peer starts (the rank that claims a shared JIT
+    directory second is the one that loses, as on NFS: on a loaded machine the peer could otherwise win)."""
     head, peer = hand.plan
     hand.start(head)
+    if head_claimed is not None:
+        deadline = time.monotonic() + 60
+        while not head_claimed():
+            assert time.monotonic() < deadline, "the head never claimed the shared JIT directory"
+            time.sleep(0.1)
     hand.start(peer)
     assert hand.wait_exit(peer) == 1
     assert "runtime != nullptr" in hand.logs(peer)
@@ -145,7 +152,9 @@ def test_shared_jit_directory_kills_the_peer_for_real(by_hand, pair, tmp_path):
     try:
         pair.fault(1, "shared-jit")
         pair.fault(2, "shared-jit")
-        _assert_peer_dies_and_head_stalls(by_hand(recipe))
+        claim = "/shared/jit/deep_gemm/rank-0.lock"  # what the head's JitLock writes into the shared dir
+        _assert_peer_dies_and_head_stalls(by_hand(recipe),
+                                          lambda: pair.exec(1, ["test", "-e", claim], check=False).code == 0)
     finally:
         pair.fault(1, "local-jit")
         pair.fault(2, "local-jit")
