@@ -39,6 +39,7 @@ class SharedCluster:
         self.last_user: str | None = None
         self.made = 0
         self.files: dict[Path, bytes] = {}
+        self.images = sim_reset.ImageWant()  # how a node gets the stand-in image back (set when made)
         self._lock = threading.Lock()
 
     # ---- the cluster ---------------------------------------------------------------------------
@@ -49,16 +50,13 @@ class SharedCluster:
             cluster.up(self.nodes, self.load_image_on, init=self.init)
             self.baseline = sim_reset.save_baseline(cluster, cluster.nodes())
             self.files = _controller_files(cluster)
+            images = (cluster.info() or {}).get("images") or {}
+            self.images = sim_reset.image_loader(images.get("vllm"), images.get("vllm_tags") or [])
         except BaseException:
             cluster.down()
             raise
         self.cluster, self.broken = cluster, None
         return cluster
-
-    def _loader(self) -> sim_reset.ImageWant:
-        info = self.cluster.info() or {}
-        images = info.get("images") or {}
-        return sim_reset.image_loader(self.cluster, images.get("vllm"), images.get("vllm_tags") or [])
 
     def _restore_files(self) -> list[str]:
         """The controller's side (inventory, recipe, key, known_hosts) as made: a test edits copies."""
@@ -93,7 +91,7 @@ class SharedCluster:
                 self.cluster.down()
                 self.cluster = None
             return self._make()
-        outcome = sim_reset.reset(self.cluster, self.baseline, self._loader())
+        outcome = sim_reset.reset(self.cluster, self.baseline, self.images)
         edited = self._restore_files()
         if edited:
             raise ResetFailed(f"shared cluster {self.cluster.name}: before {user}, controller files differ from "
@@ -114,7 +112,7 @@ class SharedCluster:
         self.last_user = user
         if self.cluster is None:
             return
-        outcome = sim_reset.reset(self.cluster, self.baseline, self._loader())
+        outcome = sim_reset.reset(self.cluster, self.baseline, self.images)
         edited = self._restore_files()
         if outcome.left:
             self.broken = f"{user} left what the reset cannot undo"

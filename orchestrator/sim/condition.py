@@ -62,8 +62,12 @@ _RESIDUE = {Aspect.CONTAINERS, Aspect.IMAGES, Aspect.STATE, Aspect.UNITS, Aspect
             Aspect.SSH_TRUST, Aspect.SYSTEM}
 
 # One POSIX sh script: each line "ASPECT<TAB>value". Read only; every command bounded by what it reads.
+# It first waits (bounded, 15 s) for a node's last image command: an interrupted `up` can leave the undo's
+# `docker image rm` or a torn-down `docker load` running a moment after the controller's side has ended,
+# and what the probe sees must not change under it (nor a reset load an image such a command then removes).
 # iptables leaves out the engine's embedded-DNS rules (127.0.0.11, a new port at every node start).
 PROBE_SH = r"""
+for _ in $(seq 1 150); do pgrep -f "^docker (load|save|image|rmi|tag|pull|import)" >/dev/null || break; sleep 0.1; done
 p() { printf '%s\t%s\n' "$1" "$2"; }
 if docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; then p dockerd up
   docker ps -a --no-trunc --format '{{.ID}} {{.Names}} {{.Image}}' 2>/dev/null | while read -r l; do p containers "$l"; done

@@ -51,6 +51,15 @@ def _port_open(ip: str, port: int) -> bool:
         return False
 
 
+def _until_port(node: NodeInfo, port: int, answers: bool, timeout: float, what: str) -> None:
+    """Wait (bounded) until node.ip:port answers, or stops answering: starts and kills are asynchronous."""
+    def check() -> None:
+        if _port_open(node.ip, port) != answers:
+            raise _Pending(f"{node.ip}:{port} {'does not answer' if answers else 'still answers'}")
+
+    _poll(check, timeout, what)
+
+
 def _no_opts(kind: str, opts: dict) -> None:
     if opts:
         raise SimInputError(f"fault {kind} takes no options, got {sorted(opts)}")
@@ -60,17 +69,16 @@ def _service(cluster, node: NodeInfo, action: str, svc: str, opts: dict) -> str:
     _no_opts(f"{action}-{svc}", opts)
     cluster.exec(node.index, ["sim-service", action, svc])
     want_up = action == "start"
+    what = f"{action} {svc} on {node.name}"
     if svc == "sshd":
-        def check() -> None:
-            if _port_open(node.ip, 22) != want_up:
-                raise _Pending(f"port 22 {'closed' if want_up else 'open'}")
+        _until_port(node, 22, want_up, 60, what)
     else:
         def check() -> None:
             ok = cluster.exec(node.index, ["docker", "info", "--format", "{{.ServerVersion}}"],
                               check=False).code == 0
             if ok != want_up:
                 raise _Pending(f"docker info {'fails' if want_up else 'answers'}")
-    _poll(check, 60, f"{action} {svc} on {node.name}")
+        _poll(check, 60, what)
     return f"{node.name}: {svc} {'started' if want_up else 'stopped'}"
 
 
@@ -210,12 +218,7 @@ def occupy_port(cluster, node: NodeInfo, opts: dict) -> str:
               'exec python3 -m http.server --bind 0.0.0.0 "$1" >/var/log/sim-port-"$1".log 2>&1')
     cluster.container(node.index).exec_run(["sh", "-c", script, "sh", str(port)], detach=True,
                                            workdir="/tmp")
-
-    def check() -> None:
-        if not _port_open(node.ip, port):
-            raise _Pending(f"nothing listens on {node.ip}:{port}")
-
-    _poll(check, 15, f"occupy port {port} on {node.name}")
+    _until_port(node, port, True, 15, f"occupy port {port} on {node.name}")
     return f"{node.name}: port {port} taken by python3 -m http.server"
 
 
@@ -223,12 +226,7 @@ def free_port(cluster, node: NodeInfo, opts: dict) -> str:
     port = _port("free-port", opts)
     cluster.exec(node.index, ["sh", "-c", 'f=/run/sim-port-"$1".pid; [ ! -s "$f" ] || '
                               '{ kill "$(cat "$f")" 2>/dev/null; rm -f "$f"; }; true', "sh", str(port)])
-
-    def check() -> None:  # the kill is asynchronous: released means nothing listens any more
-        if _port_open(node.ip, port):
-            raise _Pending(f"{node.ip}:{port} still answers")
-
-    _poll(check, 15, f"free port {port} on {node.name}")
+    _until_port(node, port, False, 15, f"free port {port} on {node.name}")  # released: nothing answers
     return f"{node.name}: port {port} released"
 
 

@@ -188,8 +188,6 @@ def reset(cluster, baselines: dict[str, Condition], want: ImageWant | None = Non
     if missing:
         gone = [Difference(m, Aspect.DOCKERD, ("node container",), ("gone",)) for m in missing]
         return Outcome(gone, gone, [f"{m}: the node container is gone" for m in missing])
-    with concurrent.futures.ThreadPoolExecutor(len(nodes)) as pool:
-        list(pool.map(lambda n: _quiesce(cluster, n), nodes))
     found = _all_differences(cluster, nodes, baselines)
     errors: list[str] = []
     todo = found
@@ -214,22 +212,11 @@ def reset(cluster, baselines: dict[str, Condition], want: ImageWant | None = Non
     return Outcome(found, left, errors)
 
 
-# An interrupted `up` can leave its last image command (the undo's `docker image rm`, a `docker load`
-# being torn down) running on a node for a moment after the controller's side has ended: wait for those
-# to finish (bounded, 15 s) so the reset does not load an image that the late command then removes.
-_QUIESCE = ('for _ in $(seq 1 150); do pgrep -f "^docker (load|save|image|rmi|tag|pull|import)" >/dev/null '
-            '|| exit 0; sleep 0.1; done; exit 0')
-
-
-def _quiesce(cluster, node: NodeInfo) -> None:
-    cluster.exec(node.index, ["sh", "-c", _QUIESCE], check=False)
-
-
 def _all_differences(cluster, nodes: list[NodeInfo], baselines: dict[str, Condition]) -> list[Difference]:
     seen = probe_all(cluster, nodes)
     return [d for n in nodes for d in differences(baselines[n.name], seen[n.name])]
 
 
-def image_loader(cluster, image_id: str, tags: list[str]) -> ImageWant:
+def image_loader(image_id: str, tags: list[str]) -> ImageWant:
     """Load the cluster's stand-in image into a node again, as `up` does (host engine -> node engine)."""
     return ImageWant(load=lambda node: provision.load_image(node.container, image_id, tags))
