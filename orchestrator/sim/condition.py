@@ -62,6 +62,7 @@ _RESIDUE = {Aspect.CONTAINERS, Aspect.IMAGES, Aspect.STATE, Aspect.UNITS, Aspect
             Aspect.SSH_TRUST, Aspect.SYSTEM}
 
 # One POSIX sh script: each line "ASPECT<TAB>value". Read only; every command bounded by what it reads.
+# dockerd counts as down only after five failed `docker info` a second apart (a loaded host can fail one).
 # It first waits (bounded, 15 s) for a node's last image command: an interrupted `up` can leave the undo's
 # `docker image rm` or a torn-down `docker load` running a moment after the controller's side has ended,
 # and what the probe sees must not change under it (nor a reset load an image such a command then removes).
@@ -69,7 +70,8 @@ _RESIDUE = {Aspect.CONTAINERS, Aspect.IMAGES, Aspect.STATE, Aspect.UNITS, Aspect
 PROBE_SH = r"""
 for _ in $(seq 1 150); do pgrep -f "^docker (load|save|image|rmi|tag|pull|import)" >/dev/null || break; sleep 0.1; done
 p() { printf '%s\t%s\n' "$1" "$2"; }
-if docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; then p dockerd up
+up=; for _ in 1 2 3 4 5; do docker info --format '{{.ServerVersion}}' >/dev/null 2>&1 && { up=1; break; }; sleep 1; done
+if [ -n "$up" ]; then p dockerd up
   docker ps -a --no-trunc --format '{{.ID}} {{.Names}} {{.Image}}' 2>/dev/null | while read -r l; do p containers "$l"; done
   docker image ls -aq --no-trunc 2>/dev/null | sort -u | while read -r l; do p images "$l"; done
 else p dockerd down; fi

@@ -1,12 +1,12 @@
 """Host faults for preflight's memory, fabric and kernel checks: each a real change inside ONE node container.
 
-- `meminfo available=SIZE [total=SIZE]`: a copy of the node's /proc/meminfo with those lines changed,
-  bind-mounted over /proc/meminfo in the node's mount namespace (sshd and every SSH command see it; the
-  host and the other nodes do not). The kernel's own accounting is untouched: only readers of the file
-  (preflight, `free`) are fooled. The values are kept in /etc/sim-meminfo.json and re-applied at every
-  boot by the node's `sim-boot`, so a `reboot` keeps the node's memory (like the hardware's). `sim up`
-  starts every node at a DGX Spark's figures (SPARK_MEMINFO: the machine running the sim has far less
-  memory than a GB10); `reset=true` goes back to those.
+- `meminfo [available=SIZE] [total=SIZE] [swap=SIZE]`: the node's IDLE memory, what sim-memory (the node's
+  daemon, node_memory.py) shows in /proc/meminfo before a running vLLM's claim is taken off it. It is a
+  bind-mounted copy in the node's mount namespace (sshd and every SSH command see it; the host and the
+  other nodes do not); the kernel's own accounting is untouched. The values are kept in
+  /etc/sim-meminfo.json, so a `reboot` keeps the node's memory (like the hardware's). Every node starts at
+  a DGX Spark's figures (node_memory.SPARK: the machine running the sim has far less memory than a GB10);
+  what a value leaves out stays a Spark's; `reset=true` goes back to those.
 - `mtu mtu=N [dev=eth0]`: `ip link set dev DEV mtu N` (a real MTU change of the node's interface);
   `reset=true` restores the MTU saved at the first change.
 - `kernel release=STR`: a wrapper /usr/local/bin/uname (ahead of /usr/bin on the SSH user's PATH) that
@@ -21,14 +21,15 @@ import json
 import re
 import tarfile
 
+from .node_memory import SPARK
 from .state import NodeInfo, SimError, SimInputError
 
 IFACE = "eth0"  # the sim node's fabric interface (as faults.IFACE; imported from there would be circular)
 
-MEMINFO_COPY = "/run/sim-meminfo"  # made by the node's sim-boot from MEMINFO_SPEC
-MEMINFO_SPEC = "/etc/sim-meminfo.json"
+MEMINFO_SPEC = "/etc/sim-meminfo.json"  # read by the node's sim-memory
 # A GB10's 128 GB of unified memory as Linux reports it (MemTotal ~119.7 GiB), with the OS using ~4 GiB.
-SPARK_MEMINFO = {"total": "125519872", "available": "121325568"}  # kB
+SPARK_MEMINFO = {"total": str(SPARK["MemTotal"]), "available": str(SPARK["MemAvailable"]),
+                 "swap": str(SPARK["SwapTotal"])}  # kB
 UNAME_WRAPPER = "/usr/local/bin/uname"
 MTU_SAVED = "/run/sim-mtu-{dev}"
 
@@ -65,25 +66,33 @@ def put_file(cluster, node: NodeInfo, path: str, data: bytes, mode: int) -> None
 
 
 def meminfo(cluster, node: NodeInfo, opts: dict) -> str:
-    unknown = set(opts) - {"available", "total", "reset"}
+    unknown = set(opts) - {"available", "total", "swap", "reset"}
     if unknown or not opts or ("reset" in opts and len(opts) > 1):
-        raise SimInputError("fault meminfo takes available=SIZE [total=SIZE], or reset=true")
+        raise SimInputError("fault meminfo takes [available=SIZE] [total=SIZE] [swap=SIZE], or reset=true")
     if "reset" in opts:
         if not _bool("meminfo", opts["reset"]):
             raise SimInputError("fault meminfo: reset=false does nothing")
-        return meminfo(cluster, node, dict(SPARK_MEMINFO)).replace("shows", "is back at a Spark's:", 1)
-    want = {"MemAvailable": _kib("meminfo", "available", opts["available"])} if "available" in opts else {}
-    if "total" in opts:
-        want["MemTotal"] = _kib("meminfo", "total", opts["total"])
-    # the spec lives in /etc (kept across a reboot); `sim-boot meminfo` in the node makes the edited copy of
-    # the live file and bind-mounts it, now and at every boot (sim-boot.service / sim-entrypoint)
-    put_file(cluster, node, MEMINFO_SPEC, (json.dumps(want, sort_keys=True) + "\n").encode(), 0o644)
-    cluster.exec(node.index, ["sim-boot", "meminfo"])
+        return meminfo(cluster, node, dict(SPARK_MEMINFO)).replace("idles at", "is back at a Spark's:", 1)
+    keys = {"available": "MemAvailable", "total": "MemTotal", "swap": "SwapTotal"}
+    want = {keys[k]: _kib("meminfo", k, v) for k, v in opts.items()}
+    spec = {**SPARK, **want}
+    if spec["MemAvailable"] > spec["MemTotal"]:
+        raise SimInputError(f"fault meminfo: available ({spec['MemAvailable']} kB) is more than total "
+                            f"({spec['MemTotal']} kB)")
+    # the spec lives in /etc (kept across a reboot); the node's sim-memory re-reads it and shows the idle
+    # figures less what runs, in the bind-mounted copy it keeps over /proc/meminfo
+    put_file(cluster, node, MEMINFO_SPEC, (json.dumps(spec, sort_keys=True) + "\n").encode(), 0o644)
+    shown = json.loads(cluster.exec(node.index, ["sim-memory", "reload"]).stdout)
     seen = cluster.exec(node.index, ["cat", "/proc/meminfo"]).stdout
-    for key, kb in want.items():
-        if not re.search(rf"^{key}:\s+{kb} kB$", seen, re.MULTILINE):
-            raise SimError(f"{node.name}: /proc/meminfo does not show {key} {kb} kB after the bind mount")
-    return f"{node.name}: /proc/meminfo shows " + ", ".join(f"{k} {v} kB" for k, v in want.items())
+    for key in ("MemTotal", "MemAvailable", "SwapTotal"):
+        line = re.search(rf"^{key}:\s+(\d+) kB$", seen, re.MULTILINE)
+        if line is None or int(line.group(1)) != shown[key]:
+            raise SimError(f"{node.name}: /proc/meminfo shows {line.group(0) if line else 'no ' + key!r}, "
+                           f"sim-memory says {key} {shown[key]} kB")
+    claimed = sum(c["kb"] for c in shown["claims"])
+    return (f"{node.name}: idles at MemTotal {spec['MemTotal']} kB, MemAvailable {spec['MemAvailable']} kB, "
+            f"SwapTotal {spec['SwapTotal']} kB" + (f" (now {shown['MemAvailable']} kB: {claimed} kB claimed)"
+                                                    if claimed else ""))
 
 
 def mtu(cluster, node: NodeInfo, opts: dict) -> str:

@@ -25,6 +25,7 @@ VLLM_REFERENCE_TAG = "vllm-sim:latest"
 RECIPE_VERSION = "1"  # bump when the build procedure changes in a way the inputs don't show
 
 _HERE = Path(__file__).resolve().parent
+NODE_MEMORY = _HERE / "node_memory.py"  # the node's memory daemon, installed as sim-memory
 STANDIN_DIR = _HERE / "standin"  # the vLLM stand-in package, run in the image as `python3 -m standin`
 STANDIN_IN_IMAGE = "usr/lib/python3/dist-packages/standin"  # on the image python3's sys.path
 STANDIN_SKIP = {"gen_options.py"}  # builds the option table on the host; not needed in the image
@@ -112,6 +113,7 @@ def _node_files() -> dict[str, tuple[bytes, int]]:
         "etc/ssh/sshd_config.d/spark-deploy-sim.conf": (node_files.SSHD_CONFIG.encode(), 0o644),
         "usr/local/sbin/sim-service": (node_files.SIM_SERVICE.encode(), 0o755),
         "usr/local/sbin/sim-boot": (node_files.SIM_BOOT.encode(), 0o755),
+        "usr/local/sbin/sim-memory": (NODE_MEMORY.read_bytes(), 0o755),
     }
 
 

@@ -178,10 +178,10 @@ def node_logs(c, lines: int = 30) -> str:
         pass
     if node_init(c) is NodeInit.SYSTEMD:
         argvs = [["journalctl", "-b", "--no-pager", "-n", str(lines), "-u", "docker", "-u", "containerd",
-                  "-u", "ssh", "-u", "sim-boot"],
+                  "-u", "ssh", "-u", "sim-boot", "-u", "sim-memory"],
                  ["systemctl", "list-units", "--state=failed", "--no-pager"]]
     else:
-        argvs = [["tail", "-n", str(lines), "/var/log/dockerd.log", "/var/log/sshd.log"]]
+        argvs = [["tail", "-n", str(lines), "/var/log/dockerd.log", "/var/log/sshd.log", "/var/log/sim-memory.log"]]
     for argv in argvs:
         try:
             code, extra = c.exec_run(argv)

@@ -251,23 +251,19 @@ case "$action" in
 esac
 """
 
-# What a node keeps across a reboot beyond its disk: its simulated hardware. Faults write the spec files
-# under /etc and call this; at boot sim-boot.service (systemd) or sim-entrypoint (docker-init) calls it.
+# What a node keeps across a reboot beyond its disk: its simulated hardware. The fill-disk fault writes its
+# spec under /etc and calls this; at boot sim-boot.service (systemd) or sim-entrypoint (docker-init) calls
+# it. (Memory is sim-memory's: node_memory.py, a daemon, since what it shows moves with what runs.)
 SIM_BOOT = r'''#!/usr/bin/python3
-"""spark-deploy sim: apply the node's simulated hardware, at boot and when a fault changes it.
+"""spark-deploy sim: apply the node's simulated disk, at boot and when a fault changes it.
 
-/etc/sim-meminfo.json  {"MemTotal": kB, "MemAvailable": kB}: /proc/meminfo shows these values (a bind
-                       mount of an edited copy of the live file; the kernel's accounting is untouched)
 /etc/sim-fill-disk     SIZE: a SIZE tmpfs over /var/lib/docker/tmp (a full disk stays full after a reboot)
-usage: sim-boot [meminfo] [fill-disk]      (no argument: both)
+usage: sim-boot [fill-disk]      (no argument: every step)
 """
-import json
 import os
 import subprocess
 import sys
 
-MEMINFO_SPEC = "/etc/sim-meminfo.json"
-MEMINFO_COPY = "/run/sim-meminfo"
 FILL_SPEC = "/etc/sim-fill-disk"
 DOCKER_TMP = "/var/lib/docker/tmp"
 
@@ -281,27 +277,6 @@ def unmount_all(path):
         subprocess.run(["umount", path], check=True)
 
 
-def meminfo():
-    unmount_all("/proc/meminfo")  # start from the real file, not an earlier copy
-    if not os.path.exists(MEMINFO_SPEC):
-        return
-    with open(MEMINFO_SPEC) as f:
-        want = json.load(f)
-    if not want:
-        return
-    lines = []
-    with open("/proc/meminfo") as f:
-        for line in f.read().splitlines():
-            key = line.split(":", 1)[0]
-            lines.append("%s:%16d kB" % (key, int(want[key])) if key in want else line)
-    tmp = MEMINFO_COPY + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.chmod(tmp, 0o444)
-    os.replace(tmp, MEMINFO_COPY)
-    subprocess.run(["mount", "--bind", MEMINFO_COPY, "/proc/meminfo"], check=True)
-
-
 def fill_disk():
     unmount_all(DOCKER_TMP)
     if not os.path.exists(FILL_SPEC):
@@ -313,7 +288,7 @@ def fill_disk():
                    check=True)
 
 
-STEPS = {"meminfo": meminfo, "fill-disk": fill_disk}
+STEPS = {"fill-disk": fill_disk}
 
 if __name__ == "__main__":
     names = sys.argv[1:] or list(STEPS)
@@ -335,6 +310,9 @@ ssh-keygen -A  # makes only the host keys that are missing: kept across reboots
 mkdir -p /run/sshd /run/lock /root/.ssh /var/log
 chmod 700 /root/.ssh
 sim-boot
+# the node's unified memory (sim-memory: /proc/meminfo moves with what runs), up before anything can claim
+setsid sim-memory serve >>/var/log/sim-memory.log 2>&1 </dev/null &
+for _ in $(seq 1 100); do sim-memory show >/dev/null 2>&1 && break; sleep 0.05; done
 sim-service start dockerd
 sim-service start sshd
 stop() { sim-service stop sshd || true; sim-service stop dockerd || true; exit 0; }

@@ -5,7 +5,8 @@ PID 1 is systemd (exec'd by `sim-init`, which first gives the boot its own boot_
 
 - ssh.service drop-in: generate host keys missing at first boot (none are baked into the image) and keep
   them afterwards (`ssh-keygen -A` never overwrites), so known_hosts stays valid across reboots.
-- sim-boot.service: re-applies the node's simulated hardware (meminfo, a full disk) at every boot.
+- sim-boot.service: re-applies the node's simulated disk (a full disk) at every boot.
+- sim-memory.service: the node's unified memory (node_memory.py), up before dockerd and sshd.
 - journald: persistent journal, so `journalctl -b -1` shows the boot before a reboot.
 - default.target = multi-user.target (a server), and masks of units that have nothing to do in a
   container (gettys, apt timers reaching a mirror the internal network cannot reach, fs maintenance).
@@ -32,7 +33,7 @@ ExecStartPre=/usr/sbin/sshd -t
 """
 
 SIM_BOOT_UNIT = """[Unit]
-Description=spark-deploy sim: re-apply the simulated hardware (meminfo, full disk)
+Description=spark-deploy sim: re-apply the simulated disk (a full disk)
 DefaultDependencies=no
 After=local-fs.target
 Before=docker.service containerd.service ssh.service multi-user.target
@@ -41,6 +42,21 @@ Before=docker.service containerd.service ssh.service multi-user.target
 Type=oneshot
 RemainAfterExit=yes
 ExecStart=/usr/local/sbin/sim-boot
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+SIM_MEMORY_UNIT = """[Unit]
+Description=spark-deploy sim: a Spark's unified memory in /proc/meminfo
+DefaultDependencies=no
+After=local-fs.target
+Before=docker.service containerd.service ssh.service multi-user.target
+
+[Service]
+ExecStart=/usr/local/sbin/sim-memory serve
+ExecStartPost=/bin/sh -c 'for _ in $(seq 1 100); do /usr/local/sbin/sim-memory show >/dev/null 2>&1 && exit 0; sleep 0.05; done; exit 1'
+Restart=on-failure
 
 [Install]
 WantedBy=multi-user.target
@@ -67,6 +83,9 @@ def files() -> dict[str, tuple[bytes, int]]:
         "etc/systemd/system/sim-boot.service": (SIM_BOOT_UNIT.encode(), 0o644),
         "etc/systemd/system/multi-user.target.wants/sim-boot.service":
             (b"/etc/systemd/system/sim-boot.service", SYMLINK),
+        "etc/systemd/system/sim-memory.service": (SIM_MEMORY_UNIT.encode(), 0o644),
+        "etc/systemd/system/multi-user.target.wants/sim-memory.service":
+            (b"/etc/systemd/system/sim-memory.service", SYMLINK),
         "etc/systemd/journald.conf.d/spark-deploy-sim.conf": (JOURNALD.encode(), 0o644),
         "etc/systemd/system/default.target": (b"/lib/systemd/system/multi-user.target", SYMLINK),
     }

@@ -16,6 +16,7 @@ from .cli import non_default_args, normalise_choice
 from .config import derive_max_model_len, resolve_model_dir, validate_parallel, validate_speculative
 from .engine import Engine
 from .jit import JitLock
+from . import memory
 from .derived import cudagraph_profile, kv_cache_tokens, worker_name
 from .rendezvous import Rendezvous
 from .supervisor import exhaust_memory, oom_fault_applies
@@ -37,6 +38,7 @@ class Node:
         self._ringbuffer = threading.Lock()
         self.engine: Engine | None = None
         self.max_model_len = 0
+        self.memory = None  # the open connection that holds this rank's share of the node's memory
 
     def on_signal(self, signum, frame) -> None:
         """SIGTERM/SIGINT: exit 0 promptly; raising interrupts whatever the main thread blocks on."""
@@ -84,6 +86,7 @@ class Node:
                  f"world_size={self.world} rank={self.rank} local_rank=0 distributed_init_method="
                  f"tcp://{args.master_addr}:{args.master_port} backend=nccl")
         self._select_moe_backend()
+        self._claim_memory()
         n_shards = max(1, len(glob.glob(os.path.join(model_dir, "*.safetensors"))))
         self._load_weights(n_shards, env_float(env, "SIM_LOAD_SECONDS", 2.0))
         if oom_fault_applies(env, self.rank):
@@ -134,6 +137,21 @@ class Node:
             raise SimError("RuntimeError: Engine core initialization failed. See root cause above. "
                            "Failed core proc(s): {}")
         raise SimError("") from None  # a headless rank has no API server to add anything
+
+    def _claim_memory(self) -> None:
+        """vLLM's start-up check and its share of the node's unified memory, held until this process ends."""
+        try:
+            self.memory = memory.claim(self.args.gpu_memory_utilization, self.env,
+                                       f"vllm rank {self.rank} ({self.args.served_name})")
+        except SimError as err:
+            self.log.info(self.worker, "multiproc_executor.py:743", "WorkerProc failed to start.", "ERROR")
+            self.log.traceback(self.worker, err.final, (
+                ("/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_worker.py", 258,
+                 "init_device", "raise ValueError("),), sys.stdout)
+            if self.head:
+                raise SimError("RuntimeError: Engine core initialization failed. See root cause above. "
+                               "Failed core proc(s): {}") from None
+            raise SimError("") from None
 
     def _select_moe_backend(self) -> None:
         choice = self.args.moe_backend
