@@ -214,6 +214,9 @@ class PreflightSettings(Model):
 
     # left free for the OS, Docker and sshd after vLLM takes gpu_memory_utilization x MemTotal (field note 8)
     memory_reserve_gib: float = Field(default=4.0, ge=0.5, le=64)
+    # what a running vLLM holds beside its share on a GB10 (Python, CUDA context, NCCL, API server): field
+    # note 8's 0.78 left ~2 GiB of ~116, i.e. ~20 GiB. earlyoom and the OOM killer see both.
+    runtime_overhead_gib: float = Field(default=20.0, ge=0, le=64)
 
 
 class Recipe(Model):

@@ -1,7 +1,7 @@
 """The steps of `up` before anything serving is touched: connect, preflight, current state, image, secrets.
 
 Then the one step that touches what serves: stop the previous deployment (kept, renamed, so undo — or a
-rollback — can start it again), and the port check that can only run after it.
+rollback — can start it again), and the port and memory checks that can only run after it.
 """
 
 from __future__ import annotations
@@ -297,3 +297,18 @@ class PortsFree(NoUndo):
 
     def run(self, ctx: UpContext) -> None:
         judge(self.phase, [basics.ports_free(ctx.cluster, self.ports)], ctx)
+
+
+class MemoryFree(NoUndo):
+    """Memory judged again once the previous release is stopped: preflight added back an estimate of what
+    it held (its share + preflight.runtime_overhead_gib); this reads what the nodes show now. A fail here
+    undoes the stop (the previous release is restored)."""
+    phase, detail = Phase.MEMORY, "memory-headroom with the previous release stopped"
+
+    def run(self, ctx: UpContext) -> None:
+        if "memory-headroom" in ctx.opts.skip_checks:
+            ctx.events.note("memory-headroom skipped (--skip-check)")
+            return
+        specs = preflight.select(only=["memory-headroom"])
+        report = preflight.run_checks(ctx.dep, ctx.plan, ctx.cluster, specs, opened=True)
+        judge_report(self.phase, report, ctx)

@@ -28,7 +28,8 @@ from .current import Action
 from .restore import StartKept, restore_previous
 from .steps_release import OpenRelease, TakeLock, finish
 from .steps_launch import ForgetSecrets, LogChecks, PeersJoined, Ready, Rendezvous, StartRanks
-from .steps_prepare import Connect, CurrentState, Preflight, PortsFree, StopPrevious, SyncImage, WriteSecrets
+from .steps_prepare import (Connect, CurrentState, MemoryFree, Preflight, PortsFree, StopPrevious, SyncImage,
+                            WriteSecrets)
 
 __all__ = ["DeployFailed", "UnpinnedImage", "UpOptions", "UpResult", "up", "plan_steps"]
 
@@ -64,7 +65,7 @@ def launch_steps(ctx: UpContext) -> list:
         ctx.stop_step = StopPrevious()
         steps.append(ctx.stop_step)
         if ctx.decision.previous_running:
-            steps.append(PortsFree(plan.head.node.name, plan.ports))
+            steps += [PortsFree(plan.head.node.name, plan.ports), MemoryFree()]
 
     def start(phase: Phase, launches: list):
         if reuse:

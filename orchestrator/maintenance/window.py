@@ -32,11 +32,6 @@ from .baseline import Baseline, NodeFacts, WindowState, said
 from .diff import Drift, compare
 from .stop import StopResult, release_containers, stop_release
 
-# Checks the serving release itself makes fail while it serves: its ports are taken, its memory is in use.
-WHILE_SERVING = {"ports": "the serving release holds its own ports",
-                 "memory-headroom": "the serving release holds its memory"}
-
-
 class MaintenanceError(Exception):
     """A failure (exit 1); the message says where and why."""
 
@@ -117,7 +112,9 @@ def _begin_locked(dep: Deployment, cluster: Cluster, conns, unreachable, events:
                                f"{dep.recipe.name!r}: name that recipe")
     fact_dep = recorded_deployment(serving, dep.inventory_path) if serving else dep
     plan = build_plan(fact_dep)
-    skipped = WHILE_SERVING if serving else {}
+    # every check runs: the serving release's own ports and memory count as what `up` would free first
+    # (preflight/replaced.py), so nothing is skipped while it serves
+    skipped: dict[str, str] = {}
     report = preflight.run_checks(fact_dep, plan, cluster, preflight.select(skip=list(skipped)))
     serving_plan = serving.plan_hash if serving else None
     facts = collect.collect(cluster, conns, unreachable, fact_dep, plan, serving_plan)

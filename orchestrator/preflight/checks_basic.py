@@ -8,7 +8,9 @@ from __future__ import annotations
 from ..checks import basics
 from ..docker_cli import image_sync
 from ..transport.group import GroupError
+from .facts import FACTS, FactInput
 from .registry import Cell, Scope, Status, Verdict, active_check, worst
+from .replaced import parse_replaced
 
 _STATUS = {"ok": Status.OK, "warn": Status.WARN, "fail": Status.FAIL}
 
@@ -54,7 +56,25 @@ def jit_cache(cluster, conns, dep, plan) -> Verdict:
 
 @active_check("ports", Scope.HEAD)
 def ports(cluster, conns, dep, plan) -> Verdict:
-    return _guard("ports", Scope.HEAD, lambda: _verdict("ports", Scope.HEAD, basics.ports_free(cluster, plan.ports)))
+    """Free, or held by this recipe's own serving containers (which `up` stops before it starts anything):
+    a preflight of the recipe that serves must not call its own release "another process"."""
+    def probe() -> Verdict:
+        result = basics.ports_free(cluster, plan.ports)
+        if result.ok:
+            return _verdict("ports", Scope.HEAD, result)
+        head = cluster.head
+        fact = FACTS["replaced"]
+        given = FactInput(dep.inventory.node(head.name), dep, plan)
+        ours = {port: r.name for r in parse_replaced(head.run_script(fact.script, *fact.args(given), timeout=30,
+                                                                    check=True).stdout)
+                for port in (r.serve_port, r.master_port) if port is not None}
+        held = {p for p in plan.ports if f"{head.name}:{p}" in result.evidence and p in ours}
+        for p in held:
+            result.evidence[f"{head.name}:{p}"] = f"held by {ours[p]} of this recipe, which up replaces"
+        if all(p in held for p in plan.ports if result.evidence[f"{head.name}:{p}"] != "free"):
+            result = basics.CheckResult("ports", "ok", result.evidence)
+        return _verdict("ports", Scope.HEAD, result)
+    return _guard("ports", Scope.HEAD, probe)
 
 
 @active_check("image", Scope.NODE, field_note=1)

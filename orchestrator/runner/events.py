@@ -23,6 +23,7 @@ class Phase(StrEnum):
     SECRETS = "secrets"
     STOP_PREVIOUS = "stop previous"
     PORTS = "ports"
+    MEMORY = "memory"
     HEAD = "head"
     RENDEZVOUS = "rendezvous"
     PEERS = "peers"

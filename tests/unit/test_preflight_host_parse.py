@@ -8,6 +8,7 @@ device here or in the simulation; those tests cover only the judge's logic.
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 from fakes import deployment
@@ -33,6 +34,7 @@ from orchestrator.preflight.checks_memory import (
     parse_earlyoom,
     parse_meminfo,
 )
+from orchestrator.preflight.replaced import parse_replaced, utilization_in
 from orchestrator.preflight.facts import (
     _DRIVER,
     FACTS,
@@ -186,60 +188,122 @@ def test_sizes_of_the_meminfo_fault():
 
 
 # ---- judges ---------------------------------------------------------------------------------------
-def mem_seen(node1: str, node2: str, oom2: str = "") -> dict:
-    return {"spark-1": {"meminfo": obs(parse_meminfo(node1)), "earlyoom": obs(parse_earlyoom(""))},
-            "spark-2": {"meminfo": obs(parse_meminfo(node2)), "earlyoom": obs(parse_earlyoom(oom2))}}
+SAMPLES = Path(__file__).parent / "samples"
+# a simulated Spark's /proc/meminfo (sim-memory: 119.7 GiB, ~115.7 available idle, 4 GiB swap), idle and
+# while the sim recipe (0.7) serves on it: 0.7 x 119.7 + ~20 GiB runtime taken off
+SPARK_IDLE = (SAMPLES / "meminfo-sim-spark-idle.txt").read_text()
+SPARK_SERVING = (SAMPLES / "meminfo-sim-spark-serving-0.7.txt").read_text()
+REPLACED_HEAD = (SAMPLES / "replaced-sim-head.txt").read_text()  # the `replaced` fact on that head
 
 
-def low(meminfo: str, kb: int) -> str:
-    return "\n".join(f"MemAvailable:   {kb} kB" if l.startswith("MemAvailable") else l for l in meminfo.splitlines())
+def mem_seen(node1: str, node2: str, oom2: str = "", replaced2: str = "") -> dict:
+    return {"spark-1": {"meminfo": obs(parse_meminfo(node1)), "earlyoom": obs(parse_earlyoom("")),
+                        "replaced": obs(parse_replaced(""))},
+            "spark-2": {"meminfo": obs(parse_meminfo(node2)), "earlyoom": obs(parse_earlyoom(oom2)),
+                        "replaced": obs(parse_replaced(replaced2))}}
+
+
+def with_line(meminfo: str, key: str, kb: int) -> str:
+    return "\n".join(f"{key}:   {kb} kB" if l.startswith(key + ":") else l for l in meminfo.splitlines())
+
+
+def test_the_sim_samples_are_a_spark_idle_and_serving():
+    idle, serving = parse_meminfo(SPARK_IDLE), parse_meminfo(SPARK_SERVING)
+    assert idle.total == serving.total == 125519872 * 1024 and idle.swap_total == 4194300 * 1024
+    taken = idle.available - serving.available
+    assert abs(taken - (int(0.7 * idle.total) + 20 * GIB)) < 2 * 1024 * 1024  # share + runtime, to the kB
 
 
 def test_headroom_ok_then_fail_naming_both_values(tmp_path):
-    v = memory_headroom(mem_seen(NODE_MEMINFO, NODE_MEMINFO), sim_pair(tmp_path, util=0.3))
+    v = memory_headroom(mem_seen(SPARK_IDLE, SPARK_IDLE), sim_pair(tmp_path, util=0.7))
     assert v.status == Status.OK and "earlyoom not running" in v.cells["spark-2"].value
-    v = memory_headroom(mem_seen(NODE_MEMINFO, low(NODE_MEMINFO, 2 * 1024 * 1024)), sim_pair(tmp_path, util=0.3))
+    assert "once it serves ~11.9 GiB (runtime ~20.0 GiB)" in v.cells["spark-2"].value
+    # 86 GiB free: vLLM's 83.8 GiB share fits, but leaves the OS less than the reserve
+    v = memory_headroom(mem_seen(SPARK_IDLE, with_line(SPARK_IDLE, "MemAvailable", 86 << 20)),
+                        sim_pair(tmp_path, util=0.7))
     assert v.failed_nodes() == ["spark-2"]
     cell = v.cells["spark-2"].value
-    assert "MemAvailable 2.0 GiB" in cell and "0.3 x MemTotal 23.5 GiB = 7.1 GiB" in cell and "4.0 GiB reserve" in cell
+    assert "MemAvailable 86.0 GiB" in cell and "0.7 x MemTotal 119.7 GiB = 83.8 GiB" in cell and "4.0 GiB reserve" in cell
     assert v.fix.startswith("spark-2:")
+    # 2 GiB free: vLLM itself refuses (its "Free memory on device" start-up check)
+    v = memory_headroom(mem_seen(SPARK_IDLE, with_line(SPARK_IDLE, "MemAvailable", 2 << 20)),
+                        sim_pair(tmp_path, util=0.7))
+    assert v.failed_nodes() == ["spark-2"] and "vLLM refuses to start" in v.cells["spark-2"].value
+    assert "Free memory on device" in v.fix
 
 
 def test_headroom_reserve_comes_from_the_recipe(tmp_path):
-    """preflight.memory_reserve_gib moves the line: 22.6 GiB available - 0.3 x 23.5 GiB leaves ~15.5 GiB."""
+    """preflight.memory_reserve_gib moves the line: 115.7 GiB available - 0.7 x 119.7 GiB leaves ~31.9 GiB."""
     def with_reserve(gib):
         def rec(r):
-            r["vllm"]["gpu_memory_utilization"] = 0.3
+            r["vllm"]["gpu_memory_utilization"] = 0.7
             r["preflight"] = {"memory_reserve_gib": gib}
         return deployment(tmp_path, recipe=rec, inventory=lambda i: None)
-    seen = mem_seen(NODE_MEMINFO, NODE_MEMINFO)
-    assert memory_headroom(seen, with_reserve(15)).status == Status.OK
-    v = memory_headroom(seen, with_reserve(16))
-    assert v.failed_nodes() == ["spark-1", "spark-2"] and "16.0 GiB reserve" in v.cells["spark-1"].value
+    seen = mem_seen(SPARK_IDLE, SPARK_IDLE)
+    assert memory_headroom(seen, with_reserve(31)).status == Status.OK
+    v = memory_headroom(seen, with_reserve(32))
+    assert v.failed_nodes() == ["spark-1", "spark-2"] and "32.0 GiB reserve" in v.cells["spark-1"].value
     assert "preflight.memory_reserve_gib" in v.fix
 
 
 def test_memory_reserve_is_not_part_of_the_launch(tmp_path):
     """The reserve is preflight's judgement only: the recipe digest (labels, provenance) does not move."""
     plain = deployment(tmp_path, recipe=lambda r: None, inventory=lambda i: None)
-    moved = deployment(tmp_path, recipe=lambda r: r.update(preflight={"memory_reserve_gib": 8}),
+    moved = deployment(tmp_path, recipe=lambda r: r.update(preflight={"memory_reserve_gib": 8,
+                                                                       "runtime_overhead_gib": 12}),
                        inventory=lambda i: None)
-    assert moved.recipe.preflight.memory_reserve_gib == 8
+    assert moved.recipe.preflight.memory_reserve_gib == 8 and moved.recipe.preflight.runtime_overhead_gib == 12
     assert plain.recipe.digest() == moved.recipe.digest()
 
 
 def test_headroom_uses_vllm_default_when_unset(tmp_path):
-    v = memory_headroom(mem_seen(NODE_MEMINFO, NODE_MEMINFO), sim_pair(tmp_path, util=None))
-    assert v.failed_nodes() == ["spark-1", "spark-2"] and "vLLM 0.9 x" in v.cells["spark-1"].value
+    """vLLM 0.33 defaults to 0.92: 110.1 GiB fits in 115.7, but with the runtime it exhausts memory and swap."""
+    v = memory_headroom(mem_seen(SPARK_IDLE, SPARK_IDLE), sim_pair(tmp_path, util=None))
+    assert v.failed_nodes() == ["spark-1", "spark-2"] and "vLLM 0.92 x" in v.cells["spark-1"].value
+    assert "exhausts memory and swap" in v.cells["spark-1"].value and "OOM killer" in v.cells["spark-1"].value
+
+
+def test_field_note_8_figures(tmp_path):
+    """0.78 serves with ~2 GiB left (earlyoom spares it: swap is free); 0.835 does not fit with its runtime."""
+    v = memory_headroom(mem_seen(SPARK_IDLE, SPARK_IDLE, "812 /usr/bin/earlyoom -r 3600\n"),
+                        sim_pair(tmp_path, util=0.78))
+    assert v.status == Status.OK and "once it serves ~2.3 GiB" in v.cells["spark-2"].value
+    assert "earlyoom kills below 12.0 GiB with swap nearly full" in v.cells["spark-2"].value
+    v = memory_headroom(mem_seen(SPARK_IDLE, SPARK_IDLE, "812 /usr/bin/earlyoom -r 3600\n"),
+                        sim_pair(tmp_path, util=0.835))
+    assert v.failed_nodes() == ["spark-1", "spark-2"] and "exhausts memory and swap" in v.cells["spark-2"].value
 
 
 def test_headroom_under_earlyoom_threshold_warns(tmp_path):
-    # 0.5 of 23.5 GiB taken from 22.6 GiB available leaves ~10.9 GiB: above the reserve, under 50 %
-    v = memory_headroom(mem_seen(NODE_MEMINFO, NODE_MEMINFO, "812 /usr/bin/earlyoom -r 3600 -m 50\n"),
-                        sim_pair(tmp_path, util=0.5))
+    """With 8 GiB of swap 0.835 pages ~4.3 GiB out: -s 50 then kills (swap 47 % free), the default -s 10 not."""
+    big_swap = with_line(with_line(SPARK_IDLE, "SwapTotal", 8 << 20), "SwapFree", 8 << 20)
+    v = memory_headroom(mem_seen(big_swap, big_swap, "812 /usr/bin/earlyoom -r 3600 -m 10 -s 50\n"),
+                        sim_pair(tmp_path, util=0.835))
     assert v.cells["spark-1"].status == Status.OK and v.cells["spark-2"].status == Status.WARN
-    assert "earlyoom's 11.8 GiB threshold" in v.cells["spark-2"].value
+    assert "earlyoom's 12.0 GiB threshold" in v.cells["spark-2"].value
     assert v.failed_nodes() == [] and v.failed_nodes(strict=True) == ["spark-2"]
+    v = memory_headroom(mem_seen(big_swap, big_swap, "812 /usr/bin/earlyoom -r 3600\n"),
+                        sim_pair(tmp_path, util=0.835))
+    assert v.status == Status.OK
+
+
+def test_headroom_counts_what_the_serving_release_gives_back(tmp_path):
+    """The node serves this recipe at 0.7 (11.9 GiB left): an up of 0.72 is judged on the node as it will be
+    once that release is stopped (add back its share and runtime), not refused on its own memory."""
+    v = memory_headroom(mem_seen(SPARK_SERVING, SPARK_SERVING, replaced2=REPLACED_HEAD),
+                        sim_pair(tmp_path, util=0.72))
+    assert v.cells["spark-1"].status == Status.FAIL and "vLLM refuses to start" in v.cells["spark-1"].value
+    assert v.cells["spark-2"].status == Status.OK
+    assert "+ 103.8 GiB held by this recipe's serving containers" in v.cells["spark-2"].value
+    assert "leaves 29.5 GiB" in v.cells["spark-2"].value
+
+
+def test_replaced_fact_parses_the_inspect_line():
+    (one,) = parse_replaced(REPLACED_HEAD)
+    assert (one.name, one.serve_port, one.master_port, one.utilization) == ("sd-sim-tiny-r0", 8000, 29701, 0.7)
+    assert utilization_in(["m", "--gpu-memory-utilization=0.5"]) == 0.5
+    assert utilization_in(["m", "--device-memory-utilization", "0.6", "--gpu-memory-utilization", "0.4"]) == 0.4
+    assert utilization_in(["m", "--port", "8000"]) == 0.92  # vLLM 0.33's default
 
 
 def test_headroom_unreadable_meminfo_is_a_skip(tmp_path):
