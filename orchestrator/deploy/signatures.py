@@ -26,6 +26,10 @@ SIGNATURES = [
     Signature("ringbuffer-stall", re.compile(r"No available shared memory broadcast block found"),
               "the head waits on a rank that hangs or died: the cluster is half dead (field note 2)"),
     Signature("worker-died", re.compile(r"Worker proc \S+ died unexpectedly"), "a worker process died"),
+    Signature("memory-taken", re.compile(r"Free memory on device \S+ \([\d.]+/[\d.]+ GiB\) on startup is less than "
+                                         r"desired GPU memory utilization"),
+              "less memory was free than its gpu_memory_utilization share: something else holds the unified memory "
+              "(another vLLM, or a container not yet gone) (field note 8)"),
     Signature("engine-init-failed", re.compile(r"Engine core initialization failed"), "the engine failed to start"),
     Signature("model-missing", re.compile(r"couldn't find them in the cached files|is not a local folder and is not a valid model identifier"),
               "the model is not in this node's HF cache (and the node cannot download it)"),

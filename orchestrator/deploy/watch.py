@@ -251,7 +251,9 @@ class ContainerWatch:
                                       "`docker logs --follow` keeps ending while the container runs (logging driver?)",
                                       self.excerpt()))
             return
-        known = next((sig for sig in map(match, reversed(self.lines)) if sig), None)
+        # the first fatal line is the root cause ("See root cause above"); else the last known line
+        known = (match(self.signature_line) if self.signature_line else None) or next(
+            (sig for sig in map(match, reversed(self.lines)) if sig), None)
         if state is None:
             cause = f"{self.name} is gone" + (f" ({error})" if error else "")
             why = known.explanation if known else "the container disappeared while starting"

@@ -181,10 +181,13 @@ def earlyoom(cluster, node: NodeInfo, opts: dict) -> str:
     if not 1 <= percent <= 90:
         raise SimInputError(f"fault earlyoom: m={opts['m']} is outside 1-90")
     seen = cluster.exec(node.index, ["cat", "/proc/meminfo"]).stdout
-    kb = {k: int(v) for k, v in re.findall(r"^(MemTotal|MemAvailable):\s+(\d+) kB$", seen, re.MULTILINE)}
-    if kb["MemAvailable"] * 100 <= percent * kb["MemTotal"]:
+    kb = {k: int(v) for k, v in re.findall(r"^(MemTotal|MemAvailable|SwapTotal|SwapFree):\s+(\d+) kB$", seen,
+                                           re.MULTILINE)}
+    swap_pct = 100 * kb.get("SwapFree", 0) / kb["SwapTotal"] if kb.get("SwapTotal") else 0.0
+    if kb["MemAvailable"] * 100 <= percent * kb["MemTotal"] and swap_pct <= 10:  # earlyoom's rule, -s 10
         raise SimInputError(f"fault earlyoom: {node.name} has only {100 * kb['MemAvailable'] / kb['MemTotal']:.1f}% "
-                            f"available: earlyoom -m {opts['m']} would start killing at once")
+                            f"available and {swap_pct:.0f}% swap free: earlyoom -m {opts['m']} would start killing "
+                            "at once")
     if cluster.exec(node.index, ["sh", "-c", "command -v earlyoom"], check=False).code != 0:
         raise SimError(f"{node.name}: no earlyoom in this node image (rebuild: `spark-deploy sim images`)")
     cluster.exec(node.index, ["sh", "-c", _EARLYOOM_START, "sh", opts["m"], EARLYOOM_PID])

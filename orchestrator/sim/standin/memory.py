@@ -38,10 +38,18 @@ def _ask(sock: socket.socket, reader, doc: dict) -> dict:
     return json.loads(line)
 
 
-def claim(utilization: float, env, what: str) -> socket.socket | None:
+class Held:
+    """The open connection that holds the share, and whether it went past memory and swap (then the
+    process thrashes: it makes no progress until the OOM killer or earlyoom ends it)."""
+
+    def __init__(self, sock: socket.socket, thrashing: bool):
+        self.sock, self.thrashing = sock, thrashing
+
+
+def claim(utilization: float, env, what: str) -> "Held | None":
     """Check vLLM's start-up condition (free memory >= utilization x total) and take the share; returns
-    the connection that holds it (keep it open), None outside a simulated node. Raises vLLM's own
-    ValueError when the share does not fit in what is free now."""
+    what holds it (keep it), None outside a simulated node. Raises vLLM's own ValueError when the share
+    does not fit in what is free now."""
     sock = _connect()
     if sock is None:
         return None
@@ -59,7 +67,7 @@ def claim(utilization: float, env, what: str) -> socket.socket | None:
                        "by other processes.")
     sock.settimeout(None)
     _prefer_me_for_oom()
-    return sock
+    return Held(sock, reply.get("over_kb", 0) > 0)
 
 
 def _prefer_me_for_oom() -> None:

@@ -87,6 +87,9 @@ class Node:
                  f"tcp://{args.master_addr}:{args.master_port} backend=nccl")
         self._select_moe_backend()
         self._claim_memory()
+        if self.memory is not None and self.memory.thrashing:
+            self.life.stop.wait()  # past memory and swap: no progress until something kills it
+            raise Stopped()
         n_shards = max(1, len(glob.glob(os.path.join(model_dir, "*.safetensors"))))
         self._load_weights(n_shards, env_float(env, "SIM_LOAD_SECONDS", 2.0))
         if oom_fault_applies(env, self.rank):
