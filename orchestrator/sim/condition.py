@@ -66,6 +66,8 @@ _RESIDUE = {Aspect.CONTAINERS, Aspect.IMAGES, Aspect.STATE, Aspect.UNITS, Aspect
 # It first waits (bounded, 15 s) for a node's last image command: an interrupted `up` can leave the undo's
 # `docker image rm` or a torn-down `docker load` running a moment after the controller's side has ended,
 # and what the probe sees must not change under it (nor a reset load an image such a command then removes).
+# meminfo is the idle spec and whether /proc/meminfo is sim-memory's (MemTotal), not MemAvailable: what
+# running vLLMs claim goes with their containers (residue), however long the daemon takes to see them end.
 # iptables leaves out the engine's embedded-DNS rules (127.0.0.11, a new port at every node start).
 PROBE_SH = r"""
 for _ in $(seq 1 150); do pgrep -f "^docker (load|save|image|rmi|tag|pull|import)" >/dev/null || break; sleep 0.1; done
@@ -83,7 +85,7 @@ ip -4 route show type blackhole 2>/dev/null | while read -r l; do p routes "$l";
 ip -4 route show type unreachable 2>/dev/null | while read -r l; do p routes "$l"; done
 p iptables "$( (iptables-save 2>/dev/null; ip6tables-save 2>/dev/null) | grep -v -e '^#' -e '127\.0\.0\.11' | sed 's/\[[0-9]*:[0-9]*\]//' | sort | sha256sum | cut -c1-16)"
 p gpu "$(sha256sum < GPU_FILE 2>/dev/null | cut -c1-16)"
-p meminfo "$(cat MEMINFO_SPEC 2>/dev/null) $(grep -E '^Mem(Total|Available):' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
+p meminfo "$(cat MEMINFO_SPEC 2>/dev/null) $(grep -E '^MemTotal:' /proc/meminfo | tr -s ' ')"
 [ -e FILL_SPEC ] && p fill-disk "spec $(cat FILL_SPEC)"
 mountpoint -q DOCKER_TMP 2>/dev/null && p fill-disk "tmpfs over DOCKER_TMP"
 [ -e UNAME_WRAPPER ] && p kernel "UNAME_WRAPPER fakes uname -r"

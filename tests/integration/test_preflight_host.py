@@ -2,8 +2,8 @@
 healthy -> exit 0; one real fault on spark-2 -> exit 1 naming spark-2, the check and both nodes' values,
 and `up` refuses the same way in its preflight step, starting nothing.
 
-The sim recipe as `sim up` pins it (gpu_memory_utilization 0.8): the simulated nodes show a DGX Spark's
-memory (faults_host.SPARK_MEMINFO, set by `sim up`), not this machine's.
+The sim recipe as `sim up` pins it (gpu_memory_utilization 0.7): the simulated nodes show a DGX Spark's
+memory (sim-memory, node_memory.SPARK), not this machine's.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def test_healthy_then_each_fault_on_spark_2(pair, tmp_path):
 
     faults = [
         (("meminfo", "available=2g"), ("meminfo", "reset=true"), "memory-headroom",
-         lambda one, two: "MemAvailable 2.0 GiB" in two and "vLLM 0.8 x MemTotal" in two and "4.0 GiB reserve" in two
-         and "MemAvailable 2.0 GiB" not in one),
+         lambda one, two: "MemAvailable 2.0 GiB" in two and "vLLM 0.7 x MemTotal 119.7 GiB = 83.8 GiB" in two
+         and "vLLM refuses to start" in two and "MemAvailable 2.0 GiB" not in one),
         (("mtu", "mtu=1400"), ("mtu", "reset=true"), "mtu-parity",
          lambda one, two: one == "mtu 1500" and two == "mtu 1400"),
         (("kernel", "release=6.11.0-1016-nvidia"), ("kernel", "reset=true"), "kernel",
@@ -75,8 +75,9 @@ def test_healthy_then_each_fault_on_spark_2(pair, tmp_path):
 
 
 def test_earlyoom_that_would_fire_at_the_expected_headroom_warns(pair, tmp_path):
-    """Real earlyoom on spark-2 (field note 8: 0.835 left ~2 GiB and earlyoom killed the service). The sim
-    recipe's 0.8 of a Spark's 119.7 GiB leaves ~19.9 GiB: -m 10 (12.0 GiB) is fine, -m 20 (23.9 GiB) warns."""
+    """Real earlyoom on spark-2 (field note 8). The sim recipe (0.7) leaves ~11.9 GiB once it serves (its
+    ~20 GiB runtime beside its share). earlyoom kills only when memory AND swap are low: with the Spark's
+    swap free, -m 10 (12.0 GiB) spares it; on a node without swap the same -m 10 kills it (warn); -m 5 not."""
     cluster = pair
     recipe = recipe_variant(cluster, tmp_path / "recipe.yaml")
     cluster.fault("spark-2", "earlyoom", m="10")
@@ -84,20 +85,24 @@ def test_earlyoom_that_would_fire_at_the_expected_headroom_warns(pair, tmp_path)
         code, checks = preflight(cluster, recipe)
         cells = checks["memory-headroom"]["per_node"]
         assert code == 0 and cells["spark-2"]["status"] == "ok", cells
-        assert "earlyoom kills below 12.0 GiB" in cells["spark-2"]["value"]
+        assert "earlyoom kills below 12.0 GiB with swap nearly full" in cells["spark-2"]["value"]
         assert "earlyoom not running" in cells["spark-1"]["value"]
-        cluster.fault("spark-2", "earlyoom", m="20")
+        cluster.fault("spark-2", "meminfo", swap="0")
         code, checks = preflight(cluster, recipe)
         verdict = checks["memory-headroom"]
         assert code == 0 and verdict["per_node"]["spark-2"]["status"] == "warn", verdict
-        assert "under earlyoom's 23.9 GiB threshold (" in verdict["per_node"]["spark-2"]["value"]
-        assert "earlyoom -m 20 -r 3600" in verdict["per_node"]["spark-2"]["value"]
+        assert "under earlyoom's 12.0 GiB threshold with swap 0.0 GiB free (" in verdict["per_node"]["spark-2"]["value"]
+        assert "earlyoom -m 10 -r 3600" in verdict["per_node"]["spark-2"]["value"]
         assert verdict["fix"].startswith("spark-2: earlyoom would kill the service")
         strict = spark_deploy("preflight", recipe, "-i", cluster.inventory_path, "--only", "memory-headroom",
                               "--strict", timeout=120)
         assert strict.returncode == 1, strict.stdout + strict.stderr
+        cluster.fault("spark-2", "earlyoom", m="5")
+        code, checks = preflight(cluster, recipe)
+        assert checks["memory-headroom"]["per_node"]["spark-2"]["status"] == "ok", checks["memory-headroom"]
     finally:
         cluster.fault("spark-2", "earlyoom", stop="true")
+        cluster.fault("spark-2", "meminfo", reset="true")
     code, checks = preflight(cluster, recipe)
     assert "earlyoom not running" in checks["memory-headroom"]["per_node"]["spark-2"]["value"]
 
