@@ -34,7 +34,7 @@ def _recipe(path: tuple, value):
 CHANGES = {
     "image ID": dict(recipe=_recipe(("image", "id"), OTHER_ID)),
     "max_model_len": dict(recipe=_recipe(("vllm", "max_model_len"), 2048)),
-    "gpu_memory_utilization": dict(recipe=_recipe(("vllm", "gpu_memory_utilization"), 0.7)),
+    "gpu_memory_utilization": dict(recipe=_recipe(("vllm", "gpu_memory_utilization"), 0.75)),
     "speculative tokens": dict(recipe=_recipe(("vllm", "speculative_config", "num_speculative_tokens"), 3)),
     "an extra vLLM flag": dict(recipe=_recipe(("vllm", "extra", "max-num-seqs"), 8)),
     "model revision": dict(recipe=_recipe(("model", "revision"), "0123abc")),
