@@ -93,14 +93,26 @@ class Runner(Generic[C]):
         never read an incomplete cleanup as fine."""
         pending = list(reversed(self.done))
         self.done = []
-        if self.before_undo is not None:
-            self.before_undo()
         try:
+            if self.before_undo is not None:
+                self.before_undo()
             with self.events.phase(Phase.UNDO, f"undoing {len(pending)} step(s) after: {error.cause.splitlines()[0]}"):
                 if not self._undo_all(ctx, error, pending):
                     raise _UndoIncomplete()
         except _UndoIncomplete:
             pass
+        except KeyboardInterrupt:  # between the steps' own undos (the phase starting or ending): what is
+            # still pending was not undone, and says so like an interrupt inside a step's undo does
+            if not any(note.startswith("undo interrupted") for note in error.undo_notes):
+                self._interrupted(ctx, error, pending)
+
+    @staticmethod
+    def _interrupted(ctx: C, error: StepFailed, pending: list) -> bool:
+        left = [line for s in pending for line in s.leftover(ctx)]
+        error.undo_notes.append("undo interrupted; left as it is:" if left else
+                                "undo interrupted; nothing of this run was left")
+        error.undo_notes += [f"  {line}" for line in left]
+        return not left
 
     def _undo_all(self, ctx: C, error: StepFailed, pending: list) -> bool:
         complete = True
@@ -109,11 +121,7 @@ class Runner(Generic[C]):
             try:
                 step.undo(ctx)
             except KeyboardInterrupt:
-                left = [line for s in pending for line in s.leftover(ctx)]
-                error.undo_notes.append("undo interrupted; left as it is:" if left else
-                                        "undo interrupted; nothing of this run was left")
-                error.undo_notes += [f"  {line}" for line in left]
-                return not left
+                return self._interrupted(ctx, error, pending)
             except Exception as exc:  # noqa: BLE001 - every undo failure is reported with the cause
                 error.undo_notes.append(f"could not undo {step.phase}: {exc}")
                 error.undo_notes += [f"  {line}" for line in step.leftover(ctx)]
