@@ -12,6 +12,7 @@ from ..releases import store
 from ..releases.record import ReleaseOutcome
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
+from .killers import earlyoom_note
 from .readiness import completes, health
 
 
@@ -29,6 +30,7 @@ class ContainerRow:
     world: str
     serve_port: str
     served_model: str
+    killed_by: str = ""  # for an exit by signal on a node where earlyoom runs: that it does (killers.py)
 
 
 @dataclass
@@ -74,9 +76,11 @@ def _rows(conn: NodeConnection, recipe: str | None) -> list[ContainerRow]:
         if c.kept:
             continue  # a previous deployment's container, stopped by `up` and kept for undo/rollback
         labels = c.ours
-        rows.append(ContainerRow(conn.name, c.name, c.status if c.status != "exited" else f"exited ({c.exit_code})",
+        exited = c.status == "exited"
+        rows.append(ContainerRow(conn.name, c.name, f"exited ({c.exit_code})" if exited else c.status,
                                  c.started_at, c.image, labels.recipe, labels.recipe_digest, labels.plan_hash,
-                                 str(labels.rank), str(labels.world), str(labels.serve_port), labels.served_model))
+                                 str(labels.rank), str(labels.world), str(labels.serve_port), labels.served_model,
+                                 earlyoom_note(conn, c.exit_code) if exited else ""))
     return rows
 
 
@@ -85,7 +89,8 @@ def judge(rows: list[ContainerRow], unreachable: dict[str, str]) -> list[Deploym
     out = []
     for recipe in sorted({r.recipe for r in rows}):
         mine = [r for r in rows if r.recipe == recipe]
-        problems = [f"rank {r.rank} on {r.node} is {r.state}" for r in mine if r.state != "running"]
+        problems = [f"rank {r.rank} on {r.node} is {r.state}" + (f" ({r.killed_by})" if r.killed_by else "")
+                    for r in mine if r.state != "running"]
         world = max((int(r.world) for r in mine if r.world.isdigit() and int(r.world) > 0), default=len(mine))
         present = {r.rank for r in mine}
         for rank in range(world):

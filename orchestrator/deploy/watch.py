@@ -16,6 +16,7 @@ from typing import Callable, TypeVar
 
 from ..docker_cli.containers import inspect_container
 from ..transport.node import NodeConnection
+from .killers import earlyoom_note
 from .signatures import explain_exit, match
 
 T = TypeVar("T")
@@ -263,6 +264,8 @@ class ContainerWatch:
             if self.signature_line:
                 cause += f" after logging: {self.signature_line}"
             why = known.explanation if known else explain_exit(state.exit_code, state.oom_killed)
+            killer = earlyoom_note(self.conn, state.exit_code)
+            why += f"; {killer}" if killer else ""
             at = stamp_seconds((state.raw.get("State") or {}).get("FinishedAt")) or time.time()
         self.monitor.fail(Failure(self.conn.name, cause, why, self.excerpt(),
                                   at=min(at, self.signature_at) if self.signature_at else at))

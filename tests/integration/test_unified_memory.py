@@ -112,9 +112,13 @@ def test_field_note_8_earlyoom_kills_0835_and_spares_078(pair, tmp_path):
         r835 = recipe_variant(cluster, tmp_path / "r835.yaml", vllm={"gpu_memory_utilization": 0.835})
         pre = spark_deploy("preflight", r835, "-i", cluster.inventory_path, "--only", "memory-headroom")
         assert pre.returncode == 1 and "exhausts memory and swap" in pre.stdout, pre.stdout
-        killed = spark_deploy("up", r835, "-i", cluster.inventory_path, "--skip-check", "memory-headroom")
+        killed = spark_deploy("up", r835, "-i", cluster.inventory_path, "--skip-check", "memory-headroom",
+                              "--keep-on-failure")
         assert killed.returncode == 1, killed.stdout + killed.stderr
         assert "exited with code 137" in killed.stderr and "killed by SIGKILL" in killed.stderr, killed.stderr
+        assert "earlyoom runs on spark-" in killed.stderr and "earlyoom -m 10" in killed.stderr, killed.stderr
+        status = spark_deploy("status", "-i", cluster.inventory_path, "--no-probe")
+        assert status.returncode == 1 and "exited (137) (earlyoom runs on spark-" in status.stdout, status.stdout
         logs = "".join(cluster.exec(n, ["cat", "/var/log/sim-earlyoom.log"]).stdout for n in ("spark-1", "spark-2"))
         assert "sending SIGKILL to process" in logs or "sending SIGTERM to process" in logs, logs
 
