@@ -68,10 +68,11 @@ def ports(cluster, conns, dep, plan) -> Verdict:
         ours = {port: r.name for r in parse_replaced(head.run_script(fact.script, *fact.args(given), timeout=30,
                                                                     check=True).stdout)
                 for port in (r.serve_port, r.master_port) if port is not None}
-        held = {p for p in plan.ports if f"{head.name}:{p}" in result.evidence and p in ours}
-        for p in held:
-            result.evidence[f"{head.name}:{p}"] = f"held by {ours[p]} of this recipe, which up replaces"
-        if all(p in held for p in plan.ports if result.evidence[f"{head.name}:{p}"] != "free"):
+        taken = [p for p in plan.ports if result.evidence.get(f"{head.name}:{p}", "free") != "free"]
+        for p in taken:
+            if p in ours:
+                result.evidence[f"{head.name}:{p}"] = f"held by {ours[p]} of this recipe, which up replaces"
+        if all(p in ours for p in taken):
             result = basics.CheckResult("ports", "ok", result.evidence)
         return _verdict("ports", Scope.HEAD, result)
     return _guard("ports", Scope.HEAD, probe)

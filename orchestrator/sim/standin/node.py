@@ -38,7 +38,7 @@ class Node:
         self._ringbuffer = threading.Lock()
         self.engine: Engine | None = None
         self.max_model_len = 0
-        self.memory = None  # the open connection that holds this rank's share of the node's memory
+        self.memory: memory.Held | None = None  # holds this rank's share of the node's memory (None: no daemon)
 
     def on_signal(self, signum, frame) -> None:
         """SIGTERM/SIGINT: exit 0 promptly; raising interrupts whatever the main thread blocks on."""
