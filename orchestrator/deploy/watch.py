@@ -27,6 +27,7 @@ _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+Z) ?")
 
 
 SETTLE = 0.4  # seconds after the first failure report during which an earlier failure may still arrive
+SETTLE_MAX = 15.0  # ...and at most this long while a container known to have ended is still being inspected
 
 
 def stamp_seconds(stamp: str | None) -> float | None:
@@ -68,11 +69,13 @@ class Monitor:
 
     The cause is the failure that happened first, not the first one noticed: a head killed during load
     makes its peer log an error too, and the peer's report can win the race. So a failure is raised only
-    SETTLE seconds after the first report, and the earliest by time of occurrence is the one named."""
+    SETTLE seconds after the first report, and not while another watched container whose log has ended is
+    still being asked why (bounded by SETTLE_MAX); the earliest by time of occurrence is the one named."""
 
     def __init__(self) -> None:
         self._failures: list[Failure] = []
         self._first_report: float | None = None
+        self._ending: set[str] = set()  # watches whose log ended and whose report is on its way
         self._changed = threading.Condition()  # notified on a failure and on every new log line
         self.watches: dict[str, ContainerWatch] = {}
         self.helpers: list = []  # other threads with a stop() that end with the watches (liveness pings)
@@ -92,11 +95,20 @@ class Monitor:
         with self._changed:
             self._changed.notify_all()
 
+    def ending(self, name: str, pending: bool) -> None:
+        """A watch's log stream ended (pending) or its report is in (not): see the class docstring."""
+        with self._changed:
+            (self._ending.add if pending else self._ending.discard)(name)
+            self._changed.notify_all()
+
     def _settle_left(self) -> float | None:
         """None: no failure; 0: settled (raise now); else seconds until the failure is settled."""
         if self._first_report is None:
             return None
-        return max(0.0, self._first_report + SETTLE - time.monotonic())
+        now = time.monotonic()
+        if self._ending and now < self._first_report + SETTLE_MAX:
+            return max(MIN_RECHECK, self._first_report + SETTLE - now)
+        return max(0.0, self._first_report + SETTLE - now)
 
     def check(self) -> None:
         if self._settle_left() == 0.0:
@@ -237,6 +249,7 @@ class ContainerWatch:
                 return
             if self._stop.is_set():
                 return
+            self.monitor.ending(self.conn.name, True)
             try:
                 state = inspect_container(self.conn, self.container)
             except Exception as exc:
@@ -246,12 +259,19 @@ class ContainerWatch:
             if state is None or not state.running:
                 break
             # The stream ended but the container lives (its engine restarted?): follow again from where we were.
+            self.monitor.ending(self.conn.name, False)
             since = ["--since", self.last_stamp] if self.last_stamp else []
         else:
             self.monitor.fail(Failure(self.conn.name, f"cannot follow the log of {self.name}",
                                       "`docker logs --follow` keeps ending while the container runs (logging driver?)",
                                       self.excerpt()))
             return
+        try:
+            self._report_end(state, error)
+        finally:
+            self.monitor.ending(self.conn.name, False)
+
+    def _report_end(self, state, error: Exception | None) -> None:
         # the first fatal line is the root cause ("See root cause above"); else the last known line
         known = (match(self.signature_line) if self.signature_line else None) or next(
             (sig for sig in map(match, reversed(self.lines)) if sig), None)

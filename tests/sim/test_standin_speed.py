@@ -249,11 +249,10 @@ def test_spec_spreads_across_requests_plain_does_not(plain):
           f"plain {spread([r for r, _ in plain_shots]):.2%}")
     assert 0.06 <= spread(spec_pace) <= 0.27
     # plain has no spread of its own: at most one shot of ten may be off by more than 0.5% of the median
-    # (a scheduling hiccup of this shared machine moved one shot by 1.1% in a CI run); a stand-in with a
-    # spread of its own moves most of them
+    # (scheduling hiccups of this shared machine moved one shot by 1.1% in one CI run, by 8% in another, so
+    # how far that one is off says nothing); a stand-in with a spread of its own moves most of them
     median = statistics.median(plain_pace)
     assert sum(abs(p - median) > 0.005 * median for p in plain_pace) <= 1, plain_pace
-    assert spread(plain_pace) < 0.03, plain_pace
 
 
 def test_code_prose_zh_order_like_the_reports(spec):

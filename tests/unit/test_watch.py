@@ -85,3 +85,33 @@ def test_docker_timestamps_order_like_time():
     late = watch_mod.stamp_seconds("2026-12-01T10:00:00.2Z")
     assert early is not None and late is not None and 0.07 < late - early < 0.08
     assert watch_mod.stamp_seconds("0001-01-01T00:00:00Z") is None
+
+
+def test_a_head_whose_log_ended_is_waited_for_even_past_the_settle_time(monkeypatch):
+    """CI saw it: the peer's "connection closed" report won because asking the killed head why it ended
+    (inspect, earlyoom) took longer than SETTLE. A watch whose log has ended holds the verdict until it
+    reports (bounded by SETTLE_MAX)."""
+    asked, answer = threading.Event(), threading.Event()
+
+    def slow_inspect(conn, name):
+        asked.set()
+        answer.wait(10)
+        return ContainerState("c0ffee", "sd-x-r0", "exited", 137, False, "2026-12-01T01:00:00.1Z", "sha256:x", {},
+                              {"State": {"FinishedAt": "2026-12-01T01:00:00.1Z"}})
+
+    monkeypatch.setattr(watch_mod, "inspect_container", slow_inspect)
+    monkeypatch.setattr(watch_mod, "earlyoom_note", lambda conn, code: "")
+    head = FakeNode([["2026-12-01T01:00:00.0Z loading"]])
+    head.name = "spark-1"
+    monitor = Monitor()
+    monitor.watch(head, "sd-x-r0")
+    assert asked.wait(5)
+    peer_at = watch_mod.stamp_seconds("2026-12-01T01:00:00.3Z")
+    monitor.fail(watch_mod.Failure("spark-2", "exited with code 1 after logging: recvValue failed", "", at=peer_at))
+    threading.Timer(watch_mod.SETTLE * 3, answer.set).start()  # the head's answer comes well after SETTLE
+    try:
+        monitor.sleep(30)
+    except watch_mod.FailureSeen as exc:
+        assert exc.failure.node == "spark-1" and "exited with code 137" in exc.failure.cause, exc.failure
+    else:
+        raise AssertionError("a failure was not raised")
