@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
+from cli_zygote import ZYGOTE
 from orchestrator.sim.cluster import SimCluster
 
 _names = itertools.count(1)
@@ -20,9 +21,14 @@ CLI = [sys.executable, "-c", "from orchestrator.cli.main import run; run()"]
 
 
 def spark_deploy(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """The real command line, in a subprocess: real exit codes, real stdout/stderr."""
+    """The real command line, in a process of its own: real exit codes, real stdout/stderr (forked from a
+    zygote that has done the imports once: cli_zygote.py)."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=full_env)
+    argv = [str(a) for a in args]
+    done = ZYGOTE.run(argv, full_env, timeout)
+    if done is not None:
+        return done
+    return subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
 def recipe_variant(cluster: SimCluster, dest: Path, *, env: dict | None = None, extra: dict | None = None,
