@@ -6,29 +6,23 @@ import itertools
 import json
 import os
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from cli_zygote import ZYGOTE
+import cli_zygote
+from cli_zygote import run_cli
 from orchestrator.sim.cluster import SimCluster
 
 _names = itertools.count(1)
-
-CLI = [sys.executable, "-c", "from orchestrator.cli.main import run; run()"]
+CLI = cli_zygote.CLI  # the command line, for tests that start it with Popen (signals, a second command)
 
 
 def spark_deploy(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """The real command line, in a process of its own: real exit codes, real stdout/stderr (forked from a
     zygote that has done the imports once: cli_zygote.py)."""
-    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    argv = [str(a) for a in args]
-    done = ZYGOTE.run(argv, full_env, timeout)
-    if done is not None:
-        return done
-    return subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=timeout, env=full_env)
+    return run_cli(args, env={**os.environ, "COLUMNS": "200", **(env or {})}, timeout=timeout)
 
 
 def recipe_variant(cluster: SimCluster, dest: Path, *, env: dict | None = None, extra: dict | None = None,

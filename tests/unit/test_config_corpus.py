@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import paramiko
@@ -17,13 +16,13 @@ from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
 from orchestrator.cli.main import app
+from cli_zygote import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / "corpus"
 GOOD_INVENTORY = CORPUS / "good-inventory.yaml"
 GOOD_RECIPE = REPO / "orchestrator" / "sim" / "recipes" / "sim-tiny.yaml"
 CASES = YAML(typ="safe").load((CORPUS / "expected.yaml").read_text(encoding="utf-8"))["cases"]
-SPARK_DEPLOY = str(Path(sys.executable).parent / "spark-deploy")
 LITERAL_SECRET = "hf_CorpusLiteralValue0123456789"  # the token the secret cases write inline
 
 
@@ -143,8 +142,7 @@ REAL_CLI_CASES = ["r-yaml-unclosed-bracket.yaml", "r-non-utf8.yaml", "r-does-not
 def test_the_installed_command_says_the_same(name):
     case = next(c for c in CASES if c["file"] == name)
     recipe, inventory, broken = files_for(case)
-    result = subprocess.run([SPARK_DEPLOY, "validate", str(recipe), "-i", str(inventory)],
-                            capture_output=True, text=True, timeout=60)
+    result = run_cli(["validate", str(recipe), "-i", str(inventory)], timeout=60)
     assert result.returncode == 2
     assert result.stdout == "" and "Traceback" not in result.stderr
     in_process = CliRunner().invoke(app, ["validate", str(recipe), "-i", str(inventory)])

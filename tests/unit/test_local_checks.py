@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,11 +20,11 @@ from typer.testing import CliRunner
 from orchestrator.cli.main import app
 from orchestrator.config.load import load_deployment
 from orchestrator.config.local_checks import key_problem, local_problems
+from cli_zygote import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "orchestrator" / "sim" / "recipes" / "sim-tiny.yaml"
 GOOD_INVENTORY = Path(__file__).parent / "corpus" / "good-inventory.yaml"
-SPARK_DEPLOY = str(Path(sys.executable).parent / "spark-deploy")
 SECRET = "hf_LocalChecksNeverShowThis0123456789"
 
 
@@ -248,8 +246,7 @@ def test_the_installed_command_refuses_a_fifo_key_promptly(tmp_path, home):
     key, _ = _bad_key(tmp_path, "fifo")
     inv = inventory(tmp_path, {"key": str(key)})
     started = time.monotonic()
-    result = subprocess.run([SPARK_DEPLOY, "validate", str(RECIPE), "-i", str(inv)], capture_output=True, text=True,
-                            env={**os.environ, "HOME": str(home)}, timeout=60)
+    result = run_cli(["validate", str(RECIPE), "-i", str(inv)], env={**os.environ, "HOME": str(home)}, timeout=60)
     assert time.monotonic() - started < 8.0
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"{inv}:{line_of(inv, 'key:')}: ssh.key: private key {key}: is a FIFO" in result.stderr

@@ -14,7 +14,6 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +25,11 @@ from orchestrator.config.inventory import Inventory, Node
 from orchestrator.config.load import load_deployment, load_inventory, load_recipe
 from orchestrator.config.recipe import Recipe
 from orchestrator.render.plan import render_plan
+from cli_zygote import run_cli as run_spark_deploy
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = "recipes/dspark-0731-b12x.yaml"
 INVENTORY = "inventory.yaml"
-SPARK_DEPLOY = str(Path(sys.executable).parent / "spark-deploy")
 
 # Section 8 of the report, verbatim (only the line continuations restored). `<HEAD_IP>` and
 # `$HOME/.cache/huggingface` are the report's placeholders; the test fills them from the inventory.
@@ -110,7 +109,7 @@ def report_argv(inventory: Inventory) -> list[str]:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([SPARK_DEPLOY, *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+    return run_spark_deploy(args, cwd=REPO, timeout=60)
 
 
 def printed_commands(stdout: str) -> dict[str, str]:

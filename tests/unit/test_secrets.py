@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import secrets
 import string
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,11 +22,11 @@ from orchestrator.cli.main import app
 from orchestrator.config.load import load_deployment
 from orchestrator.config.source import ConfigError, ConfigIssue
 from orchestrator.render.plan import render_plan
+from cli_zygote import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "dspark-0731-b12x.yaml"
 INVENTORY = REPO / "inventory.yaml"
-SPARK_DEPLOY = str(Path(sys.executable).parent / "spark-deploy")
 
 # One fresh token per run, shaped like a real one (mixed case, so name patterns reject it too).
 TOKEN = "hf_Q" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(33))
@@ -77,13 +75,11 @@ def test_the_recipe_names_the_secret():
 def test_render_output_never_holds_the_token(inventory_with_two_state_dirs):
     env = {"PATH": "/usr/bin:/bin", "HF_TOKEN": TOKEN, "HOME": str(inventory_with_two_state_dirs.parent)}
     for extra in ([], ["--json"], ["--node", "spark-2"], ["--node", "spark-2", "--json"]):
-        result = subprocess.run([SPARK_DEPLOY, "render", str(RECIPE), "-i", str(inventory_with_two_state_dirs), *extra],
-                                capture_output=True, text=True, env=env, timeout=60)
+        result = run_cli(["render", str(RECIPE), "-i", str(inventory_with_two_state_dirs), *extra], env=env, timeout=60)
         assert result.returncode == 0, result.stderr
         assert TOKEN not in result.stdout and TOKEN not in result.stderr
         assert TOKEN[3:] not in result.stdout + result.stderr  # nor the token's body in some other wrapping
-    validate = subprocess.run([SPARK_DEPLOY, "validate", str(RECIPE), "-i", str(inventory_with_two_state_dirs)],
-                              capture_output=True, text=True, env=env, timeout=60)
+    validate = run_cli(["validate", str(RECIPE), "-i", str(inventory_with_two_state_dirs)], env=env, timeout=60)
     assert validate.returncode == 0 and TOKEN not in validate.stdout + validate.stderr
 
 

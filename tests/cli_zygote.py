@@ -90,7 +90,8 @@ class Zygote:
             raise OSError(f"the CLI zygote ended (exit {self.proc.poll()})")
         return json.loads(line)
 
-    def run(self, argv: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess | None:
+    def run(self, argv: list[str], env: dict, timeout: float,
+            cwd: str | None = None) -> subprocess.CompletedProcess | None:
         """Like subprocess.run(capture_output=True, text=True); None when the zygote is busy or broken."""
         if self.broken or not self.lock.acquire(blocking=False):
             return None
@@ -101,7 +102,7 @@ class Zygote:
                 out, err = os.path.join(tmp, "out"), os.path.join(tmp, "err")
                 for path in (out, err):
                     open(path, "w").close()
-                req = {"argv": argv, "env": env, "cwd": os.getcwd(), "out": out, "err": err}
+                req = {"argv": argv, "env": env, "cwd": str(cwd or os.getcwd()), "out": out, "err": err}
                 try:
                     self.proc.stdin.write((json.dumps(req) + "\n").encode())
                     pid = self._reply()["pid"]
@@ -134,3 +135,15 @@ class Zygote:
 
 
 ZYGOTE = Zygote()
+CLI = [sys.executable, "-c", "from orchestrator.cli.main import run; run()"]
+
+
+def run_cli(argv, *, env: dict | None = None, cwd=None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`spark-deploy ARGV` as subprocess.run(capture_output=True, text=True) would give it; `env` is the
+    whole environment (default: this process's)."""
+    argv = [str(a) for a in argv]
+    env = dict(os.environ if env is None else env)
+    done = ZYGOTE.run(argv, env, timeout, cwd)
+    if done is not None:
+        return done
+    return subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
