@@ -214,17 +214,24 @@ def socket_ifname(seen: Seen, dep: Deployment) -> Verdict:
             cells[node] = Cell(Status.SKIP, "no socket interface named (NCCL/Gloo pick one themselves)")
             continue
         problems, shown = [], []
+        ip = dep.inventory.node(node).fabric_ip
+        fabric = interface_of(ifaces, ip)  # None: fabric-ip says why
         for var, spec in wanted.items():
             if not spec:
                 continue
             hits = match_ifname(spec, list(ifaces), exact=var.startswith("GLOO"))
-            down = [h for h in hits if not ifaces[h].up]
+            up = [h for h in hits if ifaces[h].up]
             if not hits:
                 problems.append(f"{var}={spec} matches no interface (has {', '.join(ifaces)})")
-            elif len(down) == len(hits):
-                problems.append(f"{var}={spec}: {', '.join(ifaces[h].shown() for h in down)}")
+            elif not up:
+                problems.append(f"{var}={spec}: {', '.join(ifaces[h].shown() for h in hits)}")
+            elif fabric is not None and fabric.name not in up:
+                # it works, over the wrong link: the management port carries the collectives at its speed
+                chosen = ", ".join(f"{h} ({'/'.join(ifaces[h].addresses) or 'no address'})" for h in up)
+                problems.append(f"{var}={spec} selects {chosen}, not the fabric interface {fabric.name} "
+                                f"holding fabric_ip {ip}")
             else:
-                shown.append(f"{var}={spec}: {', '.join(h for h in hits if ifaces[h].up)}")
+                shown.append(f"{var}={spec}: {', '.join(up)}")
         if problems:
             cells[node] = Cell(Status.FAIL, "; ".join(problems))
             bad.append(node)

@@ -11,6 +11,7 @@ Module-level `up/down/fault/nodes/ls` wrap the class for the CLI.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,12 @@ from .state import (
     SimInputError,
     check_name,
     container_name,
+    FABRIC_IFACE,
+    FABRIC_IFACE_2,
+    MGMT_IFACE,
+    NET_SPEC,
     docker_volume_name,
+    fabric_network_name,
     free_subnets,
     gateway_ip,
     network_name,
@@ -113,14 +119,15 @@ class SimCluster:
             if f"{LABEL}.index" not in labels:
                 continue
             found.append(NodeInfo(index=int(labels[f"{LABEL}.index"]), name=labels[f"{LABEL}.hostname"],
-                                  container=c.name, ip=labels[f"{LABEL}.ip"]))
+                                  container=c.name, ip=labels[f"{LABEL}.ip"],
+                                  fabric_ip=labels.get(f"{LABEL}.fabric_ip", "")))
         return sorted(found, key=lambda n: n.index)
 
     def node(self, ref: int | str) -> NodeInfo:
         """A node by index (1, "1"), hostname ("spark-1") or container name."""
         nodes = self.nodes()
         for n in nodes:
-            if ref in (n.index, str(n.index), n.name, n.container, n.ip):
+            if ref in (n.index, str(n.index), n.name, n.container, n.ip) or (n.fabric_ip and ref == n.fabric_ip):
                 return n
         known = ", ".join(n.name for n in nodes) or "none"
         raise SimInputError(f"no node {ref!r} in sim cluster {self.name!r} (nodes: {known})")
@@ -174,15 +181,17 @@ class SimCluster:
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
         key, private, public = provision.generate_keypair(state, f"spark-deploy-sim-{self.name}")
         labels = {LABEL: self.name}
-        network, subnet = self._create_network(labels)
+        network, subnet = self._create_network(network_name(self.name), labels)
+        fabric, fabric_subnet = self._create_network(fabric_network_name(self.name), labels, fabric=True)
         shared = self.client.volumes.create(shared_volume_name(self.name), labels=labels)
-        infos = [NodeInfo(i, f"spark-{i}", container_name(self.name, i), node_ip(subnet, i))
-                 for i in range(1, count + 1)]
+        infos = [NodeInfo(i, f"spark-{i}", container_name(self.name, i), node_ip(subnet, i),
+                          node_ip(fabric_subnet, i)) for i in range(1, count + 1)]
         node_image = built.node_systemd if init is NodeInit.SYSTEMD else built.node
         assert node_image is not None  # ensure_images(systemd=True) returns it
         with concurrent.futures.ThreadPoolExecutor(count) as pool:
-            ready = list(pool.map(lambda n: self._start_node(n, node_image.id, network.name, shared.name,
-                                                             ready_timeout, init), infos))
+            ready = list(pool.map(lambda n: self._start_node(n, node_image.id, network.name, fabric.name,
+                                                             gateway_ip(subnet), shared.name, ready_timeout, init),
+                                  infos))
         containers = {n.container: self.client.containers.get(n.container) for n in infos}
         host_keys = {name: provision.read_host_key(c) for name, c in containers.items()}
         self.known_hosts_path.write_text(provision.known_hosts_lines(infos, host_keys, with_names=False))
@@ -211,6 +220,8 @@ class SimCluster:
             "network": network.name,
             "subnet": subnet,
             "gateway": gateway_ip(subnet),
+            "fabric_network": fabric.name,
+            "fabric_subnet": fabric_subnet,
             "shared_volume": shared.name,
             "init": init.value,
             "nodes": [n.to_dict() | {"docker_volume": docker_volume_name(self.name, n.index)}
@@ -227,7 +238,10 @@ class SimCluster:
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
 
-    def _create_network(self, labels: dict):
+    def _create_network(self, name: str, labels: dict, fabric: bool = False):
+        """An internal bridge on a free /24. The management network's bridge holds the gateway address, so
+        the controller (this host) reaches the nodes on it; the fabric's has no address on this host
+        (inhibit_ipv4), so only the nodes reach each other there, as over a QSFP cable."""
         used = []
         for net in self.client.networks.list():
             for cfg in (net.attrs.get("IPAM") or {}).get("Config") or []:
@@ -237,17 +251,18 @@ class SimCluster:
         for subnet in free_subnets(self.name, used)[:16]:
             ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=subnet, gateway=gateway_ip(subnet))])
             try:
-                net = self.client.networks.create(network_name(self.name), driver="bridge", ipam=ipam,
-                                                  internal=True, labels=labels, check_duplicate=True)
+                net = self.client.networks.create(
+                    name, driver="bridge", ipam=ipam, internal=True, labels=labels, check_duplicate=True,
+                    options={"com.docker.network.bridge.inhibit_ipv4": "true"} if fabric else None)
                 return net, subnet
             except docker.errors.APIError as exc:  # lost a race for this subnet: try the next one
                 last = exc
                 if "overlap" not in str(exc).lower():
-                    raise SimError(f"creating network {network_name(self.name)} failed: {exc}") from exc
-        raise SimError(f"no free /24 for {network_name(self.name)} in 172.28.0.0/14: {last}")
+                    raise SimError(f"creating network {name} failed: {exc}") from exc
+        raise SimError(f"no free /24 for {name} in 172.28.0.0/14: {last}")
 
-    def _start_node(self, n: NodeInfo, image_id: str, network: str, shared: str, timeout: float,
-                    init: NodeInit) -> Readiness:
+    def _start_node(self, n: NodeInfo, image_id: str, network: str, fabric: str, gateway: str, shared: str,
+                    timeout: float, init: NodeInit) -> Readiness:
         api = self.client.api
         vol = docker_volume_name(self.name, n.index)
         self.client.volumes.create(vol, labels={LABEL: self.name})
@@ -269,10 +284,16 @@ class SimCluster:
         net_config = api.create_networking_config(
             {network: api.create_endpoint_config(ipv4_address=n.ip, aliases=[n.name])})
         labels = {LABEL: self.name, f"{LABEL}.index": str(n.index), f"{LABEL}.hostname": n.name,
-                  f"{LABEL}.ip": n.ip, INIT_LABEL: init.value}
+                  f"{LABEL}.ip": n.ip, f"{LABEL}.fabric_ip": n.fabric_ip, INIT_LABEL: init.value}
         api.create_container(image_id, name=n.container, hostname=n.name, labels=labels,
                              host_config=host_config, networking_config=net_config, detach=True,
                              stop_signal="SIGRTMIN+3" if systemd else None)
+        api.connect_container_to_network(n.container, fabric, ipv4_address=n.fabric_ip)
+        spec = {"links": [{"ip": n.ip, "name": MGMT_IFACE}, {"ip": n.fabric_ip, "name": FABRIC_IFACE}],
+                "unplugged": [FABRIC_IFACE_2], "default_via": gateway, "default_dev": MGMT_IFACE}
+        if not api.put_archive(n.container, "/etc", provision.tar_files(
+                {NET_SPEC.rsplit("/", 1)[1]: (json.dumps(spec, indent=2).encode() + b"\n", 0o644)})):
+            raise SimError(f"writing {NET_SPEC} into {n.container} failed")
         api.start(n.container)
         return self.wait_ready(n, timeout)
 

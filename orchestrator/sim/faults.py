@@ -20,9 +20,9 @@ from tenacity import (
 )
 
 from . import faults_host, faults_model
-from .state import NODE_JIT_CACHE, SHARED_MOUNT, NodeInfo, SimError, SimInputError
+from .state import FABRIC_IFACE, MGMT_IFACE, NODE_JIT_CACHE, SHARED_MOUNT, NodeInfo, SimError, SimInputError
 
-IFACE = "eth0"
+NETS = {"fabric": (FABRIC_IFACE,), "management": (MGMT_IFACE,), "all": (MGMT_IFACE, FABRIC_IFACE)}
 GPU_FILE = "/etc/sim-gpu.json"
 SHARED_JIT = f"{SHARED_MOUNT}/jit"
 
@@ -86,12 +86,38 @@ def _peers(cluster, node: NodeInfo) -> list[NodeInfo]:
     return [n for n in cluster.nodes() if n.index != node.index]
 
 
+def _net(kind: str, opts: dict, default: str) -> str:
+    net = str(opts.get("net", default))
+    if net not in NETS:
+        raise SimInputError(f"fault {kind}: net={net!r}; one of {', '.join(NETS)}")
+    return net
+
+
 def partition(cluster, node: NodeInfo, opts: dict) -> str:
-    _no_opts("partition", opts)
+    """Blackhole routes on the node: net=fabric (default) cuts it from the other nodes' fabric addresses,
+    the controller still reaches it; net=management cuts the management link (the controller, whose
+    replies go to the gateway, and the other nodes' management addresses); net=all both."""
+    if set(opts) - {"net"}:
+        raise SimInputError("fault partition takes [net=fabric|management|all]")
+    net = _net("partition", opts, "fabric")
     peers = _peers(cluster, node)
-    for p in peers:
-        cluster.exec(node.index, ["ip", "route", "replace", "blackhole", f"{p.ip}/32"])
-    return f"{node.name}: cut off from {', '.join(p.name for p in peers) or 'nobody'} (blackhole routes)"
+    cut: list[str] = []
+    if net in ("fabric", "all"):
+        cut += [p.fabric_ip for p in peers if p.fabric_ip]
+    if net in ("management", "all"):
+        cut += [p.ip for p in peers] + [_gateway(cluster)]
+    for ip in cut:
+        cluster.exec(node.index, ["ip", "route", "replace", "blackhole", f"{ip}/32"])
+    who = ", ".join(p.name for p in peers) or "nobody"
+    return (f"{node.name}: {net} cut off from {who}" + (" and the controller" if net != "fabric" else "")
+            + f" (blackhole routes to {', '.join(cut) or 'nothing'})")
+
+
+def _gateway(cluster) -> str:
+    info = cluster.info() or {}
+    if not info.get("gateway"):
+        raise SimError(f"sim cluster {cluster.name}: no gateway in cluster.json (made by an older version?)")
+    return info["gateway"]
 
 
 def heal(cluster, node: NodeInfo, opts: dict) -> str:
@@ -101,9 +127,10 @@ def heal(cluster, node: NodeInfo, opts: dict) -> str:
         fields = line.split()
         if len(fields) >= 2 and fields[0] == "blackhole":
             cluster.exec(node.index, ["ip", "route", "del", "blackhole", fields[1]])
-    qdisc = cluster.exec(node.index, ["tc", "qdisc", "show", "dev", IFACE]).stdout
-    if re.search(r"qdisc (netem|tbf) ", qdisc):
-        cluster.exec(node.index, ["tc", "qdisc", "del", "dev", IFACE, "root"])
+    for dev in NETS["all"]:
+        qdisc = cluster.exec(node.index, ["tc", "qdisc", "show", "dev", dev], check=False).stdout
+        if re.search(r"qdisc (netem|tbf) ", qdisc):
+            cluster.exec(node.index, ["tc", "qdisc", "del", "dev", dev, "root"])
     return f"{node.name}: network healed (blackholes and qdisc removed)"
 
 
@@ -118,33 +145,41 @@ def _number(kind: str, key: str, value, lo: float, hi: float) -> float:
 
 
 def netem(cluster, node: NodeInfo, opts: dict) -> str:
-    unknown = set(opts) - {"delay", "jitter", "loss"}
-    if unknown or not opts:
-        raise SimInputError("fault netem takes delay=MS [jitter=MS] loss=PCT")
-    argv = ["tc", "qdisc", "replace", "dev", IFACE, "root", "netem"]
+    """Delay/loss on what the node sends over net=all (default), fabric or management."""
+    unknown = set(opts) - {"delay", "jitter", "loss", "net"}
+    if unknown or not set(opts) - {"net"}:
+        raise SimInputError("fault netem takes delay=MS [jitter=MS] loss=PCT [net=fabric|management|all]")
+    args = ["netem"]
     if "delay" in opts:
-        argv += ["delay", f"{_number('netem', 'delay', opts['delay'], 0, 60000):g}ms"]
+        args += ["delay", f"{_number('netem', 'delay', opts['delay'], 0, 60000):g}ms"]
         if "jitter" in opts:
-            argv.append(f"{_number('netem', 'jitter', opts['jitter'], 0, 60000):g}ms")
+            args.append(f"{_number('netem', 'jitter', opts['jitter'], 0, 60000):g}ms")
     if "loss" in opts:
-        argv += ["loss", f"{_number('netem', 'loss', opts['loss'], 0, 100):g}%"]
-    res = cluster.exec(node.index, argv, check=False)
-    if res.code != 0:
-        if "unknown" in (res.stderr + res.stdout).lower():
-            raise SimError("netem is not available: this kernel has no sch_netem "
-                           "(CONFIG_NET_SCH_NETEM is not set); `throttle rate=...` (tbf) is")
-        raise SimError(f"{node.name}: {' '.join(argv)} failed: {res.stderr.strip()}")
-    return f"{node.name}: netem {' '.join(argv[7:])} on {IFACE}"
+        args += ["loss", f"{_number('netem', 'loss', opts['loss'], 0, 100):g}%"]
+    devs = NETS[_net("netem", opts, "all")]
+    for dev in devs:
+        argv = ["tc", "qdisc", "replace", "dev", dev, "root", *args]
+        res = cluster.exec(node.index, argv, check=False)
+        if res.code != 0:
+            if "unknown" in (res.stderr + res.stdout).lower():
+                raise SimError("netem is not available: this kernel has no sch_netem "
+                               "(CONFIG_NET_SCH_NETEM is not set); `throttle rate=...` (tbf) is")
+            raise SimError(f"{node.name}: {' '.join(argv)} failed: {res.stderr.strip()}")
+    return f"{node.name}: {' '.join(args)} on {', '.join(devs)}"
 
 
 def throttle(cluster, node: NodeInfo, opts: dict) -> str:
-    unknown = set(opts) - {"rate"}
+    """A token bucket on what the node sends over net=all (default), fabric or management."""
+    unknown = set(opts) - {"rate", "net"}
     rate = str(opts.get("rate", "10mbit"))
     if unknown or not re.fullmatch(r"\d+(\.\d+)?(bit|kbit|mbit|gbit)", rate):
-        raise SimInputError("fault throttle takes rate=<N>(bit|kbit|mbit|gbit), e.g. rate=10mbit")
-    cluster.exec(node.index, ["tc", "qdisc", "replace", "dev", IFACE, "root", "tbf", "rate", rate,
-                              "burst", "32kbit", "latency", "400ms"])
-    return f"{node.name}: {IFACE} limited to {rate} (tbf)"
+        raise SimInputError("fault throttle takes rate=<N>(bit|kbit|mbit|gbit) [net=fabric|management|all], "
+                            "e.g. rate=10mbit")
+    devs = NETS[_net("throttle", opts, "all")]
+    for dev in devs:
+        cluster.exec(node.index, ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+                                  "burst", "32kbit", "latency", "400ms"])
+    return f"{node.name}: {', '.join(devs)} limited to {rate} (tbf)"
 
 
 _GPU_KEYS = {"driver": ("driver", str), "clock": ("clock_mhz", int), "max_clock": ("max_clock_mhz", int),

@@ -7,7 +7,7 @@
   /etc/sim-meminfo.json, so a `reboot` keeps the node's memory (like the hardware's). Every node starts at
   a DGX Spark's figures (node_memory.SPARK: the machine running the sim has far less memory than a GB10);
   what a value leaves out stays a Spark's; `reset=true` goes back to those.
-- `mtu mtu=N [dev=eth0]`: `ip link set dev DEV mtu N` (a real MTU change of the node's interface);
+- `mtu mtu=N [dev=enp1s0f0np0]`: `ip link set dev DEV mtu N` (a real MTU change of the node's interface);
   `reset=true` restores the MTU saved at the first change.
 - `kernel release=STR`: a wrapper /usr/local/bin/uname (ahead of /usr/bin on the SSH user's PATH) that
   prints STR for `uname -r` and runs the real uname otherwise. It fakes only what `uname -r` prints through
@@ -22,9 +22,9 @@ import re
 import tarfile
 
 from .node_memory import SPARK
-from .state import NodeInfo, SimError, SimInputError
+from .state import FABRIC_IFACE, NodeInfo, SimError, SimInputError
 
-IFACE = "eth0"  # the sim node's fabric interface (as faults.IFACE; imported from there would be circular)
+IFACE = FABRIC_IFACE  # the fabric port: what NCCL and the image copies use
 
 MEMINFO_SPEC = "/etc/sim-meminfo.json"  # read by the node's sim-memory
 # A GB10's 128 GB of unified memory as Linux reports it (MemTotal ~119.7 GiB), with the OS using ~4 GiB.

@@ -257,15 +257,53 @@ esac
 SIM_BOOT = r'''#!/usr/bin/python3
 """spark-deploy sim: apply the node's simulated disk, at boot and when a fault changes it.
 
+/etc/sim-net.json      which address is which link: each link gets a Spark's name (Docker names them eth0,
+                       eth1 in whatever order it attaches them), the unplugged QSFP port is made, and the
+                       default route goes over the management link
 /etc/sim-fill-disk     SIZE: a SIZE tmpfs over /var/lib/docker/tmp (a full disk stays full after a reboot)
-usage: sim-boot [fill-disk]      (no argument: every step)
+usage: sim-boot [net] [fill-disk]      (no argument: every step)
 """
+import json
 import os
 import subprocess
 import sys
 
+NET_SPEC = "/etc/sim-net.json"
 FILL_SPEC = "/etc/sim-fill-disk"
 DOCKER_TMP = "/var/lib/docker/tmp"
+CABLE_NS = "sim-cable"  # the far end of an unplugged port lives here: the node sees NO-CARRIER
+
+
+def ip(*args):
+    subprocess.run(["ip", *args], check=True)
+
+
+def links():
+    out = subprocess.run(["ip", "-j", "addr"], check=True, capture_output=True, text=True).stdout
+    return [e for e in json.loads(out or "[]") if e.get("ifname")]
+
+
+def net():
+    if not os.path.exists(NET_SPEC):
+        return
+    with open(NET_SPEC) as f:
+        spec = json.load(f)
+    for want in spec.get("links", []):
+        have = [e["ifname"] for e in links() if any(a.get("local") == want["ip"] for a in e.get("addr_info", []))]
+        if not have:
+            sys.exit("sim-boot net: no link holds %s (for %s)" % (want["ip"], want["name"]))
+        if have[0] != want["name"]:
+            ip("link", "set", have[0], "down")
+            ip("link", "set", have[0], "name", want["name"])
+        ip("link", "set", want["name"], "up")
+    for i, name in enumerate(spec.get("unplugged", [])):
+        if not os.path.exists("/sys/class/net/" + name):
+            if not os.path.exists("/run/netns/" + CABLE_NS):
+                ip("netns", "add", CABLE_NS)
+            ip("link", "add", name, "type", "veth", "peer", "name", "sim-cable%d" % i, "netns", CABLE_NS)
+        ip("link", "set", name, "up")
+    if spec.get("default_via"):
+        ip("route", "replace", "default", "via", spec["default_via"], "dev", spec["default_dev"])
 
 
 def mounted(path):
@@ -288,7 +326,7 @@ def fill_disk():
                    check=True)
 
 
-STEPS = {"fill-disk": fill_disk}
+STEPS = {"net": net, "fill-disk": fill_disk}
 
 if __name__ == "__main__":
     names = sys.argv[1:] or list(STEPS)

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
-from .state import NODE_HF_CACHE, NODE_JIT_CACHE, NODE_STATE_DIR, NodeInfo, SimError
+from .state import FABRIC_IFACE, NODE_HF_CACHE, NODE_JIT_CACHE, NODE_STATE_DIR, NodeInfo, SimError
 
 DEFAULT_RECIPE = Path(__file__).resolve().parent / "recipes" / "sim-tiny.yaml"
 
@@ -48,7 +48,8 @@ def read_host_key(container) -> str:
 def known_hosts_lines(nodes: list[NodeInfo], host_keys: dict[str, str], with_names: bool) -> str:
     lines = []
     for n in nodes:
-        names = f"{n.name},{n.ip}" if with_names else n.ip
+        # the nodes know each other by name and by both addresses (an image copy goes over the fabric)
+        names = ",".join(filter(None, (n.name, n.ip, n.fabric_ip))) if with_names else n.ip
         lines.append(f"{names} {host_keys[n.container]}\n")
     return "".join(lines)
 
@@ -121,11 +122,11 @@ def write_inventory(path: Path, name: str, nodes: list[NodeInfo], key: Path, kno
     doc = CommentedMap()
     doc["cluster"] = f"sim-{name}"
     doc["head"] = nodes[0].name
-    doc["interconnect"] = CommentedMap(profile="tcp", socket_ifname="eth0")
+    doc["interconnect"] = CommentedMap(profile="tcp", socket_ifname=FABRIC_IFACE)
     doc["ssh"] = CommentedMap(user="root", port=22, key=str(key.resolve()),
                               known_hosts=str(known_hosts.resolve()))
     doc["nodes"] = [
-        CommentedMap(name=n.name, address=n.ip, fabric_ip=n.ip, gpus=1, jit_cache=NODE_JIT_CACHE,
+        CommentedMap(name=n.name, address=n.ip, fabric_ip=n.fabric_ip or n.ip, gpus=1, jit_cache=NODE_JIT_CACHE,
                      hf_cache=NODE_HF_CACHE, state_dir=NODE_STATE_DIR)
         for n in nodes
     ]

@@ -22,6 +22,13 @@ NODE_JIT_CACHE = "/var/cache/vllm-jit"
 NODE_STATE_DIR = "/var/lib/spark-deploy"
 SHARED_MOUNT = "/shared"
 
+# A Spark's links, named as DGX OS names them: the management port (the controller's SSH, the default
+# route) and the two QSFP ports of the ConnectX-7 (the fabric between the nodes; the second is unplugged).
+MGMT_IFACE = "enP7s7"
+FABRIC_IFACE = "enp1s0f0np0"
+FABRIC_IFACE_2 = "enp1s0f1np1"
+NET_SPEC = "/etc/sim-net.json"  # which address is which link: read by the node's `sim-boot net` at every boot
+
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,29}$")
 
 
@@ -38,7 +45,8 @@ class NodeInfo:
     index: int        # 1-based
     name: str         # hostname, e.g. spark-1
     container: str    # sd-sim-<cluster>-<i>
-    ip: str
+    ip: str           # management address: what the controller reaches
+    fabric_ip: str = ""  # the QSFP fabric address: only the other nodes reach it
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -76,6 +84,10 @@ def state_dir(name: str) -> Path:
 
 def network_name(name: str) -> str:
     return f"{PREFIX}-{name}"
+
+
+def fabric_network_name(name: str) -> str:
+    return f"{PREFIX}-{name}-fabric"
 
 
 def container_name(name: str, index: int) -> str:

@@ -149,7 +149,7 @@ def test_the_previous_deployment_serves_through_the_image_phase_of_the_next_up(c
         proc.wait(timeout=300)
     finally:
         image_done.set()
-        cluster.exec(1, ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+        cluster.fault(1, "heal")
         if proc.poll() is None:
             proc.kill()
     prober.join(30)

@@ -108,13 +108,13 @@ def test_earlyoom_that_would_fire_at_the_expected_headroom_warns(pair, tmp_path)
 
 
 def test_a_socket_interface_the_node_does_not_have(pair, tmp_path):
-    """The per-node NCCL/Gloo interface in the inventory names a port spark-2 does not have (its QSFP port
-    is called differently): preflight names spark-2 and what it has, and up refuses the same way."""
+    """The per-node NCCL/Gloo interface in the inventory names a port spark-2 does not have (another
+    machine's name for its QSFP port): preflight names spark-2 and what it has, and up refuses the same way."""
     cluster = pair
     yaml = YAML()
     doc = yaml.load(cluster.inventory_path.read_text())
     spark2 = next(n for n in doc["nodes"] if n["name"] == "spark-2")
-    spark2["env"] = {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "GLOO_SOCKET_IFNAME": "enp1s0f1np1"}
+    spark2["env"] = {"NCCL_SOCKET_IFNAME": "enp2s0f0np0", "GLOO_SOCKET_IFNAME": "enp2s0f0np0"}
     inventory = tmp_path / "inventory.yaml"
     with inventory.open("w") as handle:
         yaml.dump(doc, handle)
@@ -122,10 +122,10 @@ def test_a_socket_interface_the_node_does_not_have(pair, tmp_path):
                        timeout=120)
     assert res.returncode == 1, res.stdout + res.stderr
     cells = {c["name"]: c for c in json.loads(res.stdout)["checks"]}["socket-ifname"]["per_node"]
-    assert cells["spark-1"]["status"] == "ok" and "eth0" in cells["spark-1"]["value"]
+    assert cells["spark-1"]["status"] == "ok" and "enp1s0f0np0" in cells["spark-1"]["value"]
     assert cells["spark-2"]["status"] == "fail"
-    assert "NCCL_SOCKET_IFNAME=enp1s0f1np1 matches no interface (has " in cells["spark-2"]["value"]
-    assert "eth0" in cells["spark-2"]["value"]
+    assert "NCCL_SOCKET_IFNAME=enp2s0f0np0 matches no interface (has " in cells["spark-2"]["value"]
+    assert "enp1s0f0np0" in cells["spark-2"]["value"] and "enP7s7" in cells["spark-2"]["value"]
     before = our_containers(cluster)
     up = spark_deploy("up", cluster.recipe_path, "-i", inventory, timeout=180)
     assert up.returncode == 1 and "during preflight" in up.stderr and "socket-ifname" in up.stderr, up.stderr

@@ -15,7 +15,7 @@ import pytest
 from orchestrator.sim import fake_model, images
 from orchestrator.sim import reset as sim_reset
 from orchestrator.sim.cluster import SimCluster
-from orchestrator.sim.state import LABEL, NodeInfo, SimError
+from orchestrator.sim.state import FABRIC_IFACE, LABEL, NodeInfo, SimError
 
 pytestmark = pytest.mark.integration
 
@@ -258,11 +258,12 @@ def test_service_and_network_faults(pair):
     cluster.fault(n2.name, "start-dockerd")
     assert ssh_run(cluster, n2, ["docker", "info", "--format", "{{.ServerVersion}}"])[0] == 0
 
-    probe = ["python3", "-c", TCP_PROBE, n2.ip, "22"]
+    probe = ["python3", "-c", TCP_PROBE, n2.fabric_ip, "22"]
     assert ssh_run(cluster, n1, probe)[0] == 0
-    cluster.fault(n2.name, "partition")
-    assert ssh_run(cluster, n1, probe)[0] != 0  # node 1 -> node 2 blocked
-    assert ssh_run(cluster, n2, ["python3", "-c", TCP_PROBE, n1.ip, "22"])[0] != 0  # and back
+    cluster.fault(n2.name, "partition")  # net=fabric: the QSFP link alone
+    assert ssh_run(cluster, n1, probe)[0] != 0  # node 1 -> node 2 blocked on the fabric
+    assert ssh_run(cluster, n2, ["python3", "-c", TCP_PROBE, n1.fabric_ip, "22"])[0] != 0  # and back
+    assert ssh_run(cluster, n1, ["python3", "-c", TCP_PROBE, n2.ip, "22"])[0] == 0  # management still works
     assert ssh_run(cluster, n2, ["hostname"])[0] == 0  # the controller still reaches it
     cluster.fault(n2.name, "heal")
     assert ssh_run(cluster, n1, probe)[0] == 0
@@ -275,10 +276,10 @@ def test_service_and_network_faults(pair):
 
 
 def _send_seconds(cluster, nbytes: int) -> float:
-    """Seconds spark-1 takes to push nbytes to spark-2 over node-to-node ssh (its own clock, one exec)."""
-    script = ('t0=$(date +%s.%N); head -c "$1" /dev/zero | ssh -o BatchMode=yes spark-2 "cat >/dev/null"; '
+    """Seconds spark-1 takes to push nbytes to spark-2 over node-to-node ssh on the fabric (its own clock, one exec)."""
+    script = ('t0=$(date +%s.%N); head -c "$1" /dev/zero | ssh -o BatchMode=yes "$2" "cat >/dev/null"; '
               't1=$(date +%s.%N); echo "$t0 $t1"')
-    t0, t1 = map(float, cluster.exec(1, ["sh", "-c", script, "sh", str(nbytes)]).stdout.split())
+    t0, t1 = map(float, cluster.exec(1, ["sh", "-c", script, "sh", str(nbytes), cluster.node(2).fabric_ip]).stdout.split())
     return t1 - t0
 
 
@@ -287,7 +288,7 @@ def _connect_ms(cluster) -> float:
     code = ("import socket,statistics,sys,time\nts=[]\nfor _ in range(7):\n t=time.monotonic()\n"
             " s=socket.create_connection((sys.argv[1],22),timeout=5); ts.append(time.monotonic()-t); s.close()\n"
             "print(statistics.median(ts)*1000)")
-    return float(cluster.exec(1, ["python3", "-c", code, cluster.node(2).ip]).stdout)
+    return float(cluster.exec(1, ["python3", "-c", code, cluster.node(2).fabric_ip]).stdout)
 
 
 def test_netem_delays_for_real_or_fails_clearly(pair):
@@ -298,7 +299,7 @@ def test_netem_delays_for_real_or_fails_clearly(pair):
         pair.fault(1, "netem", delay=80)
     except SimError as exc:
         assert "sch_netem" in str(exc) and "throttle" in str(exc)
-        assert "netem" not in pair.exec(1, ["tc", "qdisc", "show", "dev", "eth0"]).stdout
+        assert "netem" not in pair.exec(1, ["tc", "qdisc", "show", "dev", FABRIC_IFACE]).stdout
         return
     try:
         slowed = _connect_ms(pair)
@@ -315,14 +316,14 @@ def test_throttle_limits_the_rate_for_real(pair):
     free = _send_seconds(pair, nbytes)
     pair.fault(1, "throttle", rate="10mbit")
     try:
-        assert "tbf" in pair.exec(1, ["tc", "qdisc", "show", "dev", "eth0"]).stdout
+        assert "tbf" in pair.exec(1, ["tc", "qdisc", "show", "dev", FABRIC_IFACE]).stdout
         limited = _send_seconds(pair, nbytes)
     finally:
         pair.fault(1, "heal")
     rate = nbytes * 8 / limited / 1e6
     assert 5 <= rate <= 11, f"{rate:.1f} Mbit/s under a 10 Mbit/s throttle ({limited:.2f} s, free {free:.2f} s)"
     assert limited > 2 * free, (limited, free)  # free includes the ssh handshake, slow under load
-    assert "tbf" not in pair.exec(1, ["tc", "qdisc", "show", "dev", "eth0"]).stdout
+    assert "tbf" not in pair.exec(1, ["tc", "qdisc", "show", "dev", FABRIC_IFACE]).stdout
 
 
 # ---- liveness and teardown ---------------------------------------------------------------------

@@ -397,3 +397,31 @@ def test_roce_judges_on_sysfs_layout(tmp_path):
     seen["spark-2"]["infiniband"] = obs(parse_infiniband("hcas mlx5_0 \nwant rocep1s0f0 1 3\n"))
     v = roce_hca(seen, dep)
     assert v.failed_nodes() == ["spark-2"] and "has mlx5_0" in v.cells["spark-2"].value
+
+
+def test_socket_ifname_on_the_management_link_is_named_not_passed(tmp_path):
+    """Captured on a two-network sim pair (`ip -j addr`): enP7s7 is the management link, enp1s0f0np0 the
+    fabric holding fabric_ip, enp1s0f1np1 the unplugged port. NCCL told to use the management link works,
+    over the wrong wire: a failure naming the interface it selects and the one it should."""
+    one = (SAMPLES / "sim-two-networks-ip-addr-spark-1.json").read_text()
+    two = (SAMPLES / "sim-two-networks-ip-addr-spark-2.json").read_text()
+    seen = ip_seen(spark_1=one, spark_2=two)
+
+    def pair(ifname):
+        def inv(i):
+            i["interconnect"] = {"profile": "tcp", "socket_ifname": ifname}
+            i["nodes"][0]["fabric_ip"], i["nodes"][1]["fabric_ip"] = "172.30.34.11", "172.30.34.12"
+        return deployment(tmp_path, inventory=inv)
+
+    v = socket_ifname(seen, pair("enp1s0f0np0"))
+    assert v.status == Status.OK and v.cells["spark-2"].value.startswith("NCCL_SOCKET_IFNAME=enp1s0f0np0: enp1s0f0np0")
+    v = socket_ifname(seen, pair("enP7s7"))
+    assert v.failed_nodes() == ["spark-1", "spark-2"]
+    assert ("NCCL_SOCKET_IFNAME=enP7s7 selects enP7s7 (172.30.33.12), not the fabric interface enp1s0f0np0 "
+            "holding fabric_ip 172.30.34.12") in v.cells["spark-2"].value
+    v = socket_ifname(seen, pair("enp1s0f"))  # a prefix: NCCL takes both QSFP ports (uses the one with a cable)
+    assert "NCCL_SOCKET_IFNAME" not in v.cells["spark-1"].value  # ... but Gloo wants an exact name
+    assert "GLOO_SOCKET_IFNAME=enp1s0f matches no interface" in v.cells["spark-1"].value
+    v = socket_ifname(seen, pair("enp1s0f1np1"))  # the unplugged port
+    assert v.failed_nodes() == ["spark-1", "spark-2"] and "enp1s0f1np1 DOWN" in v.cells["spark-1"].value
+    assert fabric_ip(seen, pair("enP7s7")).status == Status.OK  # the address is right; the name is not

@@ -6,6 +6,7 @@ import glob
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -16,7 +17,7 @@ from .cli import non_default_args, normalise_choice
 from .config import derive_max_model_len, resolve_model_dir, validate_parallel, validate_speculative
 from .engine import Engine
 from .jit import JitLock
-from . import memory
+from . import memory, transport
 from .derived import cudagraph_profile, kv_cache_tokens, worker_name
 from .rendezvous import Rendezvous
 from .supervisor import exhaust_memory, oom_fault_applies
@@ -79,6 +80,8 @@ class Node:
         if args.nnodes > 1:
             try:
                 rdzv.host(srv) if self.head else rdzv.join()
+                for line in transport.connect(env):  # the communicators: Gloo's and NCCL's link
+                    log.raw(None, f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()} [0] {line}")
             except SimError as err:
                 self._worker_failed(err)
             rdzv.watch(self._peer_lost if self.head else self._head_lost)

@@ -1,0 +1,67 @@
+"""Which link the collectives use, decided as NCCL and Gloo decide it from the env and the node's interfaces.
+
+vLLM's process group has a Gloo side (CPU tensors, barriers) and an NCCL side (the all-reduces). Gloo binds
+to exactly GLOO_SOCKET_IFNAME and fails at init when no interface has that name. NCCL reads
+NCCL_SOCKET_IFNAME as prefixes (`=` exact, `^` exclude) for its bootstrap and its socket transport, and
+uses InfiniBand/RoCE only when NCCL_IB_DISABLE is not 1 and an HCA is there; with NCCL_DEBUG=INFO it says
+which (`NET/Socket : Using [0]IF:IP<0>`). A wrong name on a real Spark is no warning: either init fails,
+or the collectives quietly run over whichever link the name matched.
+"""
+from __future__ import annotations
+
+import fcntl
+import socket
+import struct
+
+from .base import SimError
+
+_SIOCGIFADDR = 0x8915
+
+
+def interfaces() -> dict[str, str]:
+    """name -> IPv4 address ('' if none) of every interface of this network namespace but lo."""
+    out: dict[str, str] = {}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            if name == "lo":
+                continue
+            try:
+                packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+                out[name] = socket.inet_ntoa(packed[20:24])
+            except OSError:
+                out[name] = ""
+    return out
+
+
+def select(spec: str, names: list[str], exact: bool) -> list[str]:
+    """NCCL's (prefix, `=`, `^`) or Gloo's (exact) reading of a *_SOCKET_IFNAME value."""
+    if not exact and spec.startswith("^"):
+        excluded = [e for e in spec[1:].split(",") if e]
+        return [n for n in names if not any(n.startswith(e) for e in excluded)]
+    strict = exact or spec.startswith("=")
+    wanted = [e for e in spec.lstrip("=").split(",") if e]
+    return [n for n in names if any(n == w if strict else n.startswith(w) for w in wanted)]
+
+
+def connect(env, ifaces: dict[str, str] | None = None) -> list[str]:
+    """The NCCL INFO lines of this rank's communicator set-up (empty unless NCCL_DEBUG=INFO), or SimError
+    with the message Gloo or NCCL fails with."""
+    ifaces = interfaces() if ifaces is None else ifaces
+    with_addr = [n for n, a in ifaces.items() if a]
+    gloo = env.get("GLOO_SOCKET_IFNAME", "")
+    if gloo and not any(ifaces.get(n) for n in select(gloo, list(ifaces), exact=True)):
+        raise SimError("RuntimeError: [../third_party/gloo/gloo/transport/tcp/device.cc:83] ifa != nullptr. "
+                       f"Unable to find address for: {gloo}")
+    nccl = env.get("NCCL_SOCKET_IFNAME", "")
+    chosen = [n for n in (select(nccl, with_addr, exact=False) if nccl else sorted(with_addr)) if ifaces[n]]
+    if not chosen:
+        raise SimError("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+                       "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.7\n"
+                       "ncclSystemError: System call (e.g. socket, malloc) or external library call failed "
+                       "or device error.\nLast error:\nBootstrap : no socket interface found")
+    if str(env.get("NCCL_DEBUG", "")).upper() not in ("INFO", "TRACE"):
+        return []
+    used = " ".join(f"[{i}]{n}:{ifaces[n]}<0>" for i, n in enumerate(chosen))
+    ib = [] if env.get("NCCL_IB_DISABLE") == "1" else ["NCCL INFO NET/IB : No device found."]
+    return [f"NCCL INFO Bootstrap : Using {chosen[0]}:{ifaces[chosen[0]]}<0>", *ib,
+            f"NCCL INFO NET/Socket : Using {used}", "NCCL INFO Using network Socket"]
