@@ -63,7 +63,7 @@ from orchestrator.http_api.endpoint import Endpoint
 from orchestrator.render.plan import build_plan, render_plan
 from orchestrator.runner.events import Event, Events, Kind, Phase
 from orchestrator.sim.cluster import SimCluster
-from orchestrator.sim.state import LABEL
+from orchestrator.sim.state import FABRIC_IFACE, LABEL, MGMT_IFACE
 from orchestrator.transport.group import Cluster
 
 SYNC_KEYS = ("raw_direct", "ours_direct", "raw_relay", "ours_relay", "save_ssh_discard", "paramiko_relay_raw",
@@ -260,9 +260,13 @@ def failures(sim: SimCluster, work: Path, launcher: NaiveLauncher, runs: int, na
 # ---------------------------------------------------------------------------------------------
 # 3. image sync
 def rx_tx(sim: SimCluster, node: int) -> tuple[int, int]:
-    got = sim.exec(node, ["cat", "/sys/class/net/eth0/statistics/rx_bytes", "/sys/class/net/eth0/statistics/tx_bytes"])
-    rx, tx = got.stdout.split()
-    return int(rx), int(tx)
+    """Bytes the node received and sent over both its links (management and fabric)."""
+    rx = tx = 0
+    for dev in (MGMT_IFACE, FABRIC_IFACE):
+        got = sim.exec(node, ["cat", f"/sys/class/net/{dev}/statistics/rx_bytes", f"/sys/class/net/{dev}/statistics/tx_bytes"])
+        r, t = got.stdout.split()
+        rx, tx = rx + int(r), tx + int(t)
+    return rx, tx
 
 
 def image_sync(sim: SimCluster, dep: Deployment, launcher: NaiveLauncher, runs: int) -> dict:

@@ -17,7 +17,7 @@ from ..deploy import down as down_mod
 from ..deploy import rollback as rollback_mod
 from ..deploy.up import DeployFailed, UpOptions
 from ..deploy.up import up as run_up
-from ..releases.lock import LockHeld
+from ..releases.lock import LockError
 from ..runner.events import Events
 from ..transport.cancel import signals_interrupt
 from .client import open_client
@@ -97,7 +97,7 @@ def _make_room(inv, recipe: str, events: Events):
     if now is not None and now.recipe != recipe:
         try:
             gone = down_mod.down(inv, now.recipe, events)
-        except LockHeld as exc:
+        except LockError as exc:
             raise CompareError(f"down {now.recipe}: {exc}") from None
         if not gone.ok:
             raise CompareError(f"down {now.recipe}: " + "; ".join(f"{n}: {w}" for n, w in gone.failed.items()))

@@ -11,7 +11,7 @@ import time
 from ..config.inventory import Inventory
 from ..releases import store
 from ..releases.guard import holding_lock
-from ..releases.lock import LockHeld
+from ..releases.lock import LockError
 from ..runner.events import Events
 from ..runner.sinks import TerminalSink
 from ..transport.group import Cluster, GroupError
@@ -60,7 +60,7 @@ def record(result: BenchResult, inventory: Inventory, release_id: int, console) 
             if release is None:
                 raise NotRecorded(f"release {release_id} is no longer in the history")
             store.write_release(cluster, inventory, release.touch(bench=summary(result)))
-    except LockHeld as exc:
+    except LockError as exc:
         raise NotRecorded(f"the deploy lock is held ({exc}): results not recorded with release {release_id}") from None
     except (NodeError, GroupError) as exc:
         raise NotRecorded(f"results not recorded with release {release_id}: {exc}") from None

@@ -115,15 +115,17 @@ def jit_cache_local(cluster: Cluster, nodes: dict[str, Node]) -> CheckResult:
 
     def write(conn: NodeConnection):
         path = nodes[conn.name].jit_cache
-        r = conn.run_script('test -d "$1" && test -w "$1" && : > "$1/$2"', path, token[conn.name], timeout=20)
-        return r.ok, (f"{path} writable" if r.ok else f"{path} missing or not writable")
+        r = conn.run_script('test -d "$1" && test -w "$1" && : > "$1/$2" || { id -un; exit 1; }', path,
+                            token[conn.name], timeout=20)
+        return r.ok, (f"{path} writable" if r.ok else f"{path} missing or not writable by {r.stdout.strip()}")
 
     evidence, bad = _per_node(cluster, write)
     if bad:
         _per_node(cluster, lambda conn: (conn.run(["rm", "-f", f"{nodes[conn.name].jit_cache}/{token[conn.name]}"],
                                                   timeout=20).ok, ""))
-        return CheckResult("jit-cache", "fail", evidence, f"create a local JIT directory on {', '.join(bad)}: "
-                                                          "mkdir -p <jit_cache> (local disk, not NFS)", bad)
+        return CheckResult("jit-cache", "fail", evidence, f"create a local JIT directory on {', '.join(bad)} that "
+                                                          "the login user owns: `sudo install -d -o USER <jit_cache>` "
+                                                          "(local disk, not NFS)", bad)
 
     def look_and_clean(conn: NodeConnection):
         """Every node wrote before any node looks. Of nodes sharing a directory, the first to look still sees

@@ -11,7 +11,7 @@ from rich.markup import escape
 from ..config.load import load_deployment, load_inventory
 from ..deploy import boot as boot_mod
 from ..preflight.checks_boot import BootMatch
-from ..releases.lock import LockHeld
+from ..releases.lock import LockError
 from ..runner.events import Events
 from ..runner.sinks import TerminalSink
 from ..transport.node import NodeError
@@ -55,7 +55,7 @@ def enable(
         events = Events(TerminalSink(out))
         try:
             result = boot_mod.enable(dep, events, yes=yes)
-        except (boot_mod.BootRefused, LockHeld, NodeError) as exc:
+        except (boot_mod.BootRefused, LockError, NodeError) as exc:
             raise Failed(str(exc)) from None
         finally:
             events.close()
@@ -86,7 +86,7 @@ def disable(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inven
         events = Events(TerminalSink(out))
         try:
             result = boot_mod.disable(inv, name, events)
-        except (boot_mod.BootRefused, LockHeld, NodeError) as exc:
+        except (boot_mod.BootRefused, LockError, NodeError) as exc:
             raise Failed(str(exc)) from None
         finally:
             events.close()

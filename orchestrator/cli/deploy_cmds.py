@@ -23,7 +23,7 @@ from ..deploy import down as down_mod
 from ..docker_cli.image_sync import STALL_TIMEOUT
 from ..deploy.up import DeployFailed, UnpinnedImage, UpOptions, up as run_up
 from .. import preflight as preflight_registry
-from ..releases.lock import LockHeld
+from ..releases.lock import LockError
 from ..runner.events import Events
 from ..runner.sinks import JsonSink, TerminalSink
 from ..transport.cancel import signals_interrupt
@@ -152,7 +152,7 @@ def down(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventor
         events = Events(TerminalSink(out))
         try:
             result = down_mod.down(inv, name, events)
-        except LockHeld as exc:
+        except LockError as exc:
             raise Failed(str(exc)) from None
         events.close()
         if not result.removed and result.ok:

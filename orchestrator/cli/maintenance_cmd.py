@@ -18,7 +18,7 @@ from ..maintenance import window
 from ..maintenance.baseline import BOOT_SERVING, Baseline, NodeFacts
 from ..maintenance.diff import ADVICE, BLOCKING, GIB, Drift
 from ..maintenance.store import baseline_path
-from ..releases.lock import LockHeld
+from ..releases.lock import LockError
 from ..transport.group import GroupError
 from ..transport.node import NodeError
 from .common import (
@@ -58,7 +58,7 @@ def _errors() -> Iterator[None]:
         yield
     except window.MaintenanceInput as exc:
         raise BadInput(str(exc)) from None
-    except (window.MaintenanceError, LockHeld, GroupError, NodeError) as exc:
+    except (window.MaintenanceError, LockError, GroupError, NodeError) as exc:
         raise Failed(str(exc)) from None
 
 

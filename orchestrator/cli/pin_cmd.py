@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from ..config.load import load_inventory, load_recipe
 from ..deploy.pin import PinOutcome, PinRefused, pin as pin_image
-from ..releases.lock import LockHeld
+from ..releases.lock import LockError
 from ..transport.node import NodeError
 from .common import BadInput, Failed, InventoryOpt, RecipeArg, err, exit_codes, out
 
@@ -33,7 +33,7 @@ def pin(
             raise BadInput(f"--node {name!r} is not in {inventory}")
         try:
             result = pin_image(recipe, spec, inv, name, replace)
-        except (NodeError, PinRefused, LockHeld) as exc:
+        except (NodeError, PinRefused, LockError) as exc:
             raise Failed(str(exc)) from None
         found = result.found
         out.print(f"{escape(name)}: {escape(spec.image.ref)} is {found.id}")

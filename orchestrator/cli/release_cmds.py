@@ -229,7 +229,7 @@ def prune(
         events = _events(as_json)
         try:
             result = prune_mod.prune(inv, keep, events)
-        except (lock_mod.LockHeld, NodeError, GroupError) as exc:
+        except (lock_mod.LockError, NodeError, GroupError) as exc:
             events.result(False, error=str(exc))
             events.close()
             raise Failed(str(exc)) from None

@@ -34,6 +34,7 @@ from ..render.unit import UNIT_DIR, BootUnit, render_unit, unit_name
 from ..runner.events import Events
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection, NodeError
+from . import privilege
 
 FACTS = ["boot_units", "restart_policies"]
 
@@ -152,6 +153,8 @@ def enable(dep: Deployment, events: Events, *, yes: bool) -> EnableResult:
                 raise BootRefused("; ".join(f"{n}: {why}" for n, why in looked.unreachable.items()))
             release = _serving_matches(looked, plan)
             _no_systemd(looked)
+            roots = _roots(cluster, inventory, conns, f"boot enable (it installs {UNIT_DIR}/{name} and runs "
+                                                      "systemctl enable)", release.id)
             units = [render_unit(plan, launch, release.id) for launch in plan.ranks]
             conflicts = conflicts_for(looked, plan, name)
             result = EnableResult(release, units, conflicts)
@@ -162,10 +165,11 @@ def enable(dep: Deployment, events: Events, *, yes: bool) -> EnableResult:
                 return result
             try:
                 for c in conflicts:
-                    _turn_off(cluster[c.node], c.item)
+                    _turn_off(cluster[c.node], c.item, roots[c.node])
                     result.disabled.append(f"{c.node}: {c.item.kind} {c.item.name}")
                     events.note(f"{c.item.kind} {c.item.name} no longer comes back on boot", c.node)
-                cluster.each(lambda conn: _install(conn, next(u for u in units if u.node == conn.name)), conns)
+                cluster.each(lambda conn: _install(conn, next(u for u in units if u.node == conn.name),
+                                                   roots[conn.name], inventory.node(conn.name).state_dir), conns)
             except (GroupError, NodeError, BootRefused) as exc:
                 audit.append(cluster, inventory, audit.entry(
                     "boot-enable", "failed", release=release.id, detail=f"{exc}; turned off before it: "
@@ -203,21 +207,32 @@ def _serving_matches(looked: Looked, plan: Plan) -> Release:
     return serving
 
 
-def _turn_off(conn: NodeConnection, item: BootItem) -> None:
+def _roots(cluster: Cluster, inventory: Inventory, conns, doing: str, release: int | None = None):
+    """Every node's way to root, or BootRefused (audited) before anything is changed."""
+    roots = privilege.find(cluster, conns)
+    refused = privilege.refusal(roots, doing)
+    if refused:
+        audit.append(cluster, inventory, audit.entry(doing.split(" (")[0].replace(" ", "-"), "refused",
+                                                     release=release, detail=refused))
+        raise BootRefused(refused)
+    return roots
+
+
+def _turn_off(conn: NodeConnection, item: BootItem, root: privilege.Root) -> None:
     if item.kind is ItemKind.UNIT:
-        conn.run(["systemctl", "disable", item.name], timeout=60, check=True)
+        conn.run(root.argv(["systemctl", "disable", item.name]), timeout=60, check=True)
     else:
         conn.run(["docker", "update", "--restart", "no", item.name], timeout=60, check=True)
 
 
-def _install(conn: NodeConnection, unit: BootUnit) -> None:
+def _install(conn: NodeConnection, unit: BootUnit, root: privilege.Root, scratch_dir: str) -> None:
     """Atomic write, reload, enable (not started now: the release already serves); the container's own
     restart policy off now too, so dockerd does not start it at boot ahead of the unit."""
     try:
-        conn.put_file(unit.path, unit.text)
+        root.put_file(conn, unit.path, unit.text, scratch_dir)
         conn.run(["docker", "update", "--restart", "no", unit.container], timeout=60, check=True)
-        conn.run(["systemctl", "daemon-reload"], timeout=60, check=True)
-        conn.run(["systemctl", "enable", unit.name], timeout=60, check=True)
+        conn.run(root.argv(["systemctl", "daemon-reload"]), timeout=60, check=True)
+        conn.run(root.argv(["systemctl", "enable", unit.name]), timeout=60, check=True)
     except (NodeError, OSError) as exc:
         raise BootRefused(f"{conn.name}: could not install {unit.path}: {exc} (it needs root on the node)") from exc
 
@@ -245,15 +260,17 @@ def disable(inventory: Inventory, recipe: str | None, events: Events) -> Disable
         with holding_lock(cluster, inventory, events):
             looked = look(cluster, inventory, conns)
             _no_systemd(looked)
+            roots = _roots(cluster, inventory, conns, "boot disable (it removes units from "
+                                                      f"{UNIT_DIR} and runs systemctl disable)")
             result = DisableResult()
 
             def one(conn: NodeConnection) -> list[str]:
                 names = our_units(looked.units(conn.name), inventory.cluster, recipe)
                 enabled = {u.id: u for u in (looked.units(conn.name) or BootUnits(True)).units}
                 for name in names:
-                    _remove(conn, name, enabled.get(name))
+                    _remove(conn, name, enabled.get(name), roots[conn.name])
                 if names:
-                    conn.run(["systemctl", "daemon-reload"], timeout=60, check=True)
+                    conn.run(roots[conn.name].argv(["systemctl", "daemon-reload"]), timeout=60, check=True)
                 return names
 
             try:
@@ -272,12 +289,12 @@ def disable(inventory: Inventory, recipe: str | None, events: Events) -> Disable
         cluster.close()
 
 
-def _remove(conn: NodeConnection, name: str, unit: UnitInfo | None) -> None:
+def _remove(conn: NodeConnection, name: str, unit: UnitInfo | None, root: privilege.Root) -> None:
     """Disable, give the container back the restart policy the unit took, remove the file."""
-    conn.run(["systemctl", "disable", name], timeout=60, check=True)
+    conn.run(root.argv(["systemctl", "disable", name]), timeout=60, check=True)
     if unit is not None and unit.key("Container") and unit.key("DockerRestart") not in ("", "no"):
         conn.run(["docker", "update", "--restart", unit.key("DockerRestart"), unit.key("Container")], timeout=60)
-    conn.run(["rm", "-f", "--", f"{UNIT_DIR}/{name}"], timeout=30, check=True)
+    conn.run(root.argv(["rm", "-f", "--", f"{UNIT_DIR}/{name}"]), timeout=30, check=True)
 
 
 # ---- status -------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from ..checks.model_cache import revision_on
 from ..docker_cli.containers import list_containers, remove_container
 from ..releases import audit, store
 from ..releases.guard import report_takeover
-from ..releases.lock import DeployLock, LockHeld
+from ..releases.lock import DeployLock, LockError
 from ..releases.record import ModelSeen, RankRecord, Release, ReleaseOutcome, who
 from ..render.labels import Label
 from ..runner.events import Kind, Phase
@@ -34,7 +34,7 @@ class TakeLock(NoUndo):
         lock = DeployLock(ctx.cluster.head, ctx.dep.inventory, audit.command_line(), ttl, run_id=ctx.plan.run_id)
         try:
             lock.acquire()
-        except LockHeld as exc:
+        except LockError as exc:
             raise StepFailed(self.phase, str(exc), [ctx.cluster.head.name]) from None
         ctx.lock = lock
         lock.start_refreshing()

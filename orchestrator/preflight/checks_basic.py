@@ -5,7 +5,7 @@ They reuse checks/basics.py and docker_cli/image_sync.py, so `up` and `preflight
 
 from __future__ import annotations
 
-from ..checks import basics
+from ..checks import basics, writable
 from ..docker_cli import image_sync
 from ..transport.group import GroupError
 from .facts import FACTS, FactInput
@@ -52,6 +52,13 @@ def jit_cache(cluster, conns, dep, plan) -> Verdict:
     nodes = {n.name: n for n in dep.inventory.nodes}
     return _guard("jit-cache", Scope.NODE,
                   lambda: _verdict("jit-cache", Scope.NODE, basics.jit_cache_local(cluster, nodes), 2))
+
+
+@active_check("state-dir", Scope.NODE)
+def state_dir(cluster, conns, dep, plan) -> Verdict:
+    nodes = {n.name: n for n in dep.inventory.nodes}
+    return _guard("state-dir", Scope.NODE,
+                  lambda: _verdict("state-dir", Scope.NODE, writable.state_dir(cluster, nodes)))
 
 
 @active_check("ports", Scope.HEAD)

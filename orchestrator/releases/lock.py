@@ -25,10 +25,12 @@ from .record import who
 
 # "$1" lock path, "$2" our details. Hard-linking a complete temp file is the atomic create: the lock
 # appears whole or not at all, and `ln` refuses when it exists.
+# A state dir the login user cannot write is said as such (UNWRITABLE and the shell's words), not taken
+# for a lock someone holds.
 _CREATE = r'''set -u
-mkdir -p -- "$(dirname -- "$1")"
+err=$(mkdir -p -- "$(dirname -- "$1")" 2>&1) || { echo UNWRITABLE; printf '%s\n' "$err"; exit 0; }
 tmp="$1.new-$$"
-printf '%s' "$2" > "$tmp" && sync -- "$tmp"
+err=$( { printf '%s' "$2" > "$tmp" && sync -- "$tmp"; } 2>&1) || { rm -f -- "$tmp"; echo UNWRITABLE; printf '%s\n' "$err"; exit 0; }
 if ln -- "$tmp" "$1" 2>/dev/null; then rm -f -- "$tmp"; echo TAKEN; exit 0; fi
 rm -f -- "$tmp"; echo HELD; cat -- "$1" 2>/dev/null || true'''
 
@@ -112,7 +114,21 @@ def _start_time(pid: int) -> str:
         return ""
 
 
-class LockHeld(Exception):
+class LockError(Exception):
+    """The deploy lock cannot be taken: held by someone (LockHeld), or its directory is not writable."""
+
+
+class StateDirUnwritable(LockError):
+    def __init__(self, node: str, user: str, path: str, error: str):
+        state_dir = posixpath.dirname(posixpath.dirname(path))
+        super().__init__(
+            f"{node}: cannot write the deploy lock {path} as {user}: {error.strip() or 'permission denied'}. "
+            f"spark-deploy keeps its releases, lock and audit log in the state dir {state_dir}, which {user} "
+            f"must own: `sudo install -d -o {user} -g {user} {state_dir}` on {node}, or set the node's "
+            "state_dir in the inventory to a directory it owns")
+
+
+class LockHeld(LockError):
     def __init__(self, node: str, details: LockDetails | None, path: str):
         self.details = details
         shown = details.describe() if details else "an unreadable lock"
@@ -125,7 +141,8 @@ def lock_path(inventory: Inventory) -> str:
 
 
 class DeployLock:
-    """Held on the head node; `acquire` raises LockHeld at once when someone else holds a live lock."""
+    """Held on the head node; `acquire` raises LockHeld at once when someone else holds a live lock, and
+    StateDirUnwritable when the login user cannot write the lock's directory."""
 
     def __init__(self, conn: NodeConnection, inventory: Inventory, command: list[str], ttl: float,
                  run_id: str | None = None):
@@ -145,6 +162,8 @@ class DeployLock:
             if lines and lines[0] == "TAKEN":
                 self.held = True
                 return self
+            if lines and lines[0] == "UNWRITABLE":
+                raise StateDirUnwritable(self.conn.name, self.conn.target.user, self.path, "\n".join(lines[1:]))
             text = "\n".join(lines[1:])
             current = LockDetails.parse(text) if text else None
             if not text:

@@ -100,6 +100,11 @@ class SimCluster:
         return self.state_dir / "inventory.yaml"
 
     @property
+    def root_inventory_path(self) -> Path:
+        """The same inventory logging in as root (what `boot enable` needs, where sudo asks a password)."""
+        return self.state_dir / "inventory-root.yaml"
+
+    @property
     def recipe_path(self) -> Path:
         return self.state_dir / "recipe.yaml"
 
@@ -202,6 +207,7 @@ class SimCluster:
             provision.prepare_node(c, private, public, node_kh)
             if not c.put_archive(NODE_HF_CACHE, model_tar):
                 raise SimError(f"installing the fake model on {c.name} failed")
+            provision.own_dirs(c, [NODE_HF_CACHE])  # the login user downloaded it
 
         with concurrent.futures.ThreadPoolExecutor(count) as pool:
             list(pool.map(prepare, containers.values()))
@@ -211,6 +217,8 @@ class SimCluster:
         for i in load_on:
             provision.load_image(infos[i - 1].container, vllm_id, vllm_tags)
         provision.write_inventory(self.inventory_path, self.name, infos, key, self.known_hosts_path)
+        provision.write_inventory(self.root_inventory_path, self.name, infos, key, self.known_hosts_path,
+                                  user="root")
         recipe_src = provision.write_recipe(self.recipe_path, vllm_id, recipe_template, nodes=count)
         warnings = [f"{n.name}: {r.summary()}" for n, r in zip(infos, ready) if r.failed_units]
         if recipe_src is None:
@@ -232,6 +240,7 @@ class SimCluster:
             "model": model_meta,
             "paths": {"state_dir": str(state), "key": str(key), "known_hosts": str(self.known_hosts_path),
                       "inventory": str(self.inventory_path),
+                      "root_inventory": str(self.root_inventory_path),
                       "recipe": str(self.recipe_path) if recipe_src else None},
             "recipe_template": str(recipe_src) if recipe_src else None,
             "warnings": warnings,

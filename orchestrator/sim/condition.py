@@ -50,6 +50,7 @@ class Aspect(str, enum.Enum):
     JIT = "jit"
     SHARED = "shared"
     MODEL = "model"
+    SUDOERS = "sudoers"
 
     @property
     def residue(self) -> bool:
@@ -96,7 +97,10 @@ else find NODE_JIT_CACHE -mindepth 1 -maxdepth 2 2>/dev/null | sort | head -n 20
 find SHARED_MOUNT -mindepth 1 -maxdepth 1 2>/dev/null | sort | while read -r l; do p shared "$l"; done
 p model "$(cd MODEL_DIR 2>/dev/null && find . -printf '%y %p %l %s %m\n' | sort | sha256sum | cut -c1-16)-$(cd MODEL_DIR 2>/dev/null && find . -type f -exec sha256sum {} + | sort | sha256sum | cut -c1-16)"
 find NODE_STATE_DIR -mindepth 1 -maxdepth 2 2>/dev/null | sort | while read -r l; do p state "$l"; done
+p state "owner $(stat -c '%U:%G %a' NODE_STATE_DIR 2>/dev/null)"
+p jit "owner $(stat -L -c '%U:%G %a' NODE_JIT_CACHE 2>/dev/null)"
 find UNIT_DIR -mindepth 1 -maxdepth 2 2>/dev/null | sort | while read -r l; do p units "$l"; done
+for f in /etc/sudoers.d/*; do [ -e "$f" ] && p sudoers "$f $(sha256sum < "$f" | cut -c1-16)"; done
 if command -v systemctl >/dev/null 2>&1; then p system "$(systemctl is-system-running 2>/dev/null)"; fi
 for f in /root/.ssh/* /home/*/.ssh/*; do [ -e "$f" ] && p ssh-trust "$f $(sha256sum < "$f" | cut -c1-16)"; done
 ps -eo pid=,args= | grep -v -e 'grep' -e ' sh -c ' | grep -F -e 'docker save' -e 'docker load' -e sdsend -e sdrecv -e 'dd bs=1M' -e http.server -e earlyoom -e 'ssh ' | while read -r l; do p processes "$l"; done

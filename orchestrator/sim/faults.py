@@ -19,7 +19,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from . import faults_host, faults_model
+from . import faults_host, faults_model, provision
 from .state import FABRIC_IFACE, MGMT_IFACE, NODE_JIT_CACHE, SHARED_MOUNT, NodeInfo, SimError, SimInputError
 
 NETS = {"fabric": (FABRIC_IFACE,), "management": (MGMT_IFACE,), "all": (MGMT_IFACE, FABRIC_IFACE)}
@@ -238,6 +238,7 @@ def local_jit(cluster, node: NodeInfo, opts: dict) -> str:
     _no_opts("local-jit", opts)
     cluster.exec(node.index, ["sh", "-c", '[ -L "$1" ] && rm -f -- "$1"; mkdir -p -- "$1"', "sh",
                               NODE_JIT_CACHE])
+    provision.own_dirs(cluster.container(node.index), [NODE_JIT_CACHE])
     return f"{node.name}: {NODE_JIT_CACHE} is a local directory again"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from . import fake_model
+from . import fake_model, provision
 from .state import NODE_HF_CACHE, NodeInfo, SimError, SimInputError
 
 MODEL_ROOT = f"{NODE_HF_CACHE}/hub/{fake_model.CACHE_DIR_NAME}"
@@ -85,5 +85,6 @@ def reset(cluster, node: NodeInfo, opts: dict) -> str:
     data, meta = fake_model.hf_cache_tar()
     if not cluster.container(node.index).put_archive(NODE_HF_CACHE, data):
         raise SimError(f"{node.name}: reinstalling the fake model into {NODE_HF_CACHE} failed")
+    provision.own_dirs(cluster.container(node.index), [NODE_HF_CACHE])  # the login user downloaded it
     return f"{node.name}: fake model reinstalled (revision {meta['revision']})"
 

@@ -32,7 +32,8 @@ STANDIN_SKIP = {"gen_options.py"}  # builds the option table on the host; not ne
 # `vllm serve ...` in the image: the stand-in's own PID-1 supervisor runs the server as its child
 VLLM_WRAPPER = '#!/bin/sh\nexec python3 -m standin "$@"\n'
 
-NODE_PACKAGES = ("openssh-server", "docker.io", "python3", "iproute2", "procps", "ca-certificates", "earlyoom")
+NODE_PACKAGES = ("openssh-server", "docker.io", "python3", "iproute2", "procps", "ca-certificates", "earlyoom",
+                 "sudo")
 SYSTEMD_PACKAGES = NODE_PACKAGES + ("systemd", "systemd-sysv", "dbus")
 VLLM_PACKAGES = ("python3",)
 

@@ -189,7 +189,7 @@ cat >/dev/null 2>&1 || true
 exit 0
 """
 
-SSHD_CONFIG = """# spark-deploy sim: root by key only
+SSHD_CONFIG = """# spark-deploy sim: by key only (the DGX OS user, and root for the tests that need it)
 PermitRootLogin prohibit-password
 PubkeyAuthentication yes
 PasswordAuthentication no

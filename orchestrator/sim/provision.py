@@ -13,7 +13,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
-from .state import FABRIC_IFACE, NODE_HF_CACHE, NODE_JIT_CACHE, NODE_STATE_DIR, NodeInfo, SimError
+from .state import (FABRIC_IFACE, NODE_HF_CACHE, NODE_JIT_CACHE, NODE_STATE_DIR, NODE_UID, NODE_USER,
+                    NODE_USER_GROUPS, NodeInfo, SimError)
 
 DEFAULT_RECIPE = Path(__file__).resolve().parent / "recipes" / "sim-tiny.yaml"
 
@@ -64,21 +65,45 @@ def tar_files(files: dict[str, tuple[bytes, int]]) -> bytes:
     return buf.getvalue()
 
 
+# The login user as DGX OS makes it, and what `spark-deploy setup` would leave: the dirs the tool writes
+# (state, JIT cache, HF cache) owned by that user. Idempotent: a reset runs the same again.
+_USER_SH = r"""
+id -u "$1" >/dev/null 2>&1 || useradd -m -u "$2" -s /bin/bash -G "$3" "$1"
+passwd -l "$1" >/dev/null  # no password: sudo asks for one it cannot get (`sudo -n` fails)
+shift 3
+for d in "$@"; do mkdir -p -- "$d"; done
+"""
+
+
 def prepare_node(container, private: bytes, public: bytes, node_known_hosts: str) -> None:
-    """Node dirs, authorized key, and the node-to-node SSH identity + known_hosts."""
-    code, out = container.exec_run(
-        ["mkdir", "-p", NODE_HF_CACHE, NODE_JIT_CACHE, NODE_STATE_DIR, "/root/.ssh"])
+    """Node dirs, the DGX OS login user, authorized keys, and the node-to-node SSH identity + known_hosts
+    (for root and for that user: an image copy runs as whoever the inventory logs in as)."""
+    dirs = [NODE_HF_CACHE, NODE_JIT_CACHE, NODE_STATE_DIR]
+    code, out = container.exec_run(["sh", "-c", _USER_SH, "sh", NODE_USER, str(NODE_UID),
+                                    ",".join(NODE_USER_GROUPS), *dirs, "/root/.ssh"])
     if code != 0:
-        raise SimError(f"mkdir on {container.name} failed: {out.decode(errors='replace')}")
-    container.exec_run(["chmod", "700", "/root/.ssh"])
+        raise SimError(f"making {NODE_USER} and the node dirs on {container.name} failed: "
+                       f"{out.decode(errors='replace')}")
     data = tar_files({
         "authorized_keys": (public, 0o600),
         "id_ed25519": (private, 0o600),
         "id_ed25519.pub": (public, 0o644),
         "known_hosts": (node_known_hosts.encode(), 0o644),
     })
-    if not container.put_archive("/root/.ssh", data):
-        raise SimError(f"installing SSH files on {container.name} failed")
+    home = f"/home/{NODE_USER}/.ssh"
+    for ssh_dir in ("/root/.ssh", home):
+        container.exec_run(["install", "-d", "-m", "700", ssh_dir])
+        if not container.put_archive(ssh_dir, data):
+            raise SimError(f"installing SSH files in {ssh_dir} on {container.name} failed")
+    own_dirs(container, [home, *dirs])
+
+
+def own_dirs(container, dirs: list[str]) -> None:
+    """Give the login user what it writes (a reset that recreates a dir as root calls this again)."""
+    code, out = container.exec_run(["chown", "-R", f"{NODE_USER}:{NODE_USER}", *dirs])
+    if code != 0:
+        raise SimError(f"chown {NODE_USER} {' '.join(dirs)} on {container.name} failed: "
+                       f"{out.decode(errors='replace')}")
 
 
 def load_image(container_name: str, image_id: str, tags: list[str]) -> str:
@@ -118,12 +143,14 @@ def _yaml() -> YAML:
     return y
 
 
-def write_inventory(path: Path, name: str, nodes: list[NodeInfo], key: Path, known_hosts: Path) -> None:
+def write_inventory(path: Path, name: str, nodes: list[NodeInfo], key: Path, known_hosts: Path,
+                    user: str = NODE_USER) -> None:
+    """The inventory `sim up` writes: the DGX OS login by default; `user="root"` for what needs root."""
     doc = CommentedMap()
     doc["cluster"] = f"sim-{name}"
     doc["head"] = nodes[0].name
     doc["interconnect"] = CommentedMap(profile="tcp", socket_ifname=FABRIC_IFACE)
-    doc["ssh"] = CommentedMap(user="root", port=22, key=str(key.resolve()),
+    doc["ssh"] = CommentedMap(user=user, port=22, key=str(key.resolve()),
                               known_hosts=str(known_hosts.resolve()))
     doc["nodes"] = [
         CommentedMap(name=n.name, address=n.ip, fabric_ip=n.fabric_ip or n.ip, gpus=1, jit_cache=NODE_JIT_CACHE,

@@ -71,6 +71,7 @@ def _images(cluster, node, diff: Difference, want: ImageWant) -> None:
 
 def _state(cluster, node, diff, want) -> None:
     _sh(cluster, node, 'rm -rf -- "$1"/* "$1"/.[!.]* 2>/dev/null; mkdir -p -- "$1"', NODE_STATE_DIR)
+    provision.own_dirs(cluster.container(node.index), [NODE_STATE_DIR])
 
 
 def _units(cluster, node, diff, want) -> None:
@@ -131,6 +132,11 @@ def _mtu(cluster, node, diff, want) -> None:
             cluster.fault(node.index, "mtu", reset="true", dev=entry.removeprefix("saved "))
 
 
+def _sudoers(cluster, node, diff, want) -> None:
+    """A sudoers drop-in a test added (passwordless sudo for the login user): removed."""
+    _sh(cluster, node, 'for f in "$@"; do rm -f -- "$f"; done', *[e.split()[0] for e in diff.now if e not in diff.was])
+
+
 @dataclass
 class ImageWant:
     """How to give a node back an image its baseline had (a test removed it): None = report it."""
@@ -161,6 +167,7 @@ UNDO: dict[Aspect, Callable | None] = {
     Aspect.JIT: _jit,
     Aspect.SHARED: _shared,
     Aspect.MODEL: _fault("model-reset"),
+    Aspect.SUDOERS: _sudoers,
 }
 
 

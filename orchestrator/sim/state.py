@@ -27,7 +27,13 @@ SHARED_MOUNT = "/shared"
 MGMT_IFACE = "enP7s7"
 FABRIC_IFACE = "enp1s0f0np0"
 FABRIC_IFACE_2 = "enp1s0f1np1"
-NET_SPEC = "/etc/sim-net.json"  # which address is which link: read by the node's `sim-boot net` at every boot
+NET_SPEC = "/etc/sim-net.json"
+
+# A stock DGX OS login: the first user, in the docker group (and sudo, but sudo asks for a password it
+# cannot be given over a batch SSH session). root stays reachable by key for tests that need it.
+NODE_USER = "spark"
+NODE_UID = 1000
+NODE_USER_GROUPS = ("adm", "sudo", "docker")  # which address is which link: read by the node's `sim-boot net` at every boot
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,29}$")
 

@@ -39,6 +39,7 @@ ExecStart=/usr/bin/docker run --rm --name old-stack --entrypoint sleep other/vll
 [Install]
 WantedBy=multi-user.target
 """
+SUDOERS = "/etc/sudoers.d/spark-deploy-test"
 READY_S = 180  # bound on the release serving again after a reboot (boot + the stand-in's 2 s load)
 
 
@@ -203,6 +204,20 @@ def test_other_stack_is_named_then_enable_reboot_disable(sysd, tmp_path):
     assert boot["per_node"]["spark-1"]["status"] == "warn"  # the serving release does not come back yet
     assert "does not come back" in boot["per_node"]["spark-1"]["value"]
 
+    # ---- as the DGX OS login (docker group; its sudo asks a password): refused before anything changes ----
+    r = spark_deploy("boot", "enable", recipe, "-i", inv, "--yes")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "needs root on the node" in r.stderr and "spark-1: spark is not root and `sudo -n` fails" in r.stderr
+    assert "spark-2: spark is not root" in r.stderr and "passwordless sudo" in r.stderr, r.stderr
+    assert "Nothing was changed" in r.stderr
+    assert cluster.exec(2, ["systemctl", "is-enabled", "old-stack.service"], check=False).stdout.strip() == "enabled"
+    assert node_docker(cluster, 2, "inspect", "--format", "{{.HostConfig.RestartPolicy.Name}}",
+                       "legacy").stdout.strip() == "unless-stopped"  # --yes turned nothing off
+    # the fix it names: passwordless sudo for the login; from here every root step goes through `sudo -n`
+    for n in (1, 2):
+        write(cluster, n, SUDOERS, "spark ALL=(root) NOPASSWD: ALL\n")
+        cluster.exec(n, ["chmod", "0440", SUDOERS])
+
     # ---- enable: refused without --yes, naming both; nothing written ----
     r = spark_deploy("boot", "enable", recipe, "-i", inv)
     assert r.returncode == 1 and "old-stack.service" in r.stderr and "legacy" in r.stderr and "--yes" in r.stderr
@@ -225,7 +240,7 @@ def test_other_stack_is_named_then_enable_reboot_disable(sysd, tmp_path):
     wait_for("/v1/models on the head after the reboot", lambda: models(cluster), READY_S)
     assert running_plans(cluster) == {"spark-1": {plan}, "spark-2": {plan}}
     log = cluster.exec(2, ["journalctl", "-u", name, "-b", "-o", "cat", "--no-pager"]).stdout
-    head_ip = cluster.node(1).ip
+    head_ip = cluster.node(1).fabric_ip  # the peer waits for the head over the fabric
     assert f"waiting for the head's rendezvous at {head_ip}:29701" in log, log
     assert f"the head's rendezvous at {head_ip}:29701 listens (waited" in log, log
     assert node_docker(cluster, 2, "ps", "-q", "--filter", "name=^/old-stack$").stdout.strip() == ""
@@ -260,5 +275,10 @@ def test_other_stack_is_named_then_enable_reboot_disable(sysd, tmp_path):
     with pytest.raises(OSError):
         models(cluster)
     audit = spark_deploy("audit", "-i", inv, "--json")
-    actions = [a["action"] for a in json.loads(audit.stdout)] if audit.returncode == 0 else []
+    entries = json.loads(audit.stdout) if audit.returncode == 0 else []
+    actions = [a["action"] for a in entries]
     assert "boot-enable" in actions and "boot-disable" in actions, audit.stdout[-2000:]
+    assert any(a["action"] == "boot-enable" and a["outcome"] == "refused" and "needs root" in a.get("detail", "")
+               for a in entries), audit.stdout[-2000:]
+    for n in (1, 2):
+        cluster.exec(n, ["rm", "-f", SUDOERS])
