@@ -49,8 +49,9 @@ WantedBy=multi-user.target
 
 
 def ssh(cluster: SimCluster) -> Cluster:
-    """A fresh SSH connection to every node through the cluster's inventory (key + known_hosts only)."""
-    inventory, _ = load_inventory(cluster.inventory_path)
+    """A fresh SSH connection to every node, as root (these tests look at PID 1 and the engine's own dirs),
+    through the cluster's root inventory (key + known_hosts only)."""
+    inventory, _ = load_inventory(cluster.root_inventory_path)
     return Cluster(inventory).open()
 
 
