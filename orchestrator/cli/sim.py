@@ -57,6 +57,7 @@ def up(
     Example: spark-deploy sim up --nodes 2 --systemd
     """
     from ..sim.cluster import SimCluster
+    from ..sim.state import NODE_USER
 
     with _errors():
         try:
@@ -65,15 +66,16 @@ def up(
             raise BadInput(f"--load-image-on wants numbers like 1,2, got {load_image_on!r}") from None
         cluster = SimCluster(name)
         doc = cluster.up(nodes=nodes, load_image_on=load_on, init="systemd" if systemd else "docker-init")
-        table = Table("node", "address", "container", "vllm-sim image")
+        table = Table("node", "address (enP7s7)", "fabric_ip (enp1s0f0np0)", "container", "vllm-sim image")
         for n in doc["nodes"]:
-            table.add_row(n["name"], n["ip"], n["container"],
+            table.add_row(n["name"], n["ip"], n.get("fabric_ip", ""), n["container"],
                           "loaded" if n["name"] in doc["image_loaded_on"] else "-")
         out.print(table)
         p = doc["paths"]
         out.print(f"sim cluster [bold]{escape(name)}[/] up in {doc['timings_s']['total']:.1f}s "
-                  f"(network {doc['network']} {doc['subnet']}; PID 1 {doc['init']})")
-        out.print(f"  inventory   {escape(p['inventory'])}")
+                  f"(management {doc['network']} {doc['subnet']}, fabric {doc.get('fabric_subnet', '-')}; "
+                  f"PID 1 {doc['init']})")
+        out.print(f"  inventory   {escape(p['inventory'])}  (logs in as spark; as root: {escape(p.get('root_inventory') or '-')})")
         out.print(f"  recipe      {escape(p['recipe'] or '(not written)')}  image.id {doc['images']['vllm'][:19]}")
         out.print(f"  ssh key     {escape(p['key'])}")
         out.print(f"  known_hosts {escape(p['known_hosts'])}")
@@ -81,7 +83,7 @@ def up(
             err.print(f"[yellow]warning[/]: {escape(w)}")
         first = doc["nodes"][0]["ip"]
         out.print("Use it:")
-        lines = [f"ssh -i {p['key']} -o UserKnownHostsFile={p['known_hosts']} root@{first} nvidia-smi"]
+        lines = [f"ssh -i {p['key']} -o UserKnownHostsFile={p['known_hosts']} {NODE_USER}@{first} nvidia-smi"]
         if p["recipe"]:
             lines.append(f"spark-deploy up {p['recipe']} -i {p['inventory']}")
         lines += [f"spark-deploy sim fault spark-2 partition --name {name}",
