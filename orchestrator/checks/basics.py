@@ -75,11 +75,24 @@ def gpu_visible(cluster: Cluster) -> CheckResult:
 class Listener:
     port: int
     local: str  # address:port as ss prints it
-    process: str  # ss -p's users:(...) column, or ""
+    process: str  # ss -p's users:(...) column, or "" (ss shows only the login user's own processes)
+    uid: int | None = None  # the socket's owner (ss -e: `uid:N`, left out for root), None if not asked
+
+    def holder(self) -> str:
+        """Who holds it, as precisely as the login user may know: the process, else the socket's owner."""
+        if self.process or self.uid is None:
+            return self.process
+        who = "root" if self.uid == 0 else f"uid {self.uid}"
+        return (f"a process of {who} (ss shows other users' processes only to root: `sudo ss -ltnp "
+                f"'sport = :{self.port}'` names it)")
+
+
+_EXTENDED = ("ino:", "sk:", "cgroup:", "uid:", "v6only:", "<->", "->", "<-")
 
 
 def parse_listeners(stdout: str) -> list[Listener]:
-    """`ss -Hltnp` lines (State Recv-Q Send-Q Local Peer [Process]) -> listening sockets."""
+    """`ss -Hltnp` or `ss -Hltnpe` lines (State Recv-Q Send-Q Local Peer [Process] [extended]) -> listening
+    sockets; with -e, `uid:N` is the owner (ss leaves it out for root's sockets)."""
     found = []
     for line in stdout.splitlines():
         parts = line.split()
@@ -87,19 +100,24 @@ def parse_listeners(stdout: str) -> list[Listener]:
             continue
         local = parts[3]
         port = local.rsplit(":", 1)[-1]
-        if port.isdigit():
-            found.append(Listener(int(port), local, " ".join(parts[5:])))
+        if not port.isdigit():
+            continue
+        rest = parts[5:]
+        extended = any(w.startswith(("ino:", "sk:")) for w in rest)
+        uid = next((int(w[4:]) for w in rest if w.startswith("uid:") and w[4:].isdigit()), 0 if extended else None)
+        process = " ".join(w for w in rest if not w.startswith(_EXTENDED))
+        found.append(Listener(int(port), local, process, uid))
     return found
 
 
 def ports_free(cluster: Cluster, ports: list[int]) -> CheckResult:
     """The serve and master ports on the head must be free (run after this recipe's old containers are gone)."""
     head = cluster.head
-    listeners = parse_listeners(head.run(["ss", "-Hltnp"], timeout=20, check=True).stdout)
+    listeners = parse_listeners(head.run(["ss", "-Hltnpe"], timeout=20, check=True).stdout)
     evidence, taken = {}, []
     for port in ports:
         holders = [item for item in listeners if item.port == port]
-        evidence[f"{head.name}:{port}"] = f"{holders[0].local} {holders[0].process}".strip() if holders else "free"
+        evidence[f"{head.name}:{port}"] = f"{holders[0].local} {holders[0].holder()}".strip() if holders else "free"
         if holders:
             taken.append(port)
     return CheckResult("ports", "fail" if taken else "ok", evidence,

@@ -84,6 +84,7 @@ for d in /sys/class/net/*; do n=${d##*/}; case $n in lo|docker0|veth*|br-*) ;; *
 for d in /sys/class/net/*; do n=${d##*/}; [ "$n" = lo ] || tc qdisc show dev "$n" 2>/dev/null | grep -E 'qdisc (netem|tbf|htb|prio) ' | while read -r l; do p qdisc "$n: $l"; done; done
 ip -4 route show type blackhole 2>/dev/null | while read -r l; do p routes "$l"; done
 ip -4 route show type unreachable 2>/dev/null | while read -r l; do p routes "$l"; done
+p routes "default: $(ip -4 route show default 2>/dev/null | tr -s ' ')"
 p iptables "$( (iptables-save 2>/dev/null; ip6tables-save 2>/dev/null) | grep -v -e '^#' -e '127\.0\.0\.11' | sed 's/\[[0-9]*:[0-9]*\]//' | sort | sha256sum | cut -c1-16)"
 p gpu "$(sha256sum < GPU_FILE 2>/dev/null | cut -c1-16)"
 p meminfo "$(cat MEMINFO_SPEC 2>/dev/null) $(grep -E '^MemTotal:' /proc/meminfo | tr -s ' ')"

@@ -229,6 +229,7 @@ def gpu(cluster, node: NodeInfo, opts: dict) -> str:
 def shared_jit(cluster, node: NodeInfo, opts: dict) -> str:
     _no_opts("shared-jit", opts)
     cluster.exec(node.index, ["mkdir", "-p", SHARED_JIT])
+    provision.own_dirs(cluster.container(node.index), [SHARED_JIT])  # the login user's JIT dir, on NFS
     cluster.exec(node.index, ["rm", "-rf", "--", NODE_JIT_CACHE])
     cluster.exec(node.index, ["ln", "-sfn", SHARED_JIT, NODE_JIT_CACHE])
     return f"{node.name}: {NODE_JIT_CACHE} -> {SHARED_JIT} (shared by every node that has this fault)"

@@ -121,6 +121,12 @@ def _fault(kind: str, **opts) -> Callable:
     return lambda cluster, node, diff, want: cluster.fault(node.index, kind, **opts)
 
 
+def _routes(cluster, node, diff, want) -> None:
+    """Blackholes off (heal), then the links and the default route as the node's boot sets them."""
+    cluster.fault(node.index, "heal")
+    _sh(cluster, node, "sim-boot net")
+
+
 def _ports(cluster, node, diff, want) -> None:
     for entry in diff.now:
         cluster.fault(node.index, "free-port", port=entry.removesuffix(".pid"))
@@ -156,7 +162,7 @@ UNDO: dict[Aspect, Callable | None] = {
     Aspect.STATE: _state,
     Aspect.UNITS: _units,
     Aspect.PROCESSES: _processes,
-    Aspect.ROUTES: _fault("heal"),
+    Aspect.ROUTES: _routes,
     Aspect.QDISC: _fault("heal"),
     Aspect.MTU: _mtu,
     Aspect.GPU: _fault("gpu", reset="true"),

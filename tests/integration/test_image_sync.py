@@ -155,7 +155,7 @@ def _copy_in_thread(conns: Cluster, mode: sync.TransferMode, **kw) -> tuple[thre
 
     def run() -> None:
         try:
-            box["moved"] = sync.copy_image(src, dst, image_id, expected, dst_host=node2.fabric_ip, dst_user="root",
+            box["moved"] = sync.copy_image(src, dst, image_id, expected, dst_host=node2.fabric_ip, dst_user=conns.inventory.ssh.user,
                                            mode=mode, progress=lambda done, total: box["progress"].append(done), **kw)
         except BaseException as exc:  # noqa: BLE001 - inspected by the test
             box["error"] = exc
@@ -269,7 +269,7 @@ def test_a_cancel_after_the_whole_stream_arrived_still_leaves_no_image(clean, co
     src, dst = conns.head, conns.peers[0]
     with pytest.raises(Cancelled) as caught:
         sync.copy_image(src, dst, image_id, inspect_image(src, image_id), dst_host=conns.inventory.node(dst.name).fabric_ip,
-                        dst_user="root", mode=sync.TransferMode.DIRECT, progress=cancel_at_the_end)
+                        dst_user=conns.inventory.ssh.user, mode=sync.TransferMode.DIRECT, progress=cancel_at_the_end)
     assert any("remover" in note for note in getattr(caught.value, "__notes__", [])), caught.value
     wait_for(lambda: images(clean, 2) == before and not any("sdlate" in line for line in
                                                            clean.exec(2, ["ps", "-eo", "args="]).stdout.splitlines()),

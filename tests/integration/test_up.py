@@ -161,7 +161,7 @@ def test_node_with_dockerd_down(clean):
 def test_head_port_taken_by_something_else(clean):
     try:
         clean.fault(1, "occupy-port", port=8000)
-        _fails(clean, clean.recipe_path, expect=["ports", "spark-1:8000", "python3"])
+        _fails(clean, clean.recipe_path, expect=["ports", "spark-1:8000", "a process of root", "sudo ss -ltnp"])
     finally:
         clean.fault(1, "free-port", port=8000)
 
@@ -355,6 +355,6 @@ def test_missing_jit_directory_is_caught_before_launch(clean):
     clean.exec(2, ["mv", "/var/cache/vllm-jit", "/var/cache/vllm-jit.off"])
     try:
         _fails(clean, clean.recipe_path, expect=["preflight", "jit-cache", "spark-2", "missing or not writable",
-                                                 "mkdir -p"])
+                                                 "sudo install -d -o USER"])
     finally:
         clean.exec(2, ["mv", "/var/cache/vllm-jit.off", "/var/cache/vllm-jit"])

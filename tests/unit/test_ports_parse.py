@@ -69,3 +69,22 @@ def test_lines_that_are_not_a_listener_are_skipped(line):
 def test_a_scoped_ipv6_address():
     found = parse_listeners('LISTEN 0 128 [fe80::1%enp1s0f0np0]:8000 [::]:* users:(("vllm",pid=7,fd=9))\n')
     assert found == [Listener(8000, "[fe80::1%enp1s0f0np0]:8000", 'users:(("vllm",pid=7,fd=9))')]
+
+
+# `ss -Hltnpe` in a sim node, captured as the login user `spark` (root's http.server on 8000: no process shown,
+# no uid: ss leaves uid out for root) and as root (the process shown)
+AS_SPARK = ("LISTEN 0      5      0.0.0.0:8000 0.0.0.0:* ino:2527889 sk:1c3 cgroup:/docker/0d45642271e9 <->\n"
+            "LISTEN 0      5      0.0.0.0:8001 0.0.0.0:* users:((\"python3\",pid=301,fd=3)) uid:1000 ino:2527990 "
+            "sk:1c4 cgroup:/docker/0d45642271e9 <->\n")
+AS_ROOT = ('LISTEN 0      5      0.0.0.0:8000 0.0.0.0:* users:(("python3",pid=288,fd=3)) ino:2527889 sk:1c3 '
+           "cgroup:/docker/0d45642271e9 <->\n")
+
+
+def test_a_port_held_by_another_users_process_names_its_owner():
+    root_held, own = parse_listeners(AS_SPARK)
+    assert (root_held.port, root_held.process, root_held.uid) == (8000, "", 0)
+    assert root_held.holder().startswith("a process of root (ss shows other users' processes only to root")
+    assert "sudo ss -ltnp 'sport = :8000'" in root_held.holder()
+    assert (own.process, own.uid) == ('users:(("python3",pid=301,fd=3))', 1000) and own.holder() == own.process
+    (seen,) = parse_listeners(AS_ROOT)
+    assert seen.holder() == 'users:(("python3",pid=288,fd=3))' and seen.uid == 0
