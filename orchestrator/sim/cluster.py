@@ -24,8 +24,12 @@ from rich.console import Console
 from . import fake_model, faults_host, images, node_boot, provision
 from .node_boot import NotReady, Readiness, RebootResult, ssh_banner  # noqa: F401 - part of this API
 from .state import (
+    FABRIC_IFACE,
+    FABRIC_IFACE_2,
     INIT_LABEL,
     LABEL,
+    MGMT_IFACE,
+    NET_SPEC,
     NODE_HF_CACHE,
     SHARED_MOUNT,
     NodeInfo,
@@ -34,10 +38,6 @@ from .state import (
     SimInputError,
     check_name,
     container_name,
-    FABRIC_IFACE,
-    FABRIC_IFACE_2,
-    MGMT_IFACE,
-    NET_SPEC,
     docker_volume_name,
     fabric_network_name,
     free_subnets,
