@@ -22,6 +22,8 @@ from deploy_helpers import (
     spark_deploy,
 )
 
+from orchestrator.sim.state import NODE_USER
+
 pytestmark = pytest.mark.integration
 
 
@@ -296,7 +298,8 @@ def test_status_names_an_unreachable_node_and_still_reports_the_others(clean):
 
 def test_image_is_relayed_through_the_controller_when_nodes_cannot_ssh_to_each_other(bare_peer):
     cluster = bare_peer
-    cluster.exec(1, ["mv", "/root/.ssh/known_hosts", "/root/.ssh/known_hosts.off"])  # node 1 trusts no peer now
+    trust = f"/home/{NODE_USER}/.ssh/known_hosts"  # the login's: the direct copy runs as that user
+    cluster.exec(1, ["mv", trust, trust + ".off"])  # node 1 trusts no peer now
     try:
         result = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
         assert result.returncode == 0, result.stderr
@@ -305,7 +308,7 @@ def test_image_is_relayed_through_the_controller_when_nodes_cannot_ssh_to_each_o
         assert image_inspect(cluster, 2, image_id)["Id"] == image_id
         assert spark_deploy("down", "-i", cluster.inventory_path).returncode == 0
     finally:
-        cluster.exec(1, ["mv", "/root/.ssh/known_hosts.off", "/root/.ssh/known_hosts"])
+        cluster.exec(1, ["mv", trust + ".off", trust])
 
 
 def test_pin_writes_the_image_id_keeping_comments(clean, tmp_path):
