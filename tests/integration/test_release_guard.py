@@ -188,7 +188,9 @@ def test_history_survives_losing_the_controller_cache_and_one_node(clean, tmp_pa
     assert len(ids) >= 2 and ids[:2] == [ids[0], ids[0] - 1], ids
     ours = set(ids[:2])
 
-    shutil.rmtree(Path(tempfile.gettempdir()) / "spark-deploy-releases", ignore_errors=True)
+    # this cluster's part of the controller's cache only: other workers' clusters use theirs meanwhile
+    own = load_inventory(cluster.inventory_path)[0].cluster
+    shutil.rmtree(Path(tempfile.gettempdir()) / "spark-deploy-releases" / own, ignore_errors=True)
     state2 = state_dir(cluster, "spark-2")
     cluster.exec("spark-2", ["rm", "-rf", f"{state2}/releases"])
     assert record_files(cluster, "spark-2") == set()
