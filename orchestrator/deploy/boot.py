@@ -153,8 +153,8 @@ def enable(dep: Deployment, events: Events, *, yes: bool) -> EnableResult:
                 raise BootRefused("; ".join(f"{n}: {why}" for n, why in looked.unreachable.items()))
             release = _serving_matches(looked, plan)
             _no_systemd(looked)
-            roots = _roots(cluster, inventory, conns, f"boot enable (it installs {UNIT_DIR}/{name} and runs "
-                                                      "systemctl enable)", release.id)
+            roots = _roots(cluster, inventory, conns, "boot-enable", f"boot enable (it installs {UNIT_DIR}/{name} "
+                                                                     "and runs systemctl enable)", release.id)
             units = [render_unit(plan, launch, release.id) for launch in plan.ranks]
             conflicts = conflicts_for(looked, plan, name)
             result = EnableResult(release, units, conflicts)
@@ -207,13 +207,12 @@ def _serving_matches(looked: Looked, plan: Plan) -> Release:
     return serving
 
 
-def _roots(cluster: Cluster, inventory: Inventory, conns, doing: str, release: int | None = None):
-    """Every node's way to root, or BootRefused (audited) before anything is changed."""
+def _roots(cluster: Cluster, inventory: Inventory, conns, action: str, doing: str, release: int | None = None):
+    """Every node's way to root, or BootRefused (audited as `action`) before anything is changed."""
     roots = privilege.find(cluster, conns)
     refused = privilege.refusal(roots, doing)
     if refused:
-        audit.append(cluster, inventory, audit.entry(doing.split(" (")[0].replace(" ", "-"), "refused",
-                                                     release=release, detail=refused))
+        audit.append(cluster, inventory, audit.entry(action, "refused", release=release, detail=refused))
         raise BootRefused(refused)
     return roots
 
@@ -260,8 +259,8 @@ def disable(inventory: Inventory, recipe: str | None, events: Events) -> Disable
         with holding_lock(cluster, inventory, events):
             looked = look(cluster, inventory, conns)
             _no_systemd(looked)
-            roots = _roots(cluster, inventory, conns, "boot disable (it removes units from "
-                                                      f"{UNIT_DIR} and runs systemctl disable)")
+            roots = _roots(cluster, inventory, conns, "boot-disable", "boot disable (it removes units from "
+                                                                      f"{UNIT_DIR} and runs systemctl disable)")
             result = DisableResult()
 
             def one(conn: NodeConnection) -> list[str]:
