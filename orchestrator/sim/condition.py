@@ -1,4 +1,4 @@
-"""A simulated node's condition, as a fact: one shell probe (run in the node) and a pure parser.
+"""A simulated node's condition, as a fact: one probe (run in the node, node_probe.py) and a pure parser.
 
 The shared test clusters are reset between tests by comparing each node's condition with the one it had
 when it was made (its baseline) and undoing every difference (sim/reset.py). Everything a test or a fault
@@ -8,7 +8,9 @@ can change is an `Aspect` here, so "is this node clean?" has one answer: `differ
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .state import NODE_JIT_CACHE, NODE_STATE_DIR, SHARED_MOUNT
 
@@ -21,7 +23,6 @@ UNAME_WRAPPER = "/usr/local/bin/uname"
 DOCKER_TMP = "/var/lib/docker/tmp"
 MODEL_DIR = "/srv/hf-cache/hub"
 UNIT_DIR = "/etc/systemd/system"
-COPY_MARKERS = ("docker save", "docker load", "sdsend", "sdrecv", "dd bs=1M", "http.server", "earlyoom")
 
 
 class Aspect(str, enum.Enum):
@@ -62,56 +63,20 @@ class Aspect(str, enum.Enum):
 _RESIDUE = {Aspect.CONTAINERS, Aspect.IMAGES, Aspect.STATE, Aspect.UNITS, Aspect.JIT, Aspect.SHARED,
             Aspect.SSH_TRUST, Aspect.SYSTEM}
 
-# One POSIX sh script: each line "ASPECT<TAB>value". Read only; every command bounded by what it reads.
-# dockerd counts as down only after five failed `docker info` a second apart (a loaded host can fail one).
-# It first waits (bounded, 15 s) for a node's last image command: an interrupted `up` can leave the undo's
-# `docker image rm` or a torn-down `docker load` running a moment after the controller's side has ended,
-# and what the probe sees must not change under it (nor a reset load an image such a command then removes).
-# meminfo is the idle spec and whether /proc/meminfo is sim-memory's (MemTotal), not MemAvailable: what
-# running vLLMs claim goes with their containers (residue), however long the daemon takes to see them end.
-# iptables leaves out the engine's embedded-DNS rules (127.0.0.11, a new port at every node start).
-PROBE_SH = r"""
-for _ in $(seq 1 150); do pgrep -f "^docker (load|save|image|rmi|tag|pull|import)" >/dev/null || break; sleep 0.1; done
-p() { printf '%s\t%s\n' "$1" "$2"; }
-up=; for _ in 1 2 3 4 5; do docker info --format '{{.ServerVersion}}' >/dev/null 2>&1 && { up=1; break; }; sleep 1; done
-if [ -n "$up" ]; then p dockerd up
-  docker ps -a --no-trunc --format '{{.ID}} {{.Names}} {{.Image}}' 2>/dev/null | while read -r l; do p containers "$l"; done
-  docker image ls -aq --no-trunc 2>/dev/null | sort -u | while read -r l; do p images "$l"; done
-else p dockerd down; fi
-if pgrep -x sshd >/dev/null 2>&1; then p sshd up; else p sshd down; fi
-p host-key "$(cat /etc/ssh/ssh_host_ed25519_key.pub 2>/dev/null | cut -d' ' -f2)"
-for d in /sys/class/net/*; do n=${d##*/}; case $n in lo|docker0|veth*|br-*) ;; *) p interfaces "$n"; p mtu "$n $(cat "$d/mtu")";; esac; done
-for d in /sys/class/net/*; do n=${d##*/}; [ "$n" = lo ] || tc qdisc show dev "$n" 2>/dev/null | grep -E 'qdisc (netem|tbf|htb|prio) ' | while read -r l; do p qdisc "$n: $l"; done; done
-ip -4 route show type blackhole 2>/dev/null | while read -r l; do p routes "$l"; done
-ip -4 route show type unreachable 2>/dev/null | while read -r l; do p routes "$l"; done
-p routes "default: $(ip -4 route show default 2>/dev/null | tr -s ' ')"
-p iptables "$( (iptables-save 2>/dev/null; ip6tables-save 2>/dev/null) | grep -v -e '^#' -e '127\.0\.0\.11' | sed 's/\[[0-9]*:[0-9]*\]//' | sort | sha256sum | cut -c1-16)"
-p gpu "$(sha256sum < GPU_FILE 2>/dev/null | cut -c1-16)"
-p meminfo "$(cat MEMINFO_SPEC 2>/dev/null) $(grep -E '^MemTotal:' /proc/meminfo | tr -s ' ')"
-[ -e FILL_SPEC ] && p fill-disk "spec $(cat FILL_SPEC)"
-mountpoint -q DOCKER_TMP 2>/dev/null && p fill-disk "tmpfs over DOCKER_TMP"
-[ -e UNAME_WRAPPER ] && p kernel "UNAME_WRAPPER fakes uname -r"
-for f in /run/sim-port-*.pid; do [ -e "$f" ] && p ports "${f#/run/sim-port-}"; done
-for f in /run/sim-mtu-*; do [ -e "$f" ] && p mtu "saved ${f#/run/sim-mtu-}"; done
-if [ -L NODE_JIT_CACHE ]; then p jit "symlink to $(readlink NODE_JIT_CACHE)"
-else find NODE_JIT_CACHE -mindepth 1 -maxdepth 2 2>/dev/null | sort | head -n 20 | while read -r l; do p jit "$l"; done; fi
-find SHARED_MOUNT -mindepth 1 -maxdepth 1 2>/dev/null | sort | while read -r l; do p shared "$l"; done
-p model "$(cd MODEL_DIR 2>/dev/null && find . -printf '%y %p %l %s %m\n' | sort | sha256sum | cut -c1-16)-$(cd MODEL_DIR 2>/dev/null && find . -type f -exec sha256sum {} + | sort | sha256sum | cut -c1-16)"
-find NODE_STATE_DIR -mindepth 1 -maxdepth 2 2>/dev/null | sort | while read -r l; do p state "$l"; done
-p state "owner $(stat -c '%U:%G %a' NODE_STATE_DIR 2>/dev/null)"
-p jit "owner $(stat -L -c '%U:%G %a' NODE_JIT_CACHE 2>/dev/null)"
-find UNIT_DIR -mindepth 1 -maxdepth 2 2>/dev/null | sort | while read -r l; do p units "$l"; done
-for f in /etc/sudoers.d/*; do [ -e "$f" ] && p sudoers "$f $(sha256sum < "$f" | cut -c1-16)"; done
-if command -v systemctl >/dev/null 2>&1; then p system "$(systemctl is-system-running 2>/dev/null)"; fi
-for f in /root/.ssh/* /home/*/.ssh/*; do [ -e "$f" ] && p ssh-trust "$f $(sha256sum < "$f" | cut -c1-16)"; done
-ps -eo pid=,args= | grep -v -e 'grep' -e ' sh -c ' | grep -F -e 'docker save' -e 'docker load' -e sdsend -e sdrecv -e 'dd bs=1M' -e http.server -e earlyoom -e 'ssh ' | while read -r l; do p processes "$l"; done
-true
-"""
-for _name, _value in {"GPU_FILE": GPU_FILE, "MEMINFO_SPEC": MEMINFO_SPEC, "FILL_SPEC": FILL_SPEC,
-                      "UNAME_WRAPPER": UNAME_WRAPPER, "DOCKER_TMP": DOCKER_TMP, "NODE_JIT_CACHE": NODE_JIT_CACHE,
-                      "SHARED_MOUNT": SHARED_MOUNT, "MODEL_DIR": MODEL_DIR, "NODE_STATE_DIR": NODE_STATE_DIR,
-                      "UNIT_DIR": UNIT_DIR}.items():
-    PROBE_SH = PROBE_SH.replace(_name, _value)
+# The probe runs in the node as one python3 process (node_probe.py, stdlib only): each line
+# "ASPECT<TAB>value". Read only; every wait bounded. dockerd counts as down only after five failed pings
+# a second apart (a loaded host can fail one). It first waits (bounded, 15 s) for a node's last image
+# command: an interrupted `up` can leave the undo's `docker image rm` or a torn-down `docker load` running
+# a moment after the controller's side has ended, and what the probe sees must not change under it (nor a
+# reset load an image such a command then removes). meminfo is the idle spec and whether /proc/meminfo is
+# sim-memory's (MemTotal), not MemAvailable: what running vLLMs claim goes with their containers (residue),
+# however long the daemon takes to see them end. iptables leaves out the engine's embedded-DNS rules
+# (127.0.0.11, a new port at every node start).
+PROBE_PATHS = {"GPU_FILE": GPU_FILE, "MEMINFO_SPEC": MEMINFO_SPEC, "FILL_SPEC": FILL_SPEC,
+               "UNAME_WRAPPER": UNAME_WRAPPER, "DOCKER_TMP": DOCKER_TMP, "NODE_JIT_CACHE": NODE_JIT_CACHE,
+               "SHARED_MOUNT": SHARED_MOUNT, "MODEL_DIR": MODEL_DIR, "NODE_STATE_DIR": NODE_STATE_DIR,
+               "UNIT_DIR": UNIT_DIR}
+PROBE_ARGV = ["python3", "-c", (Path(__file__).parent / "node_probe.py").read_text(), json.dumps(PROBE_PATHS)]
 
 
 @dataclass(frozen=True)

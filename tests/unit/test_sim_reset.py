@@ -20,7 +20,7 @@ from orchestrator.sim.condition import (
     FILL_SPEC,
     GPU_FILE,
     MEMINFO_SPEC,
-    PROBE_SH,
+    PROBE_ARGV,
     UNAME_WRAPPER,
     Aspect,
     differences,
@@ -89,7 +89,7 @@ class FakeCluster:
         return {"images": {"vllm": "sha256:" + "a" * 64, "vllm_tags": ["vllm-sim:latest"]}}
 
     def exec(self, index, argv, check=True):
-        if argv[:3] == ["sh", "-c", PROBE_SH]:
+        if argv == PROBE_ARGV:
             text = "".join(f"{k}\t{v}\n" for k, vs in self.state[index].items() for v in vs)
             return ExecResult(0, text, "")
         return ExecResult(0, "", "")  # the reset's own scripts (save ssh, rm containers): nothing to model
