@@ -64,6 +64,9 @@ class ImageSpec:
     cmd: tuple[str, ...]
     env: dict[str, str] = field(hash=False)
     extra_tags: tuple[str, ...] = ()
+    # dirs whose modules are byte-compiled in the image at build (checked-hash .pyc): every stand-in start
+    # would otherwise compile them again (PYTHONDONTWRITEBYTECODE, and a container starts from the image)
+    compile_dirs: tuple[str, ...] = ()
 
     @property
     def base_hash(self) -> str:
@@ -77,6 +80,7 @@ class ImageSpec:
             "base": self.base_hash,
             "files": {p: [sha(c), m] for p, (c, m) in sorted(self.files.items())},
             "entrypoint": list(self.entrypoint), "cmd": list(self.cmd), "env": self.env,
+            **({"compile": list(self.compile_dirs)} if self.compile_dirs else {}),
         }
         return sha(json.dumps(doc, sort_keys=True).encode())
 
@@ -153,4 +157,5 @@ def vllm_spec() -> ImageSpec:
         cmd=(),
         env={"PATH": _PATH, "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
         extra_tags=(VLLM_REFERENCE_TAG,),
+        compile_dirs=("/" + STANDIN_IN_IMAGE,),
     )
