@@ -196,7 +196,7 @@ def _build_base(client: docker.DockerClient, spec: ImageSpec, mirror: str, progr
             tail = "".join(log_path.read_text().splitlines(keepends=True)[-20:])
             raise ImageBuildError(f"debootstrap for {spec.kind} failed (rc={rc}); log {log_path}:\n{tail}")
         progress.update(task, description=f"{spec.kind}: trimming rootfs")
-        _trim(rootfs)
+        _trim(rootfs, spec.strip)
         progress.update(task, description=f"{spec.kind}: docker import")
         labels = [f"LABEL {LABEL}.kind={spec.kind}-base", f"LABEL {LABEL}.hash={spec.base_hash}"]
         repo, _, tag = spec.base_tag.rpartition(":")
@@ -209,7 +209,7 @@ def _build_base(client: docker.DockerClient, spec: ImageSpec, mirror: str, progr
         remove_tree(rootfs)
 
 
-def _trim(rootfs: Path) -> None:
+def _trim(rootfs: Path, strip: tuple[str, ...] = ()) -> None:
     for pattern in ("etc/ssh/ssh_host_*",):
         for key in rootfs.glob(pattern):
             key.unlink()
@@ -220,6 +220,12 @@ def _trim(rootfs: Path) -> None:
                 remove_tree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
         elif target.exists():
             target.unlink()
+    for pattern in strip:  # the spec's own: the matches themselves go
+        for target in sorted(rootfs.glob(pattern), reverse=True):
+            if target.is_dir() and not target.is_symlink():
+                remove_tree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
     for name in ("etc/hostname", "etc/machine-id"):
         p = rootfs / name
         if p.exists():

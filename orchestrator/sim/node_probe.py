@@ -28,21 +28,25 @@ IMAGE_COMMAND = re.compile(r"^docker (load|save|image|rmi|tag|pull|import)")
 COPY_MARKERS = ("docker save", "docker load", "sdsend", "sdrecv", "dd bs=1M", "http.server", "earlyoom", "ssh ")
 
 
-def docker_get(path: str, timeout: float = 20.0):
-    """GET on the node's engine API (what the docker CLI asks, without starting a Go binary). HTTP/1.0 on
-    the unix socket: the engine answers unchunked and closes (http.client's imports cost more than this)."""
+def docker_api(method: str, path: str, timeout: float = 20.0):
+    """One call of the node's engine API (what the docker CLI asks, without starting a Go binary). HTTP/1.0
+    on the unix socket: the engine answers unchunked and closes (http.client's imports cost more than this)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(DOCKER_SOCK)
-        sock.sendall(f"GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
+        sock.sendall(f"{method} {path} HTTP/1.0\r\nHost: docker\r\nContent-Length: 0\r\n\r\n".encode())
         chunks = []
         while chunk := sock.recv(65536):
             chunks.append(chunk)
     head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
     status = head.split(b"\r\n", 1)[0].split()
-    if len(status) < 2 or status[1] != b"200":
-        raise OSError(f"{path}: {head[:80]!r}")
+    if len(status) < 2 or not status[1].startswith(b"2"):
+        raise OSError(f"{method} {path}: {head[:40]!r} {body[:300]!r}")
     return json.loads(body) if body.strip().startswith((b"{", b"[")) else body.decode()
+
+
+def docker_get(path: str, timeout: float = 20.0):
+    return docker_api("GET", path, timeout)
 
 
 def processes() -> list[tuple[int, str, str]]:
@@ -247,9 +251,73 @@ def probe(paths: dict) -> list[tuple[str, str]]:
     return lines
 
 
+CLEARED = "=cleared"  # the line between the condition as found and as left after clear()
+
+
+def _empty_owned(path: str, user: str) -> None:
+    """path a local directory again (a symlink to it removed), emptied, and user's (chown -R)."""
+    if os.path.islink(path):
+        os.unlink(path)
+    os.makedirs(path, exist_ok=True)
+    for e in os.scandir(path):
+        if e.is_dir(follow_symlinks=False):
+            shutil.rmtree(e.path)
+        else:
+            os.unlink(e.path)
+    pw = pwd.getpwnam(user)
+    os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+def clear(paths: dict, want: dict, seen: dict[str, list[str]]) -> list[str]:
+    """Undo what every test leaves by doing its job, where `seen` (the probe's values by aspect) differs
+    from `want` (the baseline's): containers, images the baseline lacks, the state dir and the JIT cache
+    as made. The errors, one per step that failed (each step runs whatever failed before)."""
+    errors = []
+
+    def step(aspect, fn):
+        if sorted(seen.get(aspect, [])) == sorted(want.get(aspect, [])):
+            return
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - named, and the reset looks again
+            errors.append(f"clearing {aspect}: {exc}")
+
+    def containers():
+        for c in docker_get("/containers/json?all=1"):
+            docker_api("DELETE", f"/containers/{c['Id']}?force=1")
+
+    def images():
+        keep = set(want.get("images") or [])
+        extra = [i["Id"] for i in docker_get("/images/json?all=1") if i["Id"] not in keep]
+        for image in extra:
+            try:
+                docker_api("DELETE", f"/images/{image}?force=1")
+            except OSError as exc:
+                if "404" not in str(exc):  # gone with a parent already
+                    raise
+        if extra:
+            docker_api("POST", "/images/prune")
+
+    step("containers", containers)
+    step("images", images)
+    step("state", lambda: _empty_owned(paths["NODE_STATE_DIR"], want["user"]))
+    step("jit", lambda: _empty_owned(paths["NODE_JIT_CACHE"], want["user"]))
+    return errors
+
+
 def main(argv: list[str]) -> int:
-    for aspect, value in probe(json.loads(argv[1])):
-        sys.stdout.write(f"{aspect}\t{value}\n")
+    """argv: PATHS_JSON [WANT_JSON]. With WANT_JSON (the baseline's values of the residue aspects, and the
+    login user): the condition, the CLEARED line, clear()'s errors as `!<TAB>message`, the condition again."""
+    paths = json.loads(argv[1])
+    found = probe(paths)
+    out = [f"{a}\t{v}" for a, v in found]
+    if len(argv) > 2:
+        seen: dict[str, list[str]] = {}
+        for aspect, value in found:
+            seen.setdefault(aspect, []).append(value)
+        errors = clear(paths, json.loads(argv[2]), seen)
+        out += [CLEARED, *(f"!\t{e}" for e in errors), *(f"{a}\t{v}" for a, v in probe(paths))]
+    sys.stdout.write("".join(line + "\n" for line in out))
     return 0
 
 

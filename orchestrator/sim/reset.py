@@ -8,13 +8,14 @@ interface, changed iptables) is reported, never papered over: the cluster has to
 from __future__ import annotations
 
 import concurrent.futures
-import shlex
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import faults, provision
+from .node_probe import CLEARED
 from .condition import PROBE_ARGV, Aspect, Condition, Difference, differences, parse
-from .state import NODE_JIT_CACHE, NODE_STATE_DIR, NODE_USER, SHARED_MOUNT, NodeInfo, SimError
+from .state import NODE_USER, SHARED_MOUNT, NodeInfo, SimError
 
 
 SSH_SAVED = "/etc/sim-baseline-ssh.tar"  # the node's SSH trust and host keys as made (save_baseline)
@@ -37,10 +38,29 @@ def save_baseline(cluster, nodes: list[NodeInfo]) -> dict[str, Condition]:
 
 def probe(cluster, node: NodeInfo) -> Condition:
     """One `docker exec` of the probe; sshd is also asked from outside (its port answers)."""
-    res = cluster.exec(node.index, PROBE_ARGV, check=False)
+    return _run_probe(cluster, node, PROBE_ARGV)[0]
+
+
+def probe_and_clear(cluster, node: NodeInfo, baseline: Condition) -> tuple[Condition, Condition, list[str]]:
+    """One `docker exec`: the condition as found, the residue that differs from the baseline cleared
+    (node_probe.clear), the condition as left, and the errors of clearing."""
+    want = {"user": NODE_USER, **{a.value: list(baseline.get(a)) for a in _RESIDUE_CLEARED}}
+    return _run_probe(cluster, node, [*PROBE_ARGV, json.dumps(want)])
+
+
+def _run_probe(cluster, node: NodeInfo, argv: list[str]) -> tuple[Condition, Condition, list[str]]:
+    res = cluster.exec(node.index, argv, check=False)
     if res.code != 0:
         raise SimError(f"{node.name}: the condition probe exited {res.code}: {res.stderr.strip()[-500:]}")
-    cond = parse(node.name, res.stdout)
+    found, sep, rest = res.stdout.partition(CLEARED + "\n")
+    errors = [line.partition("\t")[2] for line in rest.splitlines() if line.startswith("!\t")]
+    before = _answered(node, parse(node.name, found))
+    after = _answered(node, parse(node.name, "".join(
+        line + "\n" for line in rest.splitlines() if not line.startswith("!\t")))) if sep else before
+    return before, after, [f"{node.name}: {e}" for e in errors]
+
+
+def _answered(node: NodeInfo, cond: Condition) -> Condition:
     if cond.get(Aspect.SSHD) == ("up",) and not sshd_answers(node.ip):
         cond.seen[Aspect.SSHD] = ("up, but port 22 does not answer",)
     return cond
@@ -57,61 +77,17 @@ def _sh(cluster, node: NodeInfo, script: str, *args: str) -> None:
         raise SimError(f"{node.name}: {script[:60]!r} exited {res.code}: {res.stderr.strip()[-300:]}")
 
 
-# The residue every test leaves (containers, images, the state dir, the JIT cache) is cleared in ONE exec
-# per node: each docker exec costs the host engine, containerd and runc more than the command it runs,
-# and a reset ran five of them per node per test before. Each aspect is a shell function of that script.
-_CLEAR_SH = r"""
-containers() { ids=$(docker ps -aq) && { [ -z "$ids" ] || docker rm -f $ids >/dev/null; }; }
-images() { docker image rm -f "$@" >/dev/null 2>&1; docker image prune -f >/dev/null; true; }
-state() { rm -rf -- "$1"/* "$1"/.[!.]* 2>/dev/null; mkdir -p -- "$1" && chown -R "$2:$2" "$1"; }
-jit() { if [ -L "$1" ]; then rm -f -- "$1"; fi; mkdir -p -- "$1" && find "$1" -mindepth 1 -delete && chown -R "$2:$2" "$1"; }
-"""
-
-
-_CLEARED = {Aspect.CONTAINERS, Aspect.IMAGES, Aspect.STATE, Aspect.JIT}
-
-
-def _clear_call(diff: Difference) -> list[str] | None:
-    """The _CLEAR_SH call (function, args...) that undoes this residue, or None: not one of those."""
-    if diff.aspect is Aspect.CONTAINERS:
-        return ["containers"]
-    if diff.aspect is Aspect.IMAGES:
-        extra = [i for i in diff.now if i not in diff.was]
-        return ["images", *extra] if extra else None
-    if diff.aspect is Aspect.STATE:
-        return ["state", NODE_STATE_DIR, NODE_USER]
-    if diff.aspect is Aspect.JIT:
-        return ["jit", NODE_JIT_CACHE, NODE_USER]
-    return None
-
-
-def _clear(cluster, node: NodeInfo, calls: list[list[str]]) -> None:
-    """Run the calls in one exec; each failure is named, and all run whatever failed before."""
-    lines = [f'{shlex.join(c)} || {{ echo {shlex.quote("clearing " + c[0] + " failed")} >&2; rc=1; }}'
-             for c in calls]
-    _sh(cluster, node, _CLEAR_SH + "rc=0\n" + "\n".join(lines) + "\nexit $rc")
-
-
-def _containers(cluster, node, diff, want) -> None:
-    _clear(cluster, node, [_clear_call(diff)])
+def _cleared(cluster, node, diff, want) -> None:
+    """Residue (containers, the state dir, the JIT cache) is undone by the probe itself (node_probe.clear),
+    in the same exec that looks: each docker exec costs the host engine, containerd and runc more than
+    the command it runs, and a reset used to run three to five per node per test."""
 
 
 def _images(cluster, node, diff: Difference, want: ImageWant) -> None:
-    call = _clear_call(diff)
-    if call:
-        _clear(cluster, node, [call])
-    _load_missing(node, diff, want)
-
-
-def _load_missing(node: NodeInfo, diff: Difference, want: ImageWant) -> None:
+    """Images the baseline lacks went with the probe's clear; one it had and lost is loaded again."""
     missing = [i for i in diff.was if i not in diff.now]
     if missing and want.load is not None:
         want.load(node)
-
-
-def _state(cluster, node, diff, want) -> None:
-    """Emptied and the login user's again (as provision.own_dirs leaves it)."""
-    _clear(cluster, node, [_clear_call(diff)])
 
 
 def _units(cluster, node, diff, want) -> None:
@@ -145,11 +121,6 @@ def _host_key(cluster, node, diff, want) -> None:
 def _processes(cluster, node, diff, want) -> None:
     pids = [line.split()[0] for line in diff.now if line not in diff.was and line.split()[0].isdigit()]
     _sh(cluster, node, 'kill -9 "$@" 2>/dev/null; rm -f /run/sim-earlyoom.pid; true', *pids)
-
-
-def _jit(cluster, node, diff, want) -> None:
-    """A local, empty directory of the login user's again (what the local-jit fault also makes)."""
-    _clear(cluster, node, [_clear_call(diff)])
 
 
 def _shared(cluster, node, diff, want) -> None:
@@ -189,6 +160,8 @@ class ImageWant:
     load: Callable[[NodeInfo], None] | None = None
 
 
+_RESIDUE_CLEARED = (Aspect.CONTAINERS, Aspect.IMAGES, Aspect.STATE, Aspect.JIT)  # node_probe.clear's
+
 UNDO: dict[Aspect, Callable | None] = {
     Aspect.DOCKERD: _fault("start-dockerd"),
     Aspect.SSHD: _fault("start-sshd"),
@@ -197,9 +170,9 @@ UNDO: dict[Aspect, Callable | None] = {
     Aspect.SYSTEM: _system,
     Aspect.INTERFACES: None,
     Aspect.IPTABLES: None,
-    Aspect.CONTAINERS: _containers,
+    Aspect.CONTAINERS: _cleared,
     Aspect.IMAGES: _images,
-    Aspect.STATE: _state,
+    Aspect.STATE: _cleared,
     Aspect.UNITS: _units,
     Aspect.PROCESSES: _processes,
     Aspect.ROUTES: _routes,
@@ -210,7 +183,7 @@ UNDO: dict[Aspect, Callable | None] = {
     Aspect.FILL_DISK: _fault("free-disk"),
     Aspect.KERNEL: _fault("kernel", reset="true"),
     Aspect.PORTS: _ports,
-    Aspect.JIT: _jit,
+    Aspect.JIT: _cleared,
     Aspect.SHARED: _shared,
     Aspect.MODEL: _fault("model-reset"),
     Aspect.SUDOERS: _sudoers,
@@ -241,39 +214,34 @@ def reset(cluster, baselines: dict[str, Condition], want: ImageWant | None = Non
     if missing:
         gone = [Difference(m, Aspect.DOCKERD, ("node container",), ("gone",)) for m in missing]
         return Outcome(gone, gone, [f"{m}: the node container is gone" for m in missing])
-    found = _all_differences(cluster, nodes, baselines)
-    errors: list[str] = []
-    todo = found
+
+    def clear_all() -> tuple[list[Difference], list[Difference], list[str]]:
+        with concurrent.futures.ThreadPoolExecutor(len(nodes)) as pool:
+            seen = list(pool.map(lambda n: probe_and_clear(cluster, n, baselines[n.name]), nodes))
+        before = [d for n, (b, _, _) in zip(nodes, seen) for d in differences(baselines[n.name], b)]
+        after = [d for n, (_, a, _) in zip(nodes, seen) for d in differences(baselines[n.name], a)]
+        return before, after, [e for _, _, errs in seen for e in errs]
+
+    found, todo, errors = clear_all()
 
     def undo(node: NodeInfo) -> None:
-        mine = [d for d in todo if d.node == node.name]  # in Aspect order: dockerd is up before residue goes
-        batch = [c for d in mine if (c := _clear_call(d)) is not None]
-        for diff in mine:
+        for diff in [d for d in todo if d.node == node.name]:  # in Aspect order: dockerd is up first
+            action = UNDO[diff.aspect]
+            if action is None:
+                continue
             try:
-                if diff.aspect in _CLEARED:
-                    if batch:  # at the first residue, all of it in one exec
-                        calls, batch = batch, []
-                        _clear(cluster, node, calls)
-                    if diff.aspect is Aspect.IMAGES:
-                        _load_missing(node, diff, want)
-                elif UNDO[diff.aspect] is not None:
-                    UNDO[diff.aspect](cluster, node, diff, want)
+                action(cluster, node, diff, want)
             except Exception as exc:  # noqa: BLE001 - reported with the difference, then looked at again
-                errors.append(f"{node.name}: undoing {diff.aspect.value}: {exc}")
+                undo_errors.append(f"{node.name}: undoing {diff.aspect.value}: {exc}")
 
-    left: list[Difference] = []
+    undo_errors: list[str] = []
     for _ in range(2):  # a second pass for what a dying process (an interrupted copy) changed meanwhile
         if not todo:
             break
         with concurrent.futures.ThreadPoolExecutor(len(nodes)) as pool:
             list(pool.map(undo, nodes))
-        todo = left = _all_differences(cluster, nodes, baselines)
-    return Outcome(found, left, errors)
-
-
-def _all_differences(cluster, nodes: list[NodeInfo], baselines: dict[str, Condition]) -> list[Difference]:
-    seen = probe_all(cluster, nodes)
-    return [d for n in nodes for d in differences(baselines[n.name], seen[n.name])]
+        _, todo, errors = clear_all()  # residue again (a fault may have kept it: dockerd was down)
+    return Outcome(found, todo, errors + undo_errors)
 
 
 def image_loader(image_id: str, tags: list[str]) -> ImageWant:

@@ -9,6 +9,7 @@ NEXT test fail, naming it; a leak the reset cannot undo replaces the cluster bef
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from orchestrator.sim.condition import (
     parse,
 )
 from orchestrator.sim.cluster import ExecResult
+from orchestrator.sim.node_probe import CLEARED
 from orchestrator.sim.state import NodeInfo
 
 SAMPLE = Path(__file__).parent / "samples" / "sim-probe-docker-init.txt"
@@ -89,10 +91,19 @@ class FakeCluster:
         return {"images": {"vllm": "sha256:" + "a" * 64, "vllm_tags": ["vllm-sim:latest"]}}
 
     def exec(self, index, argv, check=True):
-        if argv == PROBE_ARGV:
-            text = "".join(f"{k}\t{v}\n" for k, vs in self.state[index].items() for v in vs)
+        if argv[:len(PROBE_ARGV)] == PROBE_ARGV:
+            text = self._text(index)
+            if len(argv) > len(PROBE_ARGV):  # probe and clear: the residue goes as node_probe.clear does it
+                want, node = json.loads(argv[-1]), self.state[index]
+                for aspect in ("containers", "state", "jit"):
+                    node[aspect] = list(want.get(aspect, []))
+                node["images"] = [i for i in node.get("images", []) if i in want["images"]]
+                text += CLEARED + "\n" + self._text(index)
             return ExecResult(0, text, "")
-        return ExecResult(0, "", "")  # the reset's own scripts (save ssh, rm containers): nothing to model
+        return ExecResult(0, "", "")  # the reset's own scripts (save ssh, restore ssh): nothing to model
+
+    def _text(self, index) -> str:
+        return "".join(f"{k}\t{v}\n" for k, vs in self.state[index].items() for v in vs)
 
     def fault(self, index, kind, **opts):
         node = self.state[index]
@@ -158,3 +169,13 @@ def test_a_test_that_edits_the_clusters_own_files_fails_and_they_are_put_back(sh
         with shared.lend("tests/x.py::test_edits") as cluster:
             (cluster.state_dir / "inventory.yaml").write_text("edited\n")
     assert (cluster.state_dir / "inventory.yaml").read_text() == "nodes: []\n"
+
+
+def test_residue_is_cleared_in_the_probes_own_exec_and_fails_nobody(shared):
+    with shared.lend("tests/x.py::test_deploys") as cluster:
+        cluster.state[1]["containers"] = ["c0ffee sd-sim-tiny-r0 vllm-sim:latest"]
+        cluster.state[2]["state"] = ["/var/lib/spark-deploy/releases"]
+        cluster.state[2]["images"].append("sha256:" + "b" * 64)
+    with shared.lend("tests/x.py::test_next") as cluster:
+        assert "containers" not in cluster.state[1] or cluster.state[1]["containers"] == []
+        assert cluster.state[2]["images"] == ["sha256:" + "a" * 64]
