@@ -30,7 +30,7 @@ class CheckResult:
         return self.status != "fail"
 
 
-def _per_node(cluster: Cluster, probe: Callable[[NodeConnection], tuple[bool, str]]) -> tuple[dict, list]:
+def per_node(cluster: Cluster, probe: Callable[[NodeConnection], tuple[bool, str]]) -> tuple[dict, list]:
     """Run a probe everywhere. A command that failed is that node failing the check, with the error as
     evidence; a transport error (connection lost, deadline, cancel) is not a verdict: it is raised, naming
     the node, so a dropped channel is never reported as "start Docker" or "GPU missing"."""
@@ -56,7 +56,7 @@ def docker_answers(cluster: Cluster) -> CheckResult:
     def probe(conn: NodeConnection):
         r = conn.run(["docker", "version", "--format", "{{.Server.Version}}"], timeout=20)
         return r.ok, (f"engine {r.stdout.strip()}" if r.ok else (r.stderr.strip().splitlines() or ["no answer"])[-1])
-    evidence, bad = _per_node(cluster, probe)
+    evidence, bad = per_node(cluster, probe)
     return CheckResult("docker", "fail" if bad else "ok", evidence,
                        f"start the Docker engine on {', '.join(bad)} (systemctl start docker)" if bad else "", bad)
 
@@ -66,7 +66,7 @@ def gpu_visible(cluster: Cluster) -> CheckResult:
         r = conn.run(["nvidia-smi", "-L"], timeout=20)
         text = r.stdout.strip() or r.stderr.strip() or f"exit {r.exit_code}"
         return r.ok and "GPU" in r.stdout, text.splitlines()[0]
-    evidence, bad = _per_node(cluster, probe)
+    evidence, bad = per_node(cluster, probe)
     return CheckResult("gpu", "fail" if bad else "ok", evidence,
                        f"nvidia-smi sees no GPU on {', '.join(bad)}" if bad else "", bad)
 
@@ -137,9 +137,9 @@ def jit_cache_local(cluster: Cluster, nodes: dict[str, Node]) -> CheckResult:
                             token[conn.name], timeout=20)
         return r.ok, (f"{path} writable" if r.ok else f"{path} missing or not writable by {r.stdout.strip()}")
 
-    evidence, bad = _per_node(cluster, write)
+    evidence, bad = per_node(cluster, write)
     if bad:
-        _per_node(cluster, lambda conn: (conn.run(["rm", "-f", f"{nodes[conn.name].jit_cache}/{token[conn.name]}"],
+        per_node(cluster, lambda conn: (conn.run(["rm", "-f", f"{nodes[conn.name].jit_cache}/{token[conn.name]}"],
                                                   timeout=20).ok, ""))
         return CheckResult("jit-cache", "fail", evidence, f"create a local JIT directory on {', '.join(bad)} that "
                                                           "the login user owns: `sudo install -d -o USER <jit_cache>` "
@@ -155,7 +155,7 @@ def jit_cache_local(cluster: Cluster, nodes: dict[str, Node]) -> CheckResult:
         seen = [name for name, t in token.items() if t in r.stdout.split()]
         return not seen, (f"{path}: shared with {', '.join(seen)}" if seen else f"{path}: local")
 
-    evidence, bad = _per_node(cluster, look_and_clean)
+    evidence, bad = per_node(cluster, look_and_clean)
     return CheckResult("jit-cache", "fail" if bad else "ok", evidence,
                        "each node needs its own local JIT directory: two ranks compiling into one directory kill "
                        "the peer (field note 2)" if bad else "", bad)

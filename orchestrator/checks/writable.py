@@ -57,7 +57,7 @@ def state_dir(cluster: Cluster, nodes: dict[str, Node]) -> basics.CheckResult:
         good, seen, users[conn.name] = parse(conn.run_script(_PROBE, path, timeout=20, check=True).stdout, path)
         return good, seen
 
-    evidence, bad = basics._per_node(cluster, probe)
+    evidence, bad = basics.per_node(cluster, probe)
     fix = ""
     if bad:
         user = users.get(bad[0], "the login user")
