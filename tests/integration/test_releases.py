@@ -217,7 +217,8 @@ def test_prune_frees_what_it_reports_and_never_touches_the_serving_release(fresh
     assert report["event"] == "result" and report["ok"] is True, report
     after = {n: df_total(n) for n in (1, 2)}
     measured = sum(before[n] - after[n] for n in (1, 2))
-    assert report["freed_bytes"] >= 2 * 24_000_000, report
+    # the old image's own 24 MB layer on both nodes; docker prints sizes to 3-4 digits (115.9MB - 91.92MB)
+    assert report["freed_bytes"] >= 2 * 23_900_000, report
     assert abs(report["freed_bytes"] - measured) <= 0.01 * measured + 200_000, (report, before, after)
     for node in (1, 2):
         assert node_docker(cluster, node, "image", "inspect", old).code != 0, "the old image must be gone"
