@@ -332,7 +332,12 @@ def roce_gid(seen: Seen, dep: Deployment) -> Verdict:
             cells[node] = Cell(Status.FAIL, f"{where} is empty")
             bad.append(node)
         elif s.gid_type != "RoCE v2":
-            cells[node] = Cell(Status.FAIL, f"{where} is {s.gid_type or 'of unknown type'}, not RoCE v2 ({s.gid})")
+            cells[node] = Cell(Status.FAIL, f"{where} is {s.gid_type or 'of unknown type'}, not RoCE v2 ({s.gid}"
+                                            f"{', link-local' if s.gid.startswith('fe80') else ''})")
+            bad.append(node)
+        elif s.gid.startswith("fe80"):  # v2 but link-local: no IPv4 route; NCCL's QPs to the peer do not connect
+            cells[node] = Cell(Status.FAIL, f"{where} is RoCE v2 link-local {s.gid}, not the fabric IP "
+                                            f"{dep.inventory.node(node).fabric_ip}")
             bad.append(node)
         elif s.gid != _mapped(dep.inventory.node(node).fabric_ip):
             cells[node] = Cell(Status.WARN, f"{where} is RoCE v2 {s.gid}, not the fabric IP "

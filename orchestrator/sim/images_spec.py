@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import node_files, node_files_systemd
+from . import node_files, node_files_systemd, node_roce
 
 SUITE = "bookworm"
 REPO_PREFIX = "spark-deploy-sim"
@@ -126,11 +126,13 @@ def _node_files() -> dict[str, tuple[bytes, int]]:
     """The stubs and helpers both node kinds carry."""
     return {
         "usr/local/bin/nvidia-smi": (node_files.NVIDIA_SMI.encode(), 0o755),
-        "usr/local/bin/nvidia-container-runtime-hook": (node_files.NVIDIA_HOOK.encode(), 0o755),
+        "usr/local/bin/nvidia-container-runtime-hook": (node_roce.NVIDIA_HOOK.encode(), 0o755),
         "etc/sim-gpu.json": (node_files.GPU_JSON.encode(), 0o644),
         "etc/ssh/sshd_config.d/spark-deploy-sim.conf": (node_files.SSHD_CONFIG.encode(), 0o644),
         "usr/local/sbin/sim-service": (node_files.SIM_SERVICE.encode(), 0o755),
         "usr/local/sbin/sim-boot": (node_files.SIM_BOOT.encode(), 0o755),
+        "usr/local/sbin/sim-roce": (node_roce.SIM_ROCE.encode(), 0o755),
+        "usr/local/lib/sim-ib-hook": (node_roce.IB_HOOK.encode(), 0o755),
         "usr/local/sbin/sim-memory": (NODE_MEMORY.read_bytes(), 0o755),
     }
 

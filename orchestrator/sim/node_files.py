@@ -182,12 +182,8 @@ if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
 '''
 
-# docker >= 19.03 adds this prestart hook for `--gpus`; it only has to exist and exit 0.
-NVIDIA_HOOK = """#!/bin/sh
-# spark-deploy sim: stand-in for nvidia-container-runtime-hook (no GPU here)
-cat >/dev/null 2>&1 || true
-exit 0
-"""
+# docker >= 19.03 adds the nvidia-container-runtime-hook prestart hook for `--gpus`: its stand-in is
+# node_roce.NVIDIA_HOOK (it also carries the fake RoCE sysfs into the container).
 
 SSHD_CONFIG = """# spark-deploy sim: by key only (the DGX OS user, and root for the tests that need it)
 PermitRootLogin prohibit-password
@@ -261,7 +257,8 @@ SIM_BOOT = r'''#!/usr/bin/python3
                        eth1 in whatever order it attaches them), the unplugged QSFP port is made, and the
                        default route goes over the management link
 /etc/sim-fill-disk     SIZE: a SIZE tmpfs over /var/lib/docker/tmp (a full disk stays full after a reboot)
-usage: sim-boot [net] [fill-disk]      (no argument: every step)
+/etc/sim-roce.json     the fake RoCE HCA under /sys/class/infiniband and /dev/infiniband (sim-roce)
+usage: sim-boot [net] [fill-disk] [roce]      (no argument: every step)
 """
 import json
 import os
@@ -326,7 +323,12 @@ def fill_disk():
                    check=True)
 
 
-STEPS = {"net": net, "fill-disk": fill_disk}
+def roce():
+    """The fake RoCE HCA (sim-roce, orchestrator/sim/node_roce.py): a no-op without /etc/sim-roce.json."""
+    subprocess.run(["/usr/local/sbin/sim-roce"], check=True)
+
+
+STEPS = {"net": net, "fill-disk": fill_disk, "roce": roce}
 
 if __name__ == "__main__":
     names = sys.argv[1:] or list(STEPS)

@@ -10,12 +10,15 @@ or the collectives quietly run over whichever link the name matched.
 from __future__ import annotations
 
 import fcntl
+import os
 import socket
 import struct
 
 from .base import SimError
 
 _SIOCGIFADDR = 0x8915
+IB_SYSFS = "/sys/class/infiniband"
+IB_DEV = "/dev/infiniband"
 
 
 def interfaces() -> dict[str, str]:
@@ -43,7 +46,55 @@ def select(spec: str, names: list[str], exact: bool) -> list[str]:
     return [n for n in names if any(n == w if strict else n.startswith(w) for w in wanted)]
 
 
-def connect(env, ifaces: dict[str, str] | None = None) -> list[str]:
+def _hca_wanted(spec: str, name: str, port: str) -> bool:
+    """NCCL_IB_HCA: comma list of `name[:port]`, prefixes unless `=` (exact), all excluded with `^`."""
+    if not spec:
+        return True
+    exclude, spec = spec.startswith("^"), spec.lstrip("^")
+    exact, spec = spec.startswith("="), spec.lstrip("=")
+    hit = False
+    for item in filter(None, spec.split(",")):
+        want, _, want_port = item.partition(":")
+        if (name == want if exact else name.startswith(want)) and want_port in ("", port):
+            hit = True
+    return hit != exclude
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def roce(env, sysfs: str = IB_SYSFS, dev: str = IB_DEV) -> tuple[str, str] | None:
+    """(HCA, port) NCCL's IB transport takes, None when it falls back to sockets (IB disabled, no device,
+    NCCL_IB_HCA matching no active port), or SimError where NCCL init fails: a GID index the port's table
+    does not have, or one whose GID is unset (ibv_query_gid / the QP's address fails)."""
+    verbs = os.path.isdir(dev) and any(n.startswith("uverbs") for n in os.listdir(dev))  # what libibverbs opens
+    if env.get("NCCL_IB_DISABLE") == "1" or not verbs or not os.path.isdir(sysfs):
+        return None
+    for name in sorted(os.listdir(sysfs)):
+        ports = os.path.join(sysfs, name, "ports")
+        for port in sorted(os.listdir(ports)) if os.path.isdir(ports) else []:
+            if not _hca_wanted(env.get("NCCL_IB_HCA", ""), name, port):
+                continue
+            if not _read(os.path.join(ports, port, "state")).endswith("ACTIVE"):
+                continue
+            index = env.get("NCCL_IB_GID_INDEX", "")
+            if index:
+                gid = _read(os.path.join(ports, port, "gids", index)) if index.isdigit() else ""
+                if not gid or set(gid) <= {"0", ":"}:
+                    raise SimError(
+                        f"NCCL WARN NET/IB : ibv_query_gid failed for {name}:{port} GID index {index}\n"
+                        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+                        "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.7")
+            return name, port
+    return None
+
+
+def connect(env, ifaces: dict[str, str] | None = None, sysfs: str = IB_SYSFS, dev: str = IB_DEV) -> list[str]:
     """The NCCL INFO lines of this rank's communicator set-up (empty unless NCCL_DEBUG=INFO), or SimError
     with the message Gloo or NCCL fails with."""
     ifaces = interfaces() if ifaces is None else ifaces
@@ -59,9 +110,13 @@ def connect(env, ifaces: dict[str, str] | None = None) -> list[str]:
                        "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.7\n"
                        "ncclSystemError: System call (e.g. socket, malloc) or external library call failed "
                        "or device error.\nLast error:\nBootstrap : no socket interface found")
+    hca = roce(env, sysfs, dev)
     if str(env.get("NCCL_DEBUG", "")).upper() not in ("INFO", "TRACE"):
         return []
+    boot = f"NCCL INFO Bootstrap : Using {chosen[0]}:{ifaces[chosen[0]]}<0>"
+    if hca:
+        oob = f"OOB {chosen[0]}:{ifaces[chosen[0]]}<0>"
+        return [boot, f"NCCL INFO NET/IB : Using [0]{hca[0]}:{hca[1]}/RoCE [RO]; {oob}", "NCCL INFO Using network IB"]
     used = " ".join(f"[{i}]{n}:{ifaces[n]}<0>" for i, n in enumerate(chosen))
     ib = [] if env.get("NCCL_IB_DISABLE") == "1" else ["NCCL INFO NET/IB : No device found."]
-    return [f"NCCL INFO Bootstrap : Using {chosen[0]}:{ifaces[chosen[0]]}<0>", *ib,
-            f"NCCL INFO NET/Socket : Using {used}", "NCCL INFO Using network Socket"]
+    return [boot, *ib, f"NCCL INFO NET/Socket : Using {used}", "NCCL INFO Using network Socket"]
