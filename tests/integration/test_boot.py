@@ -25,6 +25,7 @@ from deploy_helpers import node_docker, spark_deploy
 
 from orchestrator.config.load import load_inventory
 from orchestrator.render.unit import command_line, unit_name
+from orchestrator.sim import node_boot
 from orchestrator.sim.cluster import SimCluster
 
 pytestmark = pytest.mark.integration
@@ -114,10 +115,15 @@ def reboot_in_order(cluster: SimCluster, first: int, second: int) -> None:
     t1.start()
 
     def restarted() -> bool:
+        if errors:  # the reboot itself failed (reported below): no point waiting for the start
+            return True
         c = cluster.container(first)
         return c.status == "running" and c.attrs["State"]["StartedAt"] != before
 
-    wait_for(f"node {first} started again", restarted, 120, every=0.5)
+    # bounds a hang: docker stop's grace (systemd stopping the release's unit and the inner engine) and the
+    # start, on a machine the other workers load (the CI's 120 s was not enough once)
+    wait_for(f"node {first} started again", restarted, node_boot.STOP_TIMEOUT_S + 180, every=0.5)
+    assert not errors, errors
     t2 = threading.Thread(target=one, args=(second,))
     t2.start()
     t1.join(400)
