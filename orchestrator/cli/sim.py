@@ -51,6 +51,9 @@ def up(
     systemd: Annotated[bool, typer.Option(
         "--systemd", help="Run real systemd as PID 1 in every node (dockerd and sshd as its services), "
                           "so `sim fault NODE reboot` acts as a real boot.")] = False,
+    roce: Annotated[bool, typer.Option(
+        "--roce", help="Give every node a Spark's RoCE HCA (rocep1s0f0, GID index 3 RoCE v2) and write the "
+                       "inventory with interconnect profile roce.")] = False,
 ) -> None:
     """Start NODES simulated Sparks (sshd + dockerd each) and write inventory.yaml and recipe.yaml.
 
@@ -65,7 +68,8 @@ def up(
         except ValueError:
             raise BadInput(f"--load-image-on wants numbers like 1,2, got {load_image_on!r}") from None
         cluster = SimCluster(name)
-        doc = cluster.up(nodes=nodes, load_image_on=load_on, init="systemd" if systemd else "docker-init")
+        doc = cluster.up(nodes=nodes, load_image_on=load_on, init="systemd" if systemd else "docker-init",
+                         roce=roce)
         table = Table("node", "address (enP7s7)", "fabric_ip (enp1s0f0np0)", "container", "vllm-sim image")
         for n in doc["nodes"]:
             table.add_row(n["name"], n["ip"], n.get("fabric_ip", ""), n["container"],
@@ -74,7 +78,7 @@ def up(
         p = doc["paths"]
         out.print(f"sim cluster [bold]{escape(name)}[/] up in {doc['timings_s']['total']:.1f}s "
                   f"(management {doc['network']} {doc['subnet']}, fabric {doc.get('fabric_subnet', '-')}; "
-                  f"PID 1 {doc['init']})")
+                  f"PID 1 {doc['init']}{'; RoCE HCA on every node' if doc.get('roce') else ''})")
         out.print(f"  inventory   {escape(p['inventory'])}  (logs in as spark; as root: {escape(p.get('root_inventory') or '-')})")
         out.print(f"  recipe      {escape(p['recipe'] or '(not written)')}  image.id {doc['images']['vllm'][:19]}")
         out.print(f"  ssh key     {escape(p['key'])}")
@@ -128,7 +132,7 @@ def fault(
     node: Annotated[str, typer.Argument(help="Node: 1, spark-1, or 'all'.")],
     kind: Annotated[str, typer.Argument(help="stop-sshd, start-sshd, stop-dockerd, start-dockerd, partition, "
                                               "heal, netem, throttle, gpu, shared-jit, local-jit, "
-                                              "occupy-port, free-port, fill-disk, free-disk, meminfo, mtu, kernel, earlyoom, reboot, "
+                                              "occupy-port, free-port, fill-disk, free-disk, meminfo, mtu, kernel, earlyoom, roce, reboot, "
                                               "model-remove-shard, model-change-blob, model-incomplete, model-reset")],
     args: Annotated[Optional[list[str]], typer.Argument(help="key=value options, e.g. driver=575.57.08 clock=2200")] = None,
     name: NameOpt = "demo",
@@ -137,7 +141,7 @@ def fault(
 
     Examples: spark-deploy sim fault spark-2 partition;  sim fault 2 gpu clock=2200;  sim fault 1 occupy-port 8000;
     sim fault spark-2 reboot (restart the node container as a boot; with --systemd nodes systemd, dockerd and
-    restart policies act as on a real one)
+    restart policies act as on a real one);  sim fault 2 roce hca=mlx5_0 | port=down | ipv4=no | remove=true
     """
     from ..sim.cluster import SimCluster
 

@@ -77,3 +77,39 @@ def evaluate(recipe: Recipe, logs: dict[str, list[str]], final: bool) -> list[Ex
         else:
             results.append(ExpectationResult(same.name, "ok", per_node, "identical on every node"))
     return results
+
+
+_IB = re.compile(r"NET/IB : Using (?P<value>\S+)")
+_SOCKET = re.compile(r"NET/Socket : Using (?P<value>.+)")
+
+
+def transport(profile: str, debug: dict[str, str], logs: dict[str, list[str]], final: bool) -> ExpectationResult | None:
+    """Profile roce promises NCCL's IB transport: a node whose NCCL fell back to sockets (an NCCL_IB_HCA
+    that matches no active port, no /dev/infiniband in the container) still serves, at a fraction of the
+    bandwidth, and says so only in its `NET/Socket : Using` line (field note 12). `debug`: each node's
+    NCCL_DEBUG (the line is printed only at INFO). None for profile tcp."""
+    if profile != "roce":
+        return None
+    per_node: dict[str, str | None] = {}
+    fell_back, silent, missing = [], [], []
+    for node, lines in logs.items():
+        ib, sock = _first(lines, _IB), _first(lines, _SOCKET)
+        per_node[node] = f"NET/IB {_value(ib)}" if ib else f"NET/Socket {_value(sock)}" if sock else None
+        if sock and not ib:
+            fell_back.append(node)
+        elif not ib:
+            (silent if debug.get(node, "").upper() not in ("INFO", "TRACE") else missing).append(node)
+    if fell_back:
+        shown = "; ".join(f"{n}: {per_node[n]}" for n in fell_back)
+        return ExpectationResult("nccl-transport", "failed", per_node,
+                                 f"profile roce, but NCCL fell back to sockets on {', '.join(fell_back)} ({shown}): "
+                                 "check NCCL_IB_HCA against the node's HCA (preflight roce-hca) and that the "
+                                 "container gets /dev/infiniband")
+    if missing:
+        return ExpectationResult("nccl-transport", "failed" if final else "waiting", per_node,
+                                 f"no NCCL transport line (NET/IB or NET/Socket) on {', '.join(missing)}")
+    if silent:
+        return ExpectationResult("nccl-transport", "not applicable", per_node,
+                                 f"NCCL_DEBUG is not INFO on {', '.join(silent)}: NCCL does not say which transport "
+                                 "it took there (could not check)")
+    return ExpectationResult("nccl-transport", "ok", per_node, "NET/IB on every node")

@@ -16,7 +16,7 @@ from ..runner.events import Kind, Phase
 from ..runner.runner import StepFailed
 from ..transport.node import NodeConnection
 from .context import UpContext
-from .expectations import evaluate
+from .expectations import ExpectationResult, evaluate, transport
 from .liveness import NodeLiveness
 from .readiness import wait_ready
 from .steps_prepare import NoUndo, forget_secrets
@@ -199,8 +199,16 @@ class LogChecks(NoUndo):
         def logs() -> dict[str, list[str]]:
             return {w.conn.name: list(w.lines) for w in monitor.watches.values()}
 
+        profile = ctx.dep.inventory.interconnect.profile
+        debug = {r.node.name: dict(r.spec.env).get("NCCL_DEBUG", "") for r in ctx.plan.ranks}
+
+        def results(final: bool) -> list[ExpectationResult]:
+            found = evaluate(recipe, logs(), final=final)
+            link = transport(profile, debug, logs(), final=final)
+            return found + ([link] if link else [])
+
         def settled() -> Seen:
-            pending = [r.name for r in evaluate(recipe, logs(), final=False) if r.status == "waiting"]
+            pending = [r.name for r in results(final=False) if r.status == "waiting"]
             return Seen(not pending, f"waiting for {', '.join(pending)}" if pending else "")
 
         started = time.monotonic()
@@ -211,7 +219,7 @@ class LogChecks(NoUndo):
             raise
         except Exception:  # noqa: BLE001 - the lines never came: the final evaluation names them
             ctx.events.note(f"expected lines still missing after {time.monotonic() - started:.0f} s")
-        ctx.expectations = evaluate(recipe, logs(), final=True)
+        ctx.expectations = results(final=True)
         for r in ctx.expectations:
             ctx.events.check(r.name, r.status, r.per_node, r.detail)
         failed = [r for r in ctx.expectations if not r.ok]

@@ -115,6 +115,7 @@ echo "hcas $(ls "$d" | tr '\n' ' ')"
 echo "want $1 $2 $3"
 p="$d/$1/ports/$2"
 [ -d "$p" ] || exit 0
+echo "state $(cat "$p/state" 2>/dev/null)"
 echo "gid $(cat "$p/gids/$3" 2>/dev/null)"
 echo "type $(cat "$p/gid_attrs/types/$3" 2>/dev/null)"'''
 
@@ -128,6 +129,7 @@ class IbState:
     index: str = ""
     gid: str | None = None  # None: the HCA's port does not exist
     gid_type: str = ""
+    state: str = ""  # the port's state file ("4: ACTIVE"), "" when unread
 
 
 @fact("infiniband", _IB, args=_ib_args)
@@ -139,7 +141,8 @@ def parse_infiniband(stdout: str) -> IbState:
     want = lines.get("want", "").split()
     hca, port, index = (want + ["", "", ""])[:3]
     return IbState(True, tuple(lines.get("hcas", "").split()), hca, port, index,
-                   lines["gid"].strip() if "gid" in lines else None, lines.get("type", "").strip())
+                   lines["gid"].strip() if "gid" in lines else None, lines.get("type", "").strip(),
+                   lines.get("state", "").strip())
 
 
 def interface_of(ifaces: dict[str, Interface], ip: str) -> Interface | None:
@@ -306,10 +309,13 @@ def roce_hca(seen: Seen, dep: Deployment) -> Verdict:
         if s.hca not in s.hcas or s.gid is None:
             cells[node] = Cell(Status.FAIL, f"{s.hca} port {s.port} absent (has {', '.join(s.hcas) or 'none'})")
             bad.append(node)
+        elif s.state and not s.state.endswith("ACTIVE"):  # NCCL skips the port and falls back to sockets
+            cells[node] = Cell(Status.FAIL, f"{s.hca} port {s.port} is {s.state.split()[-1]}, not ACTIVE")
+            bad.append(node)
         else:
-            cells[node] = Cell(Status.OK, f"{s.hca} port {s.port}")
-    fix = (f"{', '.join(bad)}: interconnect.hca (NCCL_IB_HCA) names no HCA of the node "
-           "(`ls /sys/class/infiniband`)") if bad else ""
+            cells[node] = Cell(Status.OK, f"{s.hca} port {s.port}" + (f" {s.state.split()[-1]}" if s.state else ""))
+    fix = (f"{', '.join(bad)}: interconnect.hca (NCCL_IB_HCA) must name an HCA port of the node that is ACTIVE "
+           "(`ls /sys/class/infiniband`, `ibv_devinfo`: a DOWN port is a cable or the peer)") if bad else ""
     return Verdict("roce-hca", Scope.NODE, cells, fix, 12)
 
 

@@ -65,9 +65,10 @@ def secrets_env_file(recipe: Recipe, node: Node) -> str | None:
 
 
 def interconnect_env(link: Interconnect) -> list[tuple[str, str]]:
-    if link.profile == "roce":
+    if link.profile == "roce":  # NCCL_DEBUG=INFO (INIT and NET only): the transport line up's check reads
         return [("NCCL_IB_DISABLE", "0"), ("NCCL_IB_HCA", link.hca), ("NCCL_IB_GID_INDEX", str(link.gid_index)),
-                ("NCCL_SOCKET_IFNAME", link.socket_ifname), ("GLOO_SOCKET_IFNAME", link.socket_ifname)]
+                ("NCCL_SOCKET_IFNAME", link.socket_ifname), ("GLOO_SOCKET_IFNAME", link.socket_ifname),
+                ("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,NET")]
     return [("NCCL_IB_DISABLE", "1"), ("NCCL_SOCKET_IFNAME", link.socket_ifname),
             ("GLOO_SOCKET_IFNAME", link.socket_ifname)]
 

@@ -21,7 +21,7 @@ import docker.errors
 from docker.types import IPAMConfig, IPAMPool
 from rich.console import Console
 
-from . import fake_model, faults_host, images, node_boot, provision
+from . import fake_model, faults_host, faults_roce, images, node_boot, provision
 from .node_boot import NotReady, Readiness, RebootResult, ssh_banner  # noqa: F401 - part of this API
 from .state import (
     FABRIC_IFACE,
@@ -152,11 +152,13 @@ class SimCluster:
     # ---- lifecycle ---------------------------------------------------------------------------
     def up(self, nodes: int = 2, load_image_on: list[int] | tuple[int, ...] = (1,), *,
            recipe_template: Path | None = None, ready_timeout: float = 120.0,
-           keep_on_failure: bool = False, init: NodeInit | str = NodeInit.DOCKER_INIT) -> dict:
+           keep_on_failure: bool = False, init: NodeInit | str = NodeInit.DOCKER_INIT,
+           roce: bool = False) -> dict:
         """Bring the cluster up; returns cluster.json's content. On failure, removes what it made.
 
         init="systemd" runs real systemd as PID 1 in every node (dockerd and sshd as its services; what
-        `reboot` needs to act as a real boot); the default is the proven docker-init node."""
+        `reboot` needs to act as a real boot); the default is the proven docker-init node. roce=True gives
+        every node a Spark's RoCE HCA (faults_roce) and writes the inventory with profile roce."""
         init = NodeInit.parse(init)
         if not 1 <= nodes <= 16:
             raise SimInputError(f"nodes must be 1..16, got {nodes}")
@@ -171,7 +173,7 @@ class SimCluster:
         built = images.ensure_images(self.client, self.console, systemd=init is NodeInit.SYSTEMD)
         t_images = time.monotonic() - t0
         try:
-            doc = self._up(nodes, list(load_image_on), built, recipe_template, ready_timeout, init)
+            doc = self._up(nodes, list(load_image_on), built, recipe_template, ready_timeout, init, roce)
         except BaseException:
             if not keep_on_failure:
                 self.down()
@@ -181,7 +183,7 @@ class SimCluster:
         return doc
 
     def _up(self, count: int, load_on: list[int], built: images.SimImages,
-            recipe_template: Path | None, ready_timeout: float, init: NodeInit) -> dict:
+            recipe_template: Path | None, ready_timeout: float, init: NodeInit, roce: bool) -> dict:
         state = self.state_dir
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
         key, private, public = provision.generate_keypair(state, f"spark-deploy-sim-{self.name}")
@@ -212,13 +214,15 @@ class SimCluster:
         with concurrent.futures.ThreadPoolExecutor(count) as pool:
             list(pool.map(prepare, containers.values()))
             list(pool.map(lambda n: faults_host.meminfo(self, n, dict(faults_host.SPARK_MEMINFO)), infos))
+            if roce:
+                list(pool.map(lambda n: faults_roce.apply(self, n, faults_roce.spec_for(n, {})), infos))
         vllm_id = built.vllm.id
         vllm_tags = [images.VLLM_REFERENCE_TAG] + _own_tags(built.vllm)
         for i in load_on:
             provision.load_image(infos[i - 1].container, vllm_id, vllm_tags)
-        provision.write_inventory(self.inventory_path, self.name, infos, key, self.known_hosts_path)
+        provision.write_inventory(self.inventory_path, self.name, infos, key, self.known_hosts_path, roce=roce)
         provision.write_inventory(self.root_inventory_path, self.name, infos, key, self.known_hosts_path,
-                                  user="root")
+                                  user="root", roce=roce)
         recipe_src = provision.write_recipe(self.recipe_path, vllm_id, recipe_template, nodes=count)
         warnings = [f"{n.name}: {r.summary()}" for n, r in zip(infos, ready) if r.failed_units]
         if recipe_src is None:
@@ -232,6 +236,7 @@ class SimCluster:
             "fabric_subnet": fabric_subnet,
             "shared_volume": shared.name,
             "init": init.value,
+            "roce": roce,
             "nodes": [n.to_dict() | {"docker_volume": docker_volume_name(self.name, n.index)}
                       for n in infos],
             "images": {"node": node_image.id, "node_tags": _own_tags(node_image),

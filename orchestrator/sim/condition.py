@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .node_roce import ROCE_SPEC
 from .state import NODE_JIT_CACHE, NODE_STATE_DIR, SHARED_MOUNT
 
 # Kept in step with the faults that make them (faults.py, faults_host.py); imported there from here would
@@ -52,6 +53,7 @@ class Aspect(str, enum.Enum):
     SHARED = "shared"
     MODEL = "model"
     SUDOERS = "sudoers"
+    ROCE = "roce"
 
     @property
     def residue(self) -> bool:
@@ -75,7 +77,7 @@ _RESIDUE = {Aspect.CONTAINERS, Aspect.IMAGES, Aspect.STATE, Aspect.UNITS, Aspect
 PROBE_PATHS = {"GPU_FILE": GPU_FILE, "MEMINFO_SPEC": MEMINFO_SPEC, "FILL_SPEC": FILL_SPEC,
                "UNAME_WRAPPER": UNAME_WRAPPER, "DOCKER_TMP": DOCKER_TMP, "NODE_JIT_CACHE": NODE_JIT_CACHE,
                "SHARED_MOUNT": SHARED_MOUNT, "MODEL_DIR": MODEL_DIR, "NODE_STATE_DIR": NODE_STATE_DIR,
-               "UNIT_DIR": UNIT_DIR}
+               "UNIT_DIR": UNIT_DIR, "ROCE_SPEC": ROCE_SPEC}
 PROBE_ARGV = ["python3", "-c", (Path(__file__).parent / "node_probe.py").read_text(), json.dumps(PROBE_PATHS)]
 
 

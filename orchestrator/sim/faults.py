@@ -19,7 +19,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from . import faults_host, faults_model, provision
+from . import faults_host, faults_model, faults_roce, provision
 from .state import FABRIC_IFACE, MGMT_IFACE, NODE_JIT_CACHE, SHARED_MOUNT, NodeInfo, SimError, SimInputError
 
 NETS = {"fabric": (FABRIC_IFACE,), "management": (MGMT_IFACE,), "all": (MGMT_IFACE, FABRIC_IFACE)}
@@ -331,6 +331,7 @@ KINDS: dict[str, Callable] = {
     "mtu": faults_host.mtu,
     "kernel": faults_host.kernel,
     "earlyoom": faults_host.earlyoom,
+    "roce": faults_roce.roce,
     "reboot": reboot,
 }
 

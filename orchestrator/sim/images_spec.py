@@ -133,6 +133,9 @@ def _node_files() -> dict[str, tuple[bytes, int]]:
         "usr/local/sbin/sim-boot": (node_files.SIM_BOOT.encode(), 0o755),
         "usr/local/sbin/sim-roce": (node_roce.SIM_ROCE.encode(), 0o755),
         "usr/local/lib/sim-ib-hook": (node_roce.IB_HOOK.encode(), 0o755),
+        "usr/local/sbin/sim-runc": (node_roce.SIM_RUNC.encode(), 0o755),
+        "usr/local/lib/sim-runc-memlock": (node_roce.RUNC_MEMLOCK.encode(), 0o755),
+        "etc/docker/daemon.json": (node_roce.DAEMON_JSON.encode(), 0o644),
         "usr/local/sbin/sim-memory": (NODE_MEMORY.read_bytes(), 0o755),
     }
 

@@ -239,6 +239,10 @@ def probe(paths: dict) -> list[tuple[str, str]]:
         p("units", path)
     for f in sorted(glob.glob("/etc/sudoers.d/*")):
         p("sudoers", f"{f} {file_sha16(f)}")
+    p("roce", f"spec {file_sha16(paths['ROCE_SPEC']) or 'absent'}")
+    for path in ("/sys/class/infiniband", "/dev/infiniband"):
+        if os.path.exists(path):
+            p("roce", path)
     if shutil.which("systemctl"):
         p("system", run(["systemctl", "is-system-running"]).strip())
     for f in sorted(glob.glob("/root/.ssh/*") + glob.glob("/home/*/.ssh/*")):

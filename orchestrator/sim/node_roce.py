@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 ROCE_SPEC = "/etc/sim-roce.json"
 SPARK_HCA = "rocep1s0f0"
+SPARK_GID_INDEX = 3  # RoCE v2 on ::ffff:<fabric ip>, the entry NCCL_IB_GID_INDEX names on a Spark
 GID_TABLE = 16  # entries a port lists (real ConnectX ports list up to 255; the unused ones read all zeros)
 ZERO_GID = ":".join(["0000"] * 8)
 ACTIVE, DOWN = "4: ACTIVE", "1: DOWN"
@@ -196,4 +197,62 @@ def main():
 
 
 sys.exit(main())
+'''
+
+
+# RDMA wants locked memory without limit, so the roce profile renders `--ulimit memlock=-1`. Setting an
+# rlimit above the hard one needs CAP_SYS_RESOURCE, which this host gives nobody (its hard memlock is
+# 8 MiB), so runc would refuse every such container ("error setting rlimit type 8"). The node's dockerd
+# runs runc through this wrapper: for a container that asks for more locked memory than the node may
+# give, it lowers the request to the node's hard limit and tells the process what was asked
+# (SIM_MEMLOCK_ASKED, read by the stand-in's NCCL). A container that did not ask keeps the node's 8 MiB,
+# and the stand-in fails its IB set-up as NCCL does with too little locked memory. `docker exec` into such
+# a container carries the same rlimits in its process spec, lowered the same way. sh: runc runs several
+# times per container; Python starts only for a `create` or `exec` whose spec asks for a memlock limit.
+DAEMON_JSON = '{"runtimes": {"sim-runc": {"path": "/usr/local/sbin/sim-runc"}}, "default-runtime": "sim-runc"}\n'
+
+SIM_RUNC = """#!/bin/sh
+# spark-deploy sim: runc, with a memlock request the node cannot grant lowered to what it can (node_roce.py)
+spec=
+prev=
+for a in "$@"; do
+  case "$prev" in
+    --bundle|-b) spec=$a/config.json ;;  # create: the container's spec
+    --process|-p) spec=$a ;;            # exec: the process's (docker repeats the container's rlimits)
+  esac
+  case "$a" in --bundle=*) spec=${a#--bundle=}/config.json ;; --process=*) spec=${a#--process=} ;; esac
+  prev=$a
+done
+if [ -n "$spec" ] && grep -q RLIMIT_MEMLOCK "$spec" 2>/dev/null; then
+  /usr/bin/python3 /usr/local/lib/sim-runc-memlock "$spec" || exit 1
+fi
+exec /usr/sbin/runc "$@"
+"""
+
+RUNC_MEMLOCK = r'''#!/usr/bin/python3
+"""spark-deploy sim: lower an OCI spec's (or an exec process spec's) RLIMIT_MEMLOCK to the node's hard
+limit, noting what was asked."""
+import json
+import os
+import resource
+import sys
+
+path = sys.argv[1]
+with open(path) as f:
+    spec = json.load(f)
+_, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+proc = spec["process"] if isinstance(spec.get("process"), dict) else spec  # a container spec, or an exec process
+changed = False
+for lim in proc.get("rlimits") or []:
+    if lim.get("type") == "RLIMIT_MEMLOCK" and hard != resource.RLIM_INFINITY and lim.get("hard", 0) > hard:
+        asked = "unlimited" if lim["hard"] >= 2 ** 63 - 1 or lim["hard"] < 0 else str(lim["hard"])
+        lim["soft"] = lim["hard"] = hard
+        proc["env"] = [e for e in proc.get("env") or [] if not e.startswith("SIM_MEMLOCK_ASKED=")]
+        proc["env"].append("SIM_MEMLOCK_ASKED=" + asked)
+        changed = True
+if changed:
+    tmp = path + ".sim"
+    with open(tmp, "w") as f:
+        json.dump(spec, f)
+    os.replace(tmp, path)
 '''

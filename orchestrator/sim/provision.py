@@ -8,6 +8,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import docker.errors
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ruamel.yaml import YAML
@@ -15,6 +16,7 @@ from ruamel.yaml.comments import CommentedMap
 
 from .state import (FABRIC_IFACE, NODE_HF_CACHE, NODE_JIT_CACHE, NODE_STATE_DIR, NODE_UID, NODE_USER,
                     NODE_USER_GROUPS, NodeInfo, SimError)
+from .node_roce import SPARK_GID_INDEX, SPARK_HCA
 
 DEFAULT_RECIPE = Path(__file__).resolve().parent / "recipes" / "sim-tiny.yaml"
 
@@ -36,11 +38,19 @@ def generate_keypair(state: Path, comment: str) -> tuple[Path, bytes, bytes]:
 
 
 def read_host_key(container) -> str:
-    """'<type> <base64>' of the node's own ed25519 host key, read over docker exec (trusted channel)."""
-    code, out = container.exec_run(["cat", "/etc/ssh/ssh_host_ed25519_key.pub"])
-    if code != 0:
-        raise SimError(f"cannot read host key of {container.name}: {out.decode(errors='replace')}")
-    fields = out.decode().split()
+    """'<type> <base64>' of the node's own ed25519 host key, read through the engine (a trusted channel).
+    Read as an archive, not by `docker exec cat`: on a loaded engine an exec of a short-lived process
+    once returned exit 0 and no output (the CI of 2026-12-03), which read as an empty key."""
+    path = "/etc/ssh/ssh_host_ed25519_key.pub"
+    try:
+        chunks, _ = container.get_archive(path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+            member = tar.next()
+            handle = tar.extractfile(member) if member is not None else None
+            out = handle.read() if handle is not None else b""
+    except (docker.errors.APIError, tarfile.TarError) as exc:
+        raise SimError(f"cannot read host key of {container.name}: {exc}") from exc
+    fields = out.decode(errors="replace").split()
     if len(fields) < 2 or fields[0] != "ssh-ed25519":
         raise SimError(f"unexpected host key on {container.name}: {out[:80]!r}")
     return f"{fields[0]} {fields[1]}"
@@ -144,12 +154,16 @@ def _yaml() -> YAML:
 
 
 def write_inventory(path: Path, name: str, nodes: list[NodeInfo], key: Path, known_hosts: Path,
-                    user: str = NODE_USER) -> None:
-    """The inventory `sim up` writes: the DGX OS login by default; `user="root"` for what needs root."""
+                    user: str = NODE_USER, roce: bool = False) -> None:
+    """The inventory `sim up` writes: the DGX OS login by default; `user="root"` for what needs root;
+    roce=True: profile roce on the Spark's HCA, at its RoCE v2 IPv4-mapped GID (index 3)."""
     doc = CommentedMap()
     doc["cluster"] = f"sim-{name}"
     doc["head"] = nodes[0].name
     doc["interconnect"] = CommentedMap(profile="tcp", socket_ifname=FABRIC_IFACE)
+    if roce:
+        doc["interconnect"] = CommentedMap(profile="roce", socket_ifname=FABRIC_IFACE, hca=SPARK_HCA,
+                                           gid_index=SPARK_GID_INDEX)
     doc["ssh"] = CommentedMap(user=user, port=22, key=str(key.resolve()),
                               known_hosts=str(known_hosts.resolve()))
     doc["nodes"] = [

@@ -187,6 +187,7 @@ UNDO: dict[Aspect, Callable | None] = {
     Aspect.SHARED: _shared,
     Aspect.MODEL: _fault("model-reset"),
     Aspect.SUDOERS: _sudoers,
+    Aspect.ROCE: _fault("roce", reset="true"),
 }
 
 

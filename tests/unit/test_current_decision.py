@@ -106,7 +106,7 @@ def test_a_restarting_rank_counts_as_running(plan):
 def test_a_plan_change_on_the_peer_only_is_noticed(tmp_path):
     """Issue 7 item 1: NCCL_DEBUG added to the peer in the inventory must redeploy."""
     before = build_plan(deployment(tmp_path), "run-1")
-    after = build_plan(deployment(tmp_path, inventory=lambda inv: inv["nodes"][1].update(env={"NCCL_DEBUG": "INFO"})),
+    after = build_plan(deployment(tmp_path, inventory=lambda inv: inv["nodes"][1].update(env={"NCCL_DEBUG": "WARN"})),
                        "run-2")
     running = both(before)
     assert decide(before, running, False).action is Action.ALREADY_SERVING

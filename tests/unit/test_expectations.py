@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from fakes import deployment
-from orchestrator.deploy.expectations import evaluate
+from orchestrator.deploy.expectations import evaluate, transport
 
 PREFIX = "(EngineCore pid=312) INFO 11-29 14:03:{:02d} [{}] "
 B12X = PREFIX.format(11, "mxfp4.py:402") + "Using 'B12X_MXFP4_MXFP8' Mxfp4 MoE backend."
@@ -98,3 +98,32 @@ def test_a_line_expected_on_some_nodes_only(tmp_path):
     assert results["moe-backend"].status == "ok"
     assert list(results["moe-backend"].per_node) == ["spark-2"]
 
+
+
+# ---- nccl-transport: profile roce promises NCCL's IB transport (issue 18, field note 12) ----------------
+
+IB_LINE = "NCCL INFO NET/IB : Using [0]rocep1s0f0:1/RoCE [RO]; OOB enp1s0f0np0:172.30.34.11<0>"
+SOCKET_LINE = "NCCL INFO NET/Socket : Using [0]enp1s0f0np0:172.30.34.12<0>"
+INFO = {"spark-1": "INFO", "spark-2": "INFO"}
+
+
+def test_transport_is_not_judged_on_profile_tcp():
+    assert transport("tcp", INFO, {"spark-1": [SOCKET_LINE]}, final=True) is None
+
+
+def test_transport_ib_everywhere_is_ok_and_a_socket_fallback_fails_naming_the_node():
+    ok = transport("roce", INFO, {"spark-1": ["x", IB_LINE], "spark-2": [IB_LINE]}, final=True)
+    assert ok.status == "ok" and ok.per_node == {"spark-1": "NET/IB [0]rocep1s0f0:1/RoCE", "spark-2": "NET/IB [0]rocep1s0f0:1/RoCE"}
+    bad = transport("roce", INFO, {"spark-1": [IB_LINE], "spark-2": ["NCCL INFO NET/IB : No device found.", SOCKET_LINE]},
+                    final=False)  # a fallback is final as soon as it is printed
+    assert bad.status == "failed" and "fell back to sockets on spark-2 (spark-2: NET/Socket [0]enp1s0f0np0:" in bad.detail
+    assert "spark-1" not in bad.detail.split("(")[0]
+
+
+def test_transport_waits_for_the_line_then_fails_and_cannot_judge_without_nccl_debug_info():
+    logs = {"spark-1": [IB_LINE], "spark-2": ["loading"]}
+    assert transport("roce", INFO, logs, final=False).status == "waiting"
+    final = transport("roce", INFO, logs, final=True)
+    assert final.status == "failed" and final.detail == "no NCCL transport line (NET/IB or NET/Socket) on spark-2"
+    quiet = transport("roce", {"spark-1": "INFO", "spark-2": "WARN"}, logs, final=True)
+    assert quiet.status == "not applicable" and quiet.ok and "NCCL_DEBUG is not INFO on spark-2" in quiet.detail

@@ -41,7 +41,7 @@ CHANGES = {
     "serve port": dict(recipe=_recipe(("serve", "port"), 8001)),
     "recipe env": dict(recipe=_recipe(("env", "SIM_DECODE_TPS"), "41")),
     "NCCL_IB_GID_INDEX on the peer only": dict(inventory=_peer_env("NCCL_IB_GID_INDEX", "5")),
-    "NCCL_DEBUG on the peer only": dict(inventory=_peer_env("NCCL_DEBUG", "INFO")),
+    "NCCL_DEBUG on the peer only": dict(inventory=_peer_env("NCCL_DEBUG", "WARN")),
     "the fabric's gid_index": dict(inventory=lambda inv: inv["interconnect"].update(gid_index=1)),
     "the peer's hf_cache (a mount source)": dict(
         inventory=lambda inv: inv["nodes"][1].update(hf_cache="/data/huggingface")),

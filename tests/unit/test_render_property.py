@@ -79,7 +79,8 @@ BASE_INVENTORY = {
 # Every environment variable name the base rendering sets: a key slot taking one of these names is an
 # override (legitimately changing the argv's shape), not an injection, so those draws are discarded.
 RENDERED_ENV_KEYS = {"HF_HOME", "VLLM_CACHE_ROOT", "NCCL_IB_DISABLE", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
-                     "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "ZQ_ENV_KEY", "ZQ_NODE_KEY"}
+                     "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "ZQ_ENV_KEY",
+                     "ZQ_NODE_KEY"}
 
 NASTY = [
     "", " ", "a b", "'", '"', "\\", "$(id)", "`id`", "${HOME}", "$HOME", ";", "&&", "|", ">", "<", "*", "?",
@@ -245,7 +246,7 @@ SLOTS = [
     Slot("nodes[0].jit_cache", I, [("nodes", 0, "jit_cache")], ["/var/cache/vllm-jit", *PATHS], kind="path"),
     Slot("nodes[1].hf_cache", I, [("nodes", 1, "hf_cache")], ["/home/u/.cache/huggingface", *PATHS], kind="path"),
     Slot("nodes[1].state_dir", I, [("nodes", 1, "state_dir")], ["/var/lib/spark-deploy", *PATHS], kind="path"),
-    Slot("nodes[1].env.<key>", I, [("nodes", 1, "env", "ZQ_NODE_KEY")], ["NCCL_DEBUG"], key=True,
+    Slot("nodes[1].env.<key>", I, [("nodes", 1, "env", "ZQ_NODE_KEY")], ["NCCL_P2P_LEVEL"], key=True,
          avoid=RENDERED_ENV_KEYS),
     Slot("nodes[1].env.<value>", I, [("nodes", 1, "env", "ZQ_NODE_KEY")], ["INFO", "a b $(id) `x` ' \" ;"]),
     Slot("nodes[1].ssh.user", I, [("nodes", 1, "ssh", "user")], ["spark"], rendered=False),

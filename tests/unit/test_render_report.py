@@ -191,6 +191,8 @@ def test_head_command_holds_the_whole_report_command_and_adds_only_the_tool_part
         ("--volume", f"{head.jit_cache}:/jitcache"): 1,  # the per-node local JIT cache (field note 2)
         ("--env", "VLLM_CACHE_ROOT=/jitcache"): 1,
         ("--env-file", secrets_file): 1,  # HF_TOKEN, resolved on the node; never in argv
+        ("--env", "NCCL_DEBUG=INFO"): 1,  # profile roce: NCCL names the transport it took (up checks NET/IB)
+        ("--env", "NCCL_DEBUG_SUBSYS=INIT,NET"): 1,
     })
     assert ours.vllm - report.vllm == Counter(), "ours adds vLLM arguments the report does not have"
 
@@ -223,7 +225,7 @@ def test_peer_per_node_values_are_the_only_other_differences(tmp_path, recipe):
     inv = YAML(typ="rt").load((REPO / INVENTORY).read_text())
     peer = inv["nodes"][1]
     peer["hf_cache"], peer["jit_cache"], peer["state_dir"] = "/data/hf", "/data/vllm-jit", "/srv/spark-deploy"
-    peer["env"]["NCCL_DEBUG"] = "INFO"
+    peer["env"]["NCCL_DEBUG"] = "TRACE"  # profile roce renders INFO everywhere: the peer's own value wins
     plan = render_plan(load_deployment(REPO / RECIPE, _write(tmp_path / "inventory.yaml", inv)))
     head, peer_argv = list(plan[0].argv), list(plan[1].argv)
     changes = [(head[i1:i2], peer_argv[j1:j2])
@@ -235,7 +237,7 @@ def test_peer_per_node_values_are_the_only_other_differences(tmp_path, recipe):
         (["spark-deploy.node=spark-1"], ["spark-deploy.node=spark-2"]),
         (["/home/spark/.cache/huggingface:/cache/huggingface"], ["/data/hf:/cache/huggingface"]),
         (["/var/cache/vllm-jit:/jitcache"], ["/data/vllm-jit:/jitcache"]),
-        ([], ["--env", "NCCL_DEBUG=INFO"]),
+        (["NCCL_DEBUG=INFO"], ["NCCL_DEBUG=TRACE"]),
         ([f"/var/lib/spark-deploy/secrets/{recipe.name}.env"], [f"/srv/spark-deploy/secrets/{recipe.name}.env"]),
         (["0"], ["1"]),
         ([], ["--headless"]),

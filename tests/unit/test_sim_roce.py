@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from test_preflight_host_parse import obs, sim_pair
 
@@ -14,7 +16,8 @@ from orchestrator.sim.standin.transport import connect, roce
 
 IFACES = {"enP7s7": "172.30.33.11", "enp1s0f0np0": "172.30.34.11"}
 ROCE = {"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "GLOO_SOCKET_IFNAME": "enp1s0f0np0", "NCCL_IB_DISABLE": "0",
-        "NCCL_IB_HCA": "rocep1s0f0", "NCCL_IB_GID_INDEX": "3", "NCCL_DEBUG": "INFO"}
+        "NCCL_IB_HCA": "rocep1s0f0", "NCCL_IB_GID_INDEX": "3", "NCCL_DEBUG": "INFO",
+        "SIM_MEMLOCK_ASKED": "unlimited"}  # what node_roce.SIM_RUNC sets for `--ulimit memlock=-1`
 
 
 def tree(tmp_path, spec: node_roce.RoceSpec, device: bool = True):
@@ -84,11 +87,27 @@ def test_gid_index_out_of_range_or_unset_fails_init_like_nccl(tmp_path):
     assert roce({**ROCE, "NCCL_IB_GID_INDEX": "0"}, sysfs, dev) == ("rocep1s0f0", "1")
 
 
+def test_too_little_locked_memory_fails_ib_set_up_like_nccl(tmp_path, monkeypatch):
+    """With a host's default 8 MiB memlock and no `--ulimit memlock=-1` (no SIM_MEMLOCK_ASKED) the IB
+    transport cannot register its buffers; sockets (IB disabled) need no locked memory."""
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (8 << 20, 8 << 20))
+    sysfs, dev = tree(tmp_path, node_roce.spark("172.30.34.11"))
+    env = {k: v for k, v in ROCE.items() if k != "SIM_MEMLOCK_ASKED"}
+    with pytest.raises(SimError, match="ibv_reg_mr failed with error Cannot allocate memory.*memlock=-1"):
+        connect(env, IFACES, sysfs, dev)
+    with pytest.raises(SimError, match="ibv_reg_mr"):
+        connect({**env, "SIM_MEMLOCK_ASKED": str(8 << 20)}, IFACES, sysfs, dev)
+    assert "NCCL INFO Using network Socket" in connect({**env, "NCCL_IB_DISABLE": "1"}, IFACES, sysfs, dev)
+
+
 def sysfs_view(spec: node_roce.RoceSpec, hca: str, index: int) -> str:
     """What preflight's `infiniband` fact script prints for this tree (the script's output, built here)."""
     f = node_roce.files(spec)
     out = f"hcas {' '.join(sorted(spec.hcas))} \nwant {hca} 1 {index}\n"
     if f"{hca}/ports/1/state" in f:
+        out += f"state {f[f'{hca}/ports/1/state'].strip()}\n"
         out += f"gid {f[f'{hca}/ports/1/gids/{index}'].strip()}\n"
         out += f"type {f.get(f'{hca}/ports/1/gid_attrs/types/{index}', '').strip()}\n"
     return out
@@ -107,3 +126,27 @@ def test_roce_gid_judges_every_entry_of_a_spark_port(tmp_path, hca, index, statu
     v = roce_gid(seen, dep)
     assert v.cells["spark-2"].status == Status(status) and words in v.cells["spark-2"].value, v.cells["spark-2"]
     assert (v.failed_nodes() == ["spark-2"]) == (status == "fail")
+
+
+@pytest.mark.parametrize("layout", ["container", "exec"])
+def test_the_runc_wrapper_lowers_a_memlock_request_the_node_cannot_grant_and_says_what_was_asked(tmp_path, layout):
+    """node_roce.RUNC_MEMLOCK as the node runs it (a real process, this host's hard memlock limit)."""
+    import resource
+    import subprocess
+    import sys
+
+    _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    if hard == resource.RLIM_INFINITY:
+        pytest.skip("this host lets memlock be unlimited: nothing to lower")
+    process = {"args": ["vllm"], "env": ["PATH=/usr/bin"],
+               "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1048576, "soft": 1048576},
+                           {"type": "RLIMIT_MEMLOCK", "hard": 2 ** 64 - 1, "soft": 2 ** 64 - 1}]}
+    doc = {"ociVersion": "1.0.2", "process": process} if layout == "container" else process
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(doc))
+    subprocess.run([sys.executable, "-c", node_roce.RUNC_MEMLOCK, str(path)], check=True)
+    got = json.loads(path.read_text())
+    proc = got["process"] if layout == "container" else got
+    assert proc["rlimits"][1] == {"type": "RLIMIT_MEMLOCK", "hard": hard, "soft": hard}
+    assert proc["rlimits"][0]["hard"] == 1048576  # the others untouched
+    assert proc["env"] == ["PATH=/usr/bin", "SIM_MEMLOCK_ASKED=unlimited"]

@@ -90,8 +90,30 @@ def roce(env, sysfs: str = IB_SYSFS, dev: str = IB_DEV) -> tuple[str, str] | Non
                         f"NCCL WARN NET/IB : ibv_query_gid failed for {name}:{port} GID index {index}\n"
                         "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
                         "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.7")
+            _memlock(env, name, port)
             return name, port
     return None
+
+
+MEMLOCK_NEEDED = 64 << 20  # the sim's bar for "enough": NCCL registers its IB buffers (MBs per channel)
+
+
+def _memlock(env, name: str, port: str) -> None:
+    """SimError as NCCL fails when the process may not lock its IB buffers: a container without
+    `--ulimit memlock=-1` keeps the default few MiB. SIM_MEMLOCK_ASKED is what the container asked for
+    where the node could not grant it (node_roce.SIM_RUNC: this host lets nobody raise the limit)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    asked = env.get("SIM_MEMLOCK_ASKED", "")
+    if soft == resource.RLIM_INFINITY or soft >= MEMLOCK_NEEDED or asked == "unlimited" \
+            or (asked.isdigit() and int(asked) >= MEMLOCK_NEEDED):
+        return
+    raise SimError(
+        f"NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory (NET/IB {name}:{port}; "
+        f"locked-memory limit {soft >> 10} KiB: run the container with --ulimit memlock=-1)\n"
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error "
+        "(run with NCCL_DEBUG=INFO for details), NCCL version 2.27.7")
 
 
 def connect(env, ifaces: dict[str, str] | None = None, sysfs: str = IB_SYSFS, dev: str = IB_DEV) -> list[str]:
