@@ -112,6 +112,9 @@ def test_rendered_commands_rendezvous_serve_and_count(by_hand, pair):
     before = _metric(url, "vllm:request_success_total")
     answer = _post(url + "/v1/completions", {"model": "tiny", "prompt": "hello", "max_tokens": 6})
     assert answer["usage"]["completion_tokens"] == 6 and answer["choices"][0]["text"]
+    deadline = time.monotonic() + 5  # /metrics lags the answer by up to one engine step (SIM_METRICS_LAG)
+    while _metric(url, "vllm:request_success_total") < before + 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert _metric(url, "vllm:request_success_total") == before + 1
 
 

@@ -184,9 +184,14 @@ def test_truth_line_round_trips_and_bad_knobs_are_named():
     assert data["decode_tps"] == 67.6 and data["spec_k"] == 5 and data["accept"]["code"] == [3.2, 0.8, 0.25]
     assert data["expected"]["code"]["decode_tps"] == pytest.approx(expected(truth, "code").decode_tps, rel=1e-6)
     assert Truth.from_line("(APIServer pid=7) " + line + "\nother") == truth
+    # the realistic timing is the default, and part of the truth a bench is judged against
+    assert (truth.step_jitter, truth.pace_sd, truth.metrics_lag, truth.first_chunk_p, truth.quickack) == \
+        (0.04, 0.003, 1.0, 0.2, False)
     from standin.base import SimError
     for env, word in (({"SIM_DECODE_TPS": "0"}, "SIM_DECODE_TPS"), ({"SIM_ACCEPT": "code=1"}, "SIM_ACCEPT"),
-                      ({"SIM_BATCH_ALPHA": "-1"}, "SIM_BATCH_ALPHA"), ({"SIM_PREFILL_TPS": "x"}, "SIM_PREFILL_TPS")):
+                      ({"SIM_BATCH_ALPHA": "-1"}, "SIM_BATCH_ALPHA"), ({"SIM_PREFILL_TPS": "x"}, "SIM_PREFILL_TPS"),
+                      ({"SIM_STEP_JITTER": "0.5"}, "SIM_STEP_JITTER"), ({"SIM_PACE_SD": "-0.1"}, "SIM_PACE_SD"),
+                      ({"SIM_FIRST_CHUNK_P": "2"}, "SIM_FIRST_CHUNK_P"), ({"SIM_METRICS_LAG": "-1"}, "SIM_METRICS_LAG")):
         with pytest.raises(SimError, match=word):
             Truth.from_env(env)
 
@@ -236,7 +241,7 @@ def test_counting_events_undercounts_by_the_tokens_per_chunk(spec):
     assert count_tokens(spec.port, shot.content[0][1]) >= 2  # the first chunk carries a verification step
 
 
-def test_spec_spreads_across_requests_plain_does_not(plain):
+def test_spec_spreads_across_requests_plain_barely(plain):
     """Ten shots each. A fresh server with the default SIM_ACCEPT and seed, so the draws do not depend on
     the tests before. Asserted on the server's pace (Shot.pace_tps): the field's first/last metric is
     printed too, but one late chunk on this loaded machine can move a plain shot by 2-3%."""
@@ -248,11 +253,10 @@ def test_spec_spreads_across_requests_plain_does_not(plain):
           f"field metric: spec {spread([r for r, _ in spec_shots]):.1%}, "
           f"plain {spread([r for r, _ in plain_shots]):.2%}")
     assert 0.06 <= spread(spec_pace) <= 0.27
-    # plain has no spread of its own: at most one shot of ten may be off by more than 0.5% of the median
-    # (scheduling hiccups of this shared machine moved one shot by 1.1% in one CI run, by 8% in another, so
-    # how far that one is off says nothing); a stand-in with a spread of its own moves most of them
-    median = statistics.median(plain_pace)
-    assert sum(abs(p - median) > 0.005 * median for p in plain_pace) <= 1, plain_pace
+    # plain spreads at field note 16's level, 0.67-0.96% (each shot is a sitting of its own pace, sd 0.3%):
+    # some spread (a stand-in more regular than an engine would agree with any bench), far below spec's
+    # (the upper bound leaves room for one late chunk on this shared machine)
+    assert 0.002 <= spread(plain_pace) <= 0.03, plain_pace
 
 
 def test_code_prose_zh_order_like_the_reports(spec):
@@ -346,30 +350,63 @@ def test_tokenize_answers_like_vllm(plain):
     conn.close()
 
 
-def test_finished_request_is_counted_before_its_last_chunk_arrives(plain):
-    """The bench scrapes /metrics right after the stream: the success and running=0 must already show."""
-    before = scrape(plain.port)
-    conn = http.client.HTTPConnection("127.0.0.1", plain.port, timeout=10)
-    conn.request("POST", "/v1/completions", json.dumps({"prompt": "u-fin-1 x", "max_tokens": 60, "ignore_eos": True,
+def _stream_and_scrape(port: int, prompt: str, max_tokens: int, mid_at: int | None = None):
+    """Stream one completion; scrape /metrics at chunk `mid_at` and right after the finishing chunk."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("POST", "/v1/completions", json.dumps({"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True,
                                                         "stream": True}), {"Content-Type": "application/json"})
-    resp, mid, seen = conn.getresponse(), None, 0
+    resp, mid, at_last, seen = conn.getresponse(), None, None, 0
     for raw in iter(resp.readline, b""):
         line = raw.decode().strip()
         if not line.startswith("data: {"):
             continue
         seen += 1
         choice = json.loads(line[6:])["choices"][0]
-        if seen == 20:
-            mid = scrape(plain.port)  # per-step counters, mid-request
+        if seen == mid_at:
+            mid = scrape(port)  # per-step counters, mid-request
         if choice["finish_reason"]:
-            at_last = scrape(plain.port)
+            at_last = scrape(port)
     conn.close()
+    return mid, at_last
+
+
+SUCCESS_LENGTH = 'vllm:request_success_total{finished_reason="length"}'
+
+
+def test_finished_request_is_counted_before_its_last_chunk_arrives_without_lag():
+    """With SIM_METRICS_LAG=0 (pinned) the success and running=0 show as the last chunk arrives: the engine
+    counts a request finished before the API server sends its last chunk."""
+    with LocalStandin(env={"SIM_DECODE_TPS": "400", "SIM_TTFT": "0.005", "SIM_METRICS_LAG": "0"}) as srv:
+        before = scrape(srv.port)
+        mid, at_last = _stream_and_scrape(srv.port, "u-fin-1 x", 60, mid_at=20)
     assert mid["vllm:num_requests_running"] == 1
     assert 20 <= delta(before, mid, "vllm:generation_tokens_total") < 60
-    assert delta(before, mid, 'vllm:request_success_total{finished_reason="length"}') == 0
+    assert delta(before, mid, SUCCESS_LENGTH) == 0
     assert at_last["vllm:num_requests_running"] == 0
-    assert delta(before, at_last, 'vllm:request_success_total{finished_reason="length"}') == 1
+    assert delta(before, at_last, SUCCESS_LENGTH) == 1
     assert delta(before, at_last, "vllm:generation_tokens_total") == 60
+
+
+def test_metrics_lag_the_stream_by_up_to_one_step_and_then_count_it():
+    """By default a scrape sees the counters as they were up to one engine step ago (vLLM records an
+    iteration's stats after sending its outputs): right after the last chunk the request's last step, and
+    so its success, can be missing; a step later both are there. At 20 tok/s a step is 50 ms, far longer
+    than a scrape takes, so in five requests at least one scrape misses it."""
+    with LocalStandin(env={"SIM_DECODE_TPS": "20", "SIM_TTFT": "0.005", "SIM_FIRST_CHUNK_P": "0"}) as srv:
+        missed = 0
+        for i in range(5):
+            before = scrape(srv.port)
+            _, at_last = _stream_and_scrape(srv.port, f"u-lag-{i} x", 6)
+            seen = (delta(before, at_last, SUCCESS_LENGTH), at_last["vllm:num_requests_running"],
+                    delta(before, at_last, "vllm:generation_tokens_total"))
+            # at most one step back: before the last step, after it but before the count, or all counted
+            assert seen in {(0, 1, 5), (0, 1, 6), (1, 0, 6)}, seen
+            missed += seen[0] == 0
+            deadline = time.monotonic() + 2
+            while delta(before, scrape(srv.port), SUCCESS_LENGTH) < 1 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert delta(before, scrape(srv.port), SUCCESS_LENGTH) == 1
+        assert missed >= 1, "five scrapes right after the last chunk all saw it counted: no lag"
 
 
 def raw_post(sock: socket.socket, path: str, body: dict) -> dict:
@@ -388,28 +425,45 @@ def raw_post(sock: socket.socket, path: str, body: dict) -> dict:
     return json.loads(rest)
 
 
-@pytest.mark.parametrize("client", ["http.client", "two-writes"])
-def test_json_answers_on_a_kept_alive_connection_are_not_held_40ms(plain, client):
-    """Nagle + delayed ACK held each small answer ~40 ms on a reused connection (measured before the fix:
-    1 ms for the first request, 44 ms for every later one with the two-writes client); the bound here is
-    loose for a shared machine but below those 40 ms."""
-    if client == "http.client":
-        conn = http.client.HTTPConnection("127.0.0.1", plain.port, timeout=10)
-        ask = lambda body: post(conn, "/v1/completions", body)[1]
+@pytest.mark.parametrize("client,quickack,held", [
+    ("http.client", False, False),  # headers and body in one write
+    ("two-writes+nodelay", False, False),  # what httpx (the bench's client) does: TCP_NODELAY on
+    ("two-writes", False, True),  # Nagle on the client, delayed ACK on the server: held, as by uvicorn
+    ("two-writes", True, False),  # SIM_QUICKACK=1 ACKs the headers at once
+])
+def test_json_answers_on_a_kept_alive_connection_are_held_40ms_only_for_a_nagle_client(plain, client, quickack, held):
+    """Nagle + delayed ACK hold each small answer ~40 ms on a reused connection for a client that writes
+    headers and body apart with Nagle on (measured: 1 ms for the first request, 44 ms for every later
+    one). uvicorn does not set TCP_QUICKACK, so neither does the stand-in by default. Bounds loose for a
+    shared machine, on either side of those 40 ms."""
+    srv = LocalStandin(env={"SIM_QUICKACK": "1", "SIM_TTFT": "0.005"}) if quickack else None
+    port = srv.__enter__().port if srv else plain.port
+    try:
+        if client == "http.client":
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            ask = lambda body: post(conn, "/v1/completions", body)[1]
+        else:
+            conn = socket.create_connection(("127.0.0.1", port), timeout=10)
+            if client.endswith("+nodelay"):
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            ask = lambda body: raw_post(conn, "/v1/completions", body)
+        ask({"prompt": "u-nagle warm", "max_tokens": 1})
+        took = []
+        for i in range(5):
+            t = time.perf_counter()
+            body = ask({"prompt": f"u-nagle-{client}-{quickack}-{i}", "max_tokens": 1})
+            took.append(time.perf_counter() - t)
+            assert body["usage"]["completion_tokens"] == 1
+        conn.close()
+    finally:
+        if srv:
+            srv.__exit__(None, None, None)
+    median = statistics.median(took)
+    print(f"\n{client} (quickack {quickack}): non-streamed answer on a reused connection, median {median * 1e3:.2f} ms")
+    if held:
+        assert median > 0.030, took
     else:
-        conn = socket.create_connection(("127.0.0.1", plain.port), timeout=10)
-        ask = lambda body: raw_post(conn, "/v1/completions", body)
-    ask({"prompt": "u-nagle warm", "max_tokens": 1})
-    took = []
-    for i in range(5):
-        t = time.perf_counter()
-        body = ask({"prompt": f"u-nagle-{client}-{i}", "max_tokens": 1})
-        took.append(time.perf_counter() - t)
-        assert body["usage"]["completion_tokens"] == 1
-    conn.close()
-    print(f"\n{client}: non-streamed answer on a reused connection, median {statistics.median(took) * 1e3:.2f} ms "
-          f"(of which SIM_TTFT {plain.truth.ttft * 1e3:.0f} ms)")
-    assert statistics.median(took) < 0.030
+        assert median < 0.030, took
 
 
 def test_seeded_yet_different_per_request():

@@ -18,6 +18,11 @@ Speed (environment, defaults in brackets; the model and its exact expectation ar
   SIM_TTFT [0.05]            fixed part of the time to first token, seconds
   SIM_FIRST_MERGE [1]        with speculation the first chunk also carries the first verification step (0: not)
   SIM_SEED [0]               seed of the acceptance draws (plus a request counter: every request differs)
+  SIM_STEP_JITTER [0.04]     relative sd of each engine step's duration (0: every step the formula's)
+  SIM_PACE_SD [0.003]        relative sd of each sitting's pace (idle to idle): plain shots spread ~0.9%
+  SIM_METRICS_LAG [1]        /metrics shows the counters as they were up to this many steps ago (0: live)
+  SIM_FIRST_CHUNK_P [0.2]    without speculation, chance the first chunk also carries the first decode step
+  SIM_QUICKACK [0]           1: ACK request headers at once (uvicorn does not; a Nagle client waits ~40 ms)
 The head prints `SIM truth: {json}` (speed.Truth.line) before it serves; speed.Truth.from_line reads it
 back and speed.expected(truth, profile, k, batch) gives the expected tok/s and tokens per step.
 Other knobs:

@@ -1,13 +1,15 @@
 """The running batch: every decoding request advances in one shared verification step at a time.
 
 A scheduler thread (vLLM's engine core loop) runs steps back to back while any request is decoding;
-a step of n requests lasts Truth.step_seconds(n), scheduled against absolute deadlines so the rate does
-not drift with thread wake-up latency; a request joining mid-step waits for the next step, as in vLLM.
+a step of n requests lasts Truth.step_seconds(n) x the sitting's pace x its own jitter (speed.py),
+scheduled against absolute deadlines so the rate does not drift with thread wake-up latency; a request
+joining mid-step waits for the next step, as in vLLM.
 Each request gets its own group of 1 + accepted tokens per step; the HTTP thread serving it picks the
 groups up in order (one SSE chunk per step).
 """
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections import deque
@@ -38,6 +40,8 @@ class Batch:
         self.cond = threading.Condition()
         self.members: list[Member] = []
         self.thread: threading.Thread | None = None
+        self.rng = random.Random(truth.seed * 7919 + 17)  # the engine's timing noise, seeded
+        self.pace = 1.0
 
     def join(self, member: Member) -> None:
         with self.cond:
@@ -83,7 +87,7 @@ class Batch:
         while True:
             with self.cond:
                 while not self.members:
-                    deadline = None  # idle: the next step starts when someone joins
+                    deadline = None  # idle: the next step starts when someone joins, in a new sitting
                     if self.life.stop.is_set():
                         raise Stopped()
                     self.cond.wait(0.5)
@@ -92,10 +96,12 @@ class Batch:
                 self.life.stop.wait()
                 raise Stopped()
             now = time.monotonic()
+            if deadline is None:
+                self.pace = self.truth.pace(self.rng)
             # behind by a little (thread wake-up): catch up so the rate stays exact; by a lot (the
             # process was paused): carry on from now, as an engine would, instead of a burst of steps
             start = now if deadline is None or now - deadline > MAX_CATCH_UP else deadline
-            deadline = start + self.truth.step_seconds(len(batch))
+            deadline = start + self.truth.step_seconds(len(batch)) * self.pace * self.truth.jitter(self.rng)
             self.life.sleep(deadline - time.monotonic())
             self._step(batch)
 

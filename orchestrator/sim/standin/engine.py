@@ -85,10 +85,15 @@ class Engine:
         self.dead = False
         enabled = args.enable_prefix_caching is not False  # on by default in vLLM V1
         self.cache = PrefixCache(args.block_size, enabled)
-        self.metrics = Metrics(args.served_name, self.spec_k)
+        self.metrics = Metrics(args.served_name, self.spec_k, self._metrics_lag, self.truth.seed)
         self.batch = Batch(self.truth, self.metrics, life, self.stalled)
         self.counter = 0
         self.slots = threading.Condition()
+
+    def _metrics_lag(self, running: int) -> float:
+        """How far a scrape may look back: SIM_METRICS_LAG steps of the batch as it runs now."""
+        pace = self.batch.pace if hasattr(self, "batch") else 1.0  # Metrics keeps its first state before there is a batch
+        return self.truth.metrics_lag * self.truth.step_seconds(max(running, 1)) * pace
 
     def _until(self, deadline: float) -> None:
         if self.stalled.is_set():
@@ -102,17 +107,20 @@ class Engine:
         with self.slots:
             with m.lock:
                 m.waiting += 1
+                m.changed()
             while m.running >= self.args.max_num_seqs:
                 self.slots.wait()
             with m.lock:
                 m.waiting -= 1
                 m.running += 1
+                m.changed()
 
     def _release(self, reason: str) -> None:
         with self.slots:
             with self.metrics.lock:
                 self.metrics.running -= 1
                 self.metrics.success[reason] += 1
+                self.metrics.changed()
             self.slots.notify()
 
     def prepare(self, prompt: str) -> dict:
@@ -142,7 +150,8 @@ class Engine:
         """Yield the token groups of the request's successive engine steps, each when its step ends.
 
         The first group is the prefill's token; with speculation and SIM_FIRST_MERGE (default) it also
-        carries the first verification step's tokens, so the first chunk holds more than one token.
+        carries the first verification step's tokens, so the first chunk holds more than one token;
+        without speculation it carries the first decode step's token with probability SIM_FIRST_CHUNK_P.
         """
         self._admit()
         member, finished = Member(req, tokens, 1), False
@@ -152,7 +161,8 @@ class Engine:
             self.metrics.step(1, None)
             group = tokens[:1]
             self.batch.join(member)
-            if self.spec_k and self.truth.first_merge and member.left:
+            merge = self.truth.first_merge if self.spec_k else req["rng"].random() < self.truth.first_chunk_p
+            if merge and member.left:
                 group = group + self.batch.next_group(member)
             while True:
                 if self.batch.done(member):

@@ -1,7 +1,18 @@
-"""The Prometheus counters and gauges the bench reads (vLLM's names, docs/vllm-reference.md), updated per step."""
+"""The Prometheus counters and gauges the bench reads (vLLM's names, docs/vllm-reference.md), updated per step.
+
+A scrape sees them as they were a moment ago, up to SIM_METRICS_LAG engine steps (`lag_s(running)`):
+vLLM's API server records an iteration's stats after it has handed out that iteration's outputs, so a
+client that scrapes right after its last chunk can miss its own last step. Every change is kept as a
+whole snapshot for a short while, and a scrape renders the newest one older than its lag: always a
+consistent state.
+"""
 from __future__ import annotations
 
+import random
 import threading
+import time
+from collections import deque
+from collections.abc import Callable
 
 from .base import FINISH_REASONS
 
@@ -9,8 +20,8 @@ from .base import FINISH_REASONS
 class Metrics:
     """Counters and gauges, all under one lock so a scrape sees whole steps."""
 
-    def __init__(self, model: str, spec_k: int):
-        self.model, self.spec_k = model, spec_k
+    def __init__(self, model: str, spec_k: int, lag_s: Callable[[int], float] = lambda running: 0.0, seed: int = 0):
+        self.model, self.spec_k, self.lag_s = model, spec_k, lag_s
         self.lock = threading.Lock()
         self.c = {"prompt_tokens": 0, "generation_tokens": 0, "prefix_cache_queries": 0,
                   "prefix_cache_hits": 0, "spec_decode_num_drafts": 0,
@@ -18,11 +29,37 @@ class Metrics:
         self.success = dict.fromkeys(FINISH_REASONS, 0)
         self.per_pos = [0] * spec_k
         self.running = self.waiting = 0
+        self.rng = random.Random(seed * 104729 + 5)
+        self.history: deque[tuple[float, tuple]] = deque()
+        self.shown = 0.0  # the moment the last scrape saw
+        self.changed()
+
+    def changed(self) -> None:
+        """Keep the state as it is now (call with the lock held, after every change)."""
+        now = time.monotonic()
+        self.history.append((now, (dict(self.c), dict(self.success), list(self.per_pos), self.running,
+                                   self.waiting)))
+        keep = now - max(2.0, 4 * self.lag_s(self.running))
+        while len(self.history) > 1 and self.history[1][0] <= keep:
+            self.history.popleft()
+
+    def seen(self) -> tuple:
+        """The state a scrape now gets: the newest snapshot older than a lag drawn up to lag_s(), and not
+        older than the last scrape's."""
+        # never older than what an earlier scrape saw: counters only grow, as Prometheus's do
+        target = self.shown = max(self.shown, time.monotonic() - self.lag_s(self.running) * self.rng.random())
+        state = self.history[0][1]
+        for t, snap in reversed(self.history):
+            if t <= target:
+                state = snap
+                break
+        return state
 
     def add(self, **kw) -> None:
         with self.lock:
             for k, v in kw.items():
                 self.c[k] += v
+            self.changed()
 
     def step(self, tokens: int, accepted: int | None) -> None:
         self.batch_step([(tokens, accepted)])
@@ -38,6 +75,7 @@ class Metrics:
                     self.c["spec_decode_num_accepted_tokens"] += accepted
                     for pos in range(accepted):
                         self.per_pos[pos] += 1
+            self.changed()
 
     def render(self) -> str:
         lab = f'model_name="{self.model}",engine="0"'
@@ -49,27 +87,25 @@ class Metrics:
             out.extend(f"{full}{{{lab}{extra}}} {float(v)!r}" for extra, v in samples)
 
         with self.lock:
-            metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
-                   [("", self.running)])
-            metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-                   [("", self.waiting)])
-            metric("vllm:request_success", "counter", "Count of successfully processed requests.",
-                   [(f',finished_reason="{r}"', n) for r, n in self.success.items()])
-            metric("vllm:prefix_cache_queries", "counter",
-                   "Prefix cache queries, in terms of number of queried tokens.",
-                   [("", self.c["prefix_cache_queries"])])
-            metric("vllm:prefix_cache_hits", "counter",
-                   "Prefix cache hits, in terms of number of cached tokens.", [("", self.c["prefix_cache_hits"])])
-            if self.spec_k:
-                for key, help_ in (("spec_decode_num_drafts", "Number of spec decoding drafts."),
-                                   ("spec_decode_num_draft_tokens", "Number of draft tokens."),
-                                   ("spec_decode_num_accepted_tokens", "Number of accepted tokens.")):
-                    metric("vllm:" + key, "counter", help_, [("", self.c[key])])
-                metric("vllm:spec_decode_num_accepted_tokens_per_pos", "counter",
-                       "Accepted tokens per draft position.",
-                       [(f',position="{i}"', n) for i, n in enumerate(self.per_pos)])
-            metric("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.",
-                   [("", self.c["prompt_tokens"])])
-            metric("vllm:generation_tokens", "counter", "Number of generation tokens processed.",
-                   [("", self.c["generation_tokens"])])
+            c, success, per_pos, running, waiting = self.seen()
+        metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+               [("", running)])
+        metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+               [("", waiting)])
+        metric("vllm:request_success", "counter", "Count of successfully processed requests.",
+               [(f',finished_reason="{r}"', n) for r, n in success.items()])
+        metric("vllm:prefix_cache_queries", "counter",
+               "Prefix cache queries, in terms of number of queried tokens.", [("", c["prefix_cache_queries"])])
+        metric("vllm:prefix_cache_hits", "counter",
+               "Prefix cache hits, in terms of number of cached tokens.", [("", c["prefix_cache_hits"])])
+        if self.spec_k:
+            for key, help_ in (("spec_decode_num_drafts", "Number of spec decoding drafts."),
+                               ("spec_decode_num_draft_tokens", "Number of draft tokens."),
+                               ("spec_decode_num_accepted_tokens", "Number of accepted tokens.")):
+                metric("vllm:" + key, "counter", help_, [("", c[key])])
+            metric("vllm:spec_decode_num_accepted_tokens_per_pos", "counter",
+                   "Accepted tokens per draft position.", [(f',position="{i}"', n) for i, n in enumerate(per_pos)])
+        metric("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", [("", c["prompt_tokens"])])
+        metric("vllm:generation_tokens", "counter", "Number of generation tokens processed.",
+               [("", c["generation_tokens"])])
         return "\n".join(out) + "\n"

@@ -10,7 +10,14 @@ The model (field notes 14-19, the seeds' numbers):
   request's level ~ N(mean, request_sd) drawn once per request (so speculative runs spread across
   requests while plain runs do not);
 - the first token comes `ttft + uncached prompt tokens / prefill_tps` after arrival; with speculation
-  and first_merge the first chunk also carries the first verification step (tokens 1 + (1 + accepted)).
+  and first_merge the first chunk also carries the first verification step (tokens 1 + (1 + accepted));
+  without speculation it does with probability first_chunk_p (the detokenizer holding a token back);
+- timing like an engine's: each step lasts its formula time x (1 + N(0, step_jitter)), and each busy
+  period of the engine (a sitting: from idle to idle) runs at a pace x N(1, pace_sd) of its own, so plain
+  shots spread at field note 16's level (0.67-0.96% over ten shots: pace_sd 0.003) while the mean rate
+  stays the formula's (the jitter averages out; 1/pace adds pace_sd^2, 1e-5); /metrics shows the
+  counters as they were up to metrics_lag engine steps before the scrape (vLLM's API server records an
+  iteration's stats after it has sent its outputs).
 
 Truth = what these formulas yield, not the configured numbers: rounding and clipping make the realised
 mean acceptance differ from SIM_ACCEPT's mean (code 3.2:0.8:0.25 at k 4 gives 3.14; zh 0.25 gives 0.11), so
@@ -34,6 +41,9 @@ TRUTH_RE = re.compile(re.escape(TRUTH_PREFIX) + r"(\{.*\})\s*$", re.MULTILINE)
 # profile -> (mean accepted per step, per-step sd, per-request sd of the level)
 DEFAULT_ACCEPT = {"code": (3.2, 0.8, 0.25), "prose": (1.25, 1.0, 0.1), "zh": (0.25, 0.2, 0.05)}  # seeds: 3.15/1.23/0.11
 DEFAULT_REQUEST_SD = 0.2  # for a SIM_ACCEPT entry given as mean:sd only
+DEFAULT_STEP_JITTER = 0.04  # sd of one step's duration, relative (not measured: a scheduler's noise)
+DEFAULT_PACE_SD = 0.003  # sd of a sitting's pace: ~0.9% max-min over ten plain shots (field note 16)
+DEFAULT_FIRST_CHUNK_P = 0.2  # plain first chunk carrying two tokens (not measured: a held-back token)
 
 
 class Expected(NamedTuple):
@@ -60,6 +70,11 @@ class Truth:
     spec_k: int
     first_merge: bool
     seed: int
+    step_jitter: float = 0.0
+    pace_sd: float = 0.0
+    metrics_lag: float = 0.0
+    first_chunk_p: float = 0.0
+    quickack: bool = False  # ACK request headers at once (uvicorn does not: a two-writes client waits ~40 ms)
 
     @classmethod
     def from_env(cls, env, spec_k: int = 0) -> Truth:
@@ -70,14 +85,24 @@ class Truth:
                     ttft=env_float(env, "SIM_TTFT", 0.05),
                     batch_alpha=env_float(env, "SIM_BATCH_ALPHA", 0.19),
                     spec_k=int(spec_k), first_merge=env.get("SIM_FIRST_MERGE", "1") != "0",
-                    seed=int(env_float(env, "SIM_SEED", 0)))
+                    seed=int(env_float(env, "SIM_SEED", 0)),
+                    step_jitter=env_float(env, "SIM_STEP_JITTER", DEFAULT_STEP_JITTER),
+                    pace_sd=env_float(env, "SIM_PACE_SD", DEFAULT_PACE_SD),
+                    metrics_lag=env_float(env, "SIM_METRICS_LAG", 1.0),
+                    first_chunk_p=env_float(env, "SIM_FIRST_CHUNK_P", DEFAULT_FIRST_CHUNK_P),
+                    quickack=env.get("SIM_QUICKACK", "0") == "1")
         for name, value in (("SIM_DECODE_TPS", truth.decode_tps), ("SIM_PREFILL_TPS", truth.prefill_tps)):
             if value <= 0:
                 raise SimError(f"ValueError: {name} must be > 0, got {value}")
         for name, value in (("SIM_DRAFT_COST", truth.draft_cost), ("SIM_TTFT", truth.ttft),
-                            ("SIM_BATCH_ALPHA", truth.batch_alpha)):
+                            ("SIM_BATCH_ALPHA", truth.batch_alpha), ("SIM_METRICS_LAG", truth.metrics_lag)):
             if value < 0:
                 raise SimError(f"ValueError: {name} must be >= 0, got {value}")
+        for name, value in (("SIM_STEP_JITTER", truth.step_jitter), ("SIM_PACE_SD", truth.pace_sd),
+                            ("SIM_FIRST_CHUNK_P", truth.first_chunk_p)):
+            if not 0 <= value <= (1 if name == "SIM_FIRST_CHUNK_P" else 0.3):
+                raise SimError(f"ValueError: {name} must be in [0, {1 if name == 'SIM_FIRST_CHUNK_P' else 0.3}], "
+                               f"got {value}")
         return truth
 
     def line(self) -> str:
@@ -107,6 +132,14 @@ class Truth:
     def prefill_seconds(self, prompt_tokens: int, cached_tokens: int = 0) -> float:
         """Arrival to the first token (without the merged first verification step)."""
         return self.ttft + max(prompt_tokens - cached_tokens, 0) / self.prefill_tps
+
+    def jitter(self, rng) -> float:
+        """One step's duration factor (mean 1)."""
+        return max(0.2, rng.gauss(1.0, self.step_jitter)) if self.step_jitter > 0 else 1.0
+
+    def pace(self, rng) -> float:
+        """One sitting's pace factor on the step time (mean 1)."""
+        return max(0.5, rng.gauss(1.0, self.pace_sd)) if self.pace_sd > 0 else 1.0
 
     def level(self, profile: str, rng) -> float:
         """One request's acceptance level: its mean accepted per step before rounding and clipping."""
