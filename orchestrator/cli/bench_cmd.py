@@ -105,7 +105,7 @@ def bench(
         try:
             sets = prompt_sets.select(names, prompts_file)
         except prompt_sets.PromptError as exc:
-            raise BadInput(str(exc)) from None
+            raise BadInput(str(exc)) from exc
 
         if compare is not None:
             _compare(compare, blocks, inventory, sets, shots, warmup, levels, width, max_shots, the_api, max_tokens,
@@ -118,7 +118,7 @@ def bench(
             try:
                 tgt = target_mod.of_recipe(dep)
             except target_mod.TargetError as exc:
-                raise Failed(str(exc)) from None
+                raise Failed(str(exc)) from exc
         else:
             if not url.startswith(("http://", "https://")):
                 raise BadInput(f"--url {url!r}: want http://HOST:PORT")
@@ -129,7 +129,7 @@ def bench(
                 try:
                     served = models(http)
                 except RequestFailed as exc:
-                    raise Failed(f"{tgt.url}: {exc}") from None
+                    raise Failed(f"{tgt.url}: {exc}") from exc
                 if len(served) != 1:
                     raise BadInput(f"{tgt.url} serves {served or 'no models'}: name one with --model")
                 tgt.model = served[0]
@@ -143,7 +143,7 @@ def bench(
             try:
                 result.groups = _shoot(http, tgt.model, plan, quiet=as_json)
             except (RequestFailed, MetricsError) as exc:
-                raise Failed(f"{tgt.url}: {exc}") from None
+                raise Failed(f"{tgt.url}: {exc}") from exc
             except KeyboardInterrupt:
                 raise Failed("interrupted: no results (a partial run would not follow the protocol)") from None
             result.finished_at = time.time()
@@ -209,7 +209,7 @@ def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, leve
     try:
         order = compare_mod.parse_blocks(blocks_text)
     except ValueError as exc:
-        raise BadInput(str(exc)) from None
+        raise BadInput(str(exc)) from exc
     deps = {"A": load_deployment(paths[0], inventory), "B": load_deployment(paths[1], inventory)}
     if deps["A"].recipe.name == deps["B"].recipe.name:
         raise BadInput(f"--compare: {paths[0]} and {paths[1]} are both recipe {deps['A'].recipe.name!r}: "
@@ -217,7 +217,7 @@ def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, leve
     try:
         before = serving_now(deps["A"].inventory)
     except TargetError as exc:
-        raise Failed(str(exc)) from None
+        raise Failed(str(exc)) from exc
 
     def plan_of(tgt):
         return runner.Plan(prompts=sets, shots=shots, warmup=warmup, concurrency=levels, until_stable=width,
@@ -241,7 +241,7 @@ def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, leve
         result = compare_mod.compare(deps, str(inventory), order, plan_of, Events(TerminalSink(err)), before,
                                      on_block=record_block)
     except compare_mod.CompareError as exc:
-        raise Failed(str(exc)) from None
+        raise Failed(str(exc)) from exc
     if as_json:
         emit_json(result.as_dict())
     else:

@@ -56,7 +56,7 @@ def enable(
         try:
             result = boot_mod.enable(dep, events, yes=yes)
         except (boot_mod.BootRefused, LockError, NodeError) as exc:
-            raise Failed(str(exc)) from None
+            raise Failed(str(exc)) from exc
         finally:
             events.close()
         if result.conflicts and not yes:
@@ -87,7 +87,7 @@ def disable(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inven
         try:
             result = boot_mod.disable(inv, name, events)
         except (boot_mod.BootRefused, LockError, NodeError) as exc:
-            raise Failed(str(exc)) from None
+            raise Failed(str(exc)) from exc
         finally:
             events.close()
         if not any(result.removed.values()):

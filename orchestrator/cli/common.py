@@ -42,21 +42,61 @@ def emit_json(data) -> None:
     sys.stdout.flush()
 
 
+def debugging() -> bool:
+    """`spark-deploy --debug ...` or SPARK_DEPLOY_DEBUG=1: print the traceback behind an error too."""
+    return os.environ.get("SPARK_DEPLOY_DEBUG", "") == "1"
+
+
+def print_traceback(exc: BaseException) -> None:
+    """The whole cause chain, and the traceback of every node's own failure inside a GroupError."""
+    import traceback
+
+    from ..transport.group import GroupError
+
+    sys.stderr.write("".join(traceback.format_exception(exc)))
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, GroupError):
+            for node, failure in seen.failures.items():
+                sys.stderr.write(f"--- {node}:\n" + "".join(traceback.format_exception(failure)))
+        seen = seen.__cause__ or seen.__context__
+    sys.stderr.flush()
+
+
 @contextmanager
 def exit_codes() -> Iterator[None]:
-    """Map the tool's exceptions to exit codes; a traceback is never the message a user gets."""
+    """Map the tool's exceptions to exit codes; a traceback is never the message a user gets unless they
+    ask (--debug). An exception the tool did not expect is a bug: named, exit 1, its traceback on --debug."""
+    from typer.exceptions import Abort, Exit, TyperException
+
+    from ..bugs import unexpected
+
     try:
         yield
     except ConfigError as exc:
+        _debug(exc)
         for issue in exc.issues:
             err.print(f"[bold red]error[/]: {_escape(str(issue))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except BadInput as exc:
+        _debug(exc)
         err.print(f"[bold red]error[/]: {_escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except Failed as exc:
+        _debug(exc)
         err.print(f"[bold red]failed[/]: {_escape(str(exc))}")
         raise typer.Exit(EXIT_FAILED) from None
+    except (Exit, Abort, TyperException):  # the command line's own ends (typer.Exit is a RuntimeError)
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug: said as one, never a bare traceback
+        _debug(exc)
+        err.print(f"[bold red]failed[/]: {_escape(unexpected(exc))}")
+        raise typer.Exit(EXIT_FAILED) from None
+
+
+def _debug(exc: BaseException) -> None:
+    if debugging():
+        print_traceback(exc)
 
 
 def _escape(text: str) -> str:

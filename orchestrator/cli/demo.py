@@ -40,7 +40,7 @@ def demo(
             else:
                 out.print(f"[bold]1. simulated cluster[/] {escape(name)}: already up, reusing it")
         except (SimError, SimInputError) as exc:
-            raise Failed(f"simulated cluster: {exc}") from None
+            raise Failed(f"simulated cluster: {exc}") from exc
         inventory, recipe = cluster.inventory_path, cluster.recipe_path
         dep = load_deployment(recipe, inventory)
         if len(dep.inventory.nodes) != dep.recipe.vllm.tensor_parallel_size:
@@ -51,7 +51,7 @@ def demo(
         try:
             result = up(dep, events, UpOptions())
         except DeployFailed as exc:
-            raise Failed(str(exc)) from None
+            raise Failed(str(exc)) from exc
         finally:
             events.close()
         out.print("[bold]3. status[/]")

@@ -93,7 +93,7 @@ def up(
         try:
             preflight_registry.select(skip=opts.skip_checks)
         except preflight_registry.UnknownCheck as exc:
-            raise BadInput(str(exc)) from None
+            raise BadInput(str(exc)) from exc
         _up_and_report(dep, events, opts, as_json)
 
 
@@ -102,12 +102,12 @@ def _up_and_report(dep, events: Events, opts: UpOptions, as_json: bool, plan=Non
         with signals_interrupt():
             result = run_up(dep, events, opts, plan)
     except UnpinnedImage as exc:
-        raise BadInput(str(exc)) from None
+        raise BadInput(str(exc)) from exc
     except DeployFailed as exc:
         events.result(False, phase=str(exc.phase) if exc.phase else None, nodes=exc.nodes, error=str(exc),
                       restored=exc.restored, restore_failed=exc.restore_failed)
         events.close()
-        raise Failed(str(exc)) from None
+        raise Failed(str(exc)) from exc
     timings = {str(p.phase): round(p.seconds, 3) for p in events.phases}
     events.result(True, endpoint=result.endpoint, model=result.model, plan_hash=result.plan_hash,
                   run=result.run_id, already_serving=result.already_serving, phases=timings,
@@ -133,7 +133,7 @@ def _cluster(inventory: Path) -> tuple[Cluster, object]:
     try:
         cluster.open()
     except GroupError as exc:
-        raise Failed(str(exc)) from None
+        raise Failed(str(exc)) from exc
     return cluster, inv
 
 
@@ -153,7 +153,7 @@ def down(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventor
         try:
             result = down_mod.down(inv, name, events)
         except LockError as exc:
-            raise Failed(str(exc)) from None
+            raise Failed(str(exc)) from exc
         events.close()
         if not result.removed and result.ok:
             out.print("nothing to remove: no container of spark-deploy" + (f" for {name}" if name else ""))
@@ -243,6 +243,6 @@ def logs(
                 for _, node_name, line in logs_mod.merged(cluster, nodes, name, since, tail):
                     out.print(f"[cyan]{escape(node_name.ljust(width))}[/] | {escape(line)}")
         except GroupError as exc:
-            raise Failed(str(exc)) from None
+            raise Failed(str(exc)) from exc
         finally:
             cluster.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from . import bench_cmd, config_cmds, demo, deploy_cmds, pin_cmd, preflight_cmd, release_cmds
@@ -17,6 +19,15 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+@app.callback()
+def _options(debug: bool = typer.Option(False, "--debug", help="Print the traceback behind an error (as "
+                                                                 "SPARK_DEPLOY_DEBUG=1 does).")) -> None:
+    if debug:
+        os.environ["SPARK_DEPLOY_DEBUG"] = "1"
+
+
 app.command()(config_cmds.validate)
 app.command()(config_cmds.render)
 app.command()(pin_cmd.pin)

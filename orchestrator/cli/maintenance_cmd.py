@@ -57,9 +57,9 @@ def _errors() -> Iterator[None]:
     try:
         yield
     except window.MaintenanceInput as exc:
-        raise BadInput(str(exc)) from None
+        raise BadInput(str(exc)) from exc
     except (window.MaintenanceError, LockError, GroupError, NodeError) as exc:
-        raise Failed(str(exc)) from None
+        raise Failed(str(exc)) from exc
 
 
 def _facts_table(base: Baseline) -> Table:

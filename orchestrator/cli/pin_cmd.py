@@ -34,7 +34,7 @@ def pin(
         try:
             result = pin_image(recipe, spec, inv, name, replace)
         except (NodeError, PinRefused, LockError) as exc:
-            raise Failed(str(exc)) from None
+            raise Failed(str(exc)) from exc
         found = result.found
         out.print(f"{escape(name)}: {escape(spec.image.ref)} is {found.id}")
         out.print(f"  layers (DiffIDs): {len(found.diff_ids)}; RepoDigests: {', '.join(found.repo_digests) or 'none'}")

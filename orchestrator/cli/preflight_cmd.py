@@ -38,7 +38,7 @@ def preflight(
         try:
             specs = registry.select(only, skip, include=["model-blobs"] if verify_blobs else None)
         except registry.UnknownCheck as exc:
-            raise BadInput(str(exc)) from None
+            raise BadInput(str(exc)) from exc
         cluster = Cluster(dep.inventory)
         try:
             report = registry.run_checks(dep, build_plan(dep), cluster, specs)

@@ -111,9 +111,9 @@ def rollback(
         try:
             prepared = rollback_mod.prepare(str(inventory), release)
         except rollback_mod.RollbackRefused as exc:
-            raise Failed(str(exc)) from None
+            raise Failed(str(exc)) from exc
         except GroupError as exc:
-            raise Failed(str(exc)) from None
+            raise Failed(str(exc)) from exc
         problems = local_problems(prepared.dep, os.environ)
         if problems:
             raise ConfigError(problems)
@@ -232,7 +232,7 @@ def prune(
         except (lock_mod.LockError, NodeError, GroupError) as exc:
             events.result(False, error=str(exc))
             events.close()
-            raise Failed(str(exc)) from None
+            raise Failed(str(exc)) from exc
         events.result(result.ok, kept=result.kept, serving=result.serving, freed_bytes=result.freed,
                       nodes={n: p.__dict__ for n, p in result.nodes.items()}, unreachable=result.unreachable)
         events.close()

@@ -37,9 +37,9 @@ def _errors() -> Iterator[None]:
         try:
             yield
         except SimInputError as exc:
-            raise BadInput(str(exc)) from None
+            raise BadInput(str(exc)) from exc
         except (SimError, ImageBuildError, docker.errors.DockerException) as exc:
-            raise Failed(str(exc)) from None
+            raise Failed(str(exc)) from exc
 
 
 @app.command()

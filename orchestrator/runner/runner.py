@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Generic, Protocol, TypeVar
 
+from ..bugs import is_bug, unexpected
 from ..transport.cancel import Cancelled, interrupt_reason
 from ..transport.group import GroupError
 from ..transport.node import NodeError
@@ -61,7 +62,9 @@ def classify(phase: Phase | None, exc: BaseException) -> StepFailed:
     if isinstance(exc, NodeError):
         return StepFailed(phase, str(exc), [exc.node])
     node = getattr(exc, "node", None)
-    cause = str(exc) if getattr(exc, "node", None) is not None or type(exc).__module__.startswith("orchestrator") \
+    if is_bug(exc):
+        return StepFailed(phase, unexpected(exc), [node] if isinstance(node, str) else [])
+    cause = str(exc) if node is not None or type(exc).__module__.startswith("orchestrator") \
         else f"{type(exc).__name__}: {exc}"
     return StepFailed(phase, cause, [node] if isinstance(node, str) else [])
 
@@ -84,7 +87,9 @@ class Runner(Generic[C]):
                 self.undo(ctx, error)
             except KeyboardInterrupt:  # a late second interrupt outside any step's undo: nothing is lost
                 pass
-            raise error from None
+            if error is exc:
+                raise
+            raise error from exc  # the cause kept: --debug prints its traceback
 
     def undo(self, ctx: C, error: StepFailed) -> None:
         """Undo completed steps in reverse; failures are collected; a second interrupt stops the undo.

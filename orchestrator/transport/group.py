@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Callable, Iterable, TypeVar
 
+from ..bugs import is_bug, unexpected
 from ..config.inventory import Inventory
 from .cancel import Cancelled, CancelToken, interrupt_reason
 from .node import DEFAULT_MAX_CHANNELS, SESSION_RETRY, NodeConnection, NodeError, SSHTarget
@@ -26,8 +27,13 @@ class GroupError(Exception):
 
     def __init__(self, failures: dict[str, BaseException], results: dict):
         self.failures, self.results = failures, results
-        super().__init__("; ".join(str(exc) if isinstance(exc, NodeError) else f"{node}: {exc}"
+        super().__init__("; ".join(str(exc) if isinstance(exc, NodeError) else f"{node}: {_said(exc)}"
                                    for node, exc in failures.items()))
+
+
+def _said(exc: BaseException) -> str:
+    """A node's failure in words; a bug is named by its type (a KeyError's text is only the key)."""
+    return unexpected(exc) if is_bug(exc) else str(exc)
 
 
 def on_all(items: Iterable[T], fn: Callable[[T], object], name: Callable[[T], str], *,
