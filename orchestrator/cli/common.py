@@ -104,6 +104,3 @@ def _escape(text: str) -> str:
 
     return escape(text)
 
-
-def default_inventory() -> Path:
-    return Path(os.environ.get("SPARK_DEPLOY_INVENTORY", "inventory.yaml"))

@@ -116,3 +116,16 @@ def load_deployment(recipe_path: str | Path, inventory_path: str | Path) -> Depl
     if issues:
         raise ConfigError(issues)
     return Deployment(recipe, inventory, str(recipe_path), str(inventory_path), rdoc, idoc)
+
+
+def load_kept_recipe(text: str, folder: str, filename: str, inventory_path: str | Path) -> Deployment:
+    """A recipe kept as text (a release record, a maintenance baseline), bound to today's inventory. The
+    text is written to `folder` under this machine's temp dir first, so file:line errors name a copy the
+    operator can open."""
+    import tempfile
+
+    cache = Path(tempfile.gettempdir()) / folder
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / filename
+    path.write_text(text)
+    return load_deployment(path, inventory_path)

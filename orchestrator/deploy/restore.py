@@ -7,11 +7,9 @@ log read from its new start only.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
-from ..config.load import Deployment, load_deployment
+from ..config.load import Deployment, load_kept_recipe
 from ..docker_cli.containers import Container, inspect_container, rename_container, start_container, stop_container
 from ..http_api.endpoint import Endpoint
 from ..releases.record import Release
@@ -97,11 +95,8 @@ def kept_steps(ctx: UpContext, kept: dict[str, Kept], undo_stops: bool) -> list:
 def recorded_deployment(record: Release, inventory_path: str) -> Deployment:
     """The recipe exactly as the release deployed it, bound to today's inventory (file:line errors name
     the copy, which is kept in this machine's cache for reading)."""
-    cache = Path(tempfile.gettempdir()) / "spark-deploy-releases" / record.cluster
-    cache.mkdir(parents=True, exist_ok=True)
-    path = cache / f"release-{record.id:06d}-{record.recipe}.yaml"
-    path.write_text(record.recipe_text)
-    return load_deployment(path, inventory_path)
+    return load_kept_recipe(record.recipe_text, f"spark-deploy-releases/{record.cluster}",
+                            f"release-{record.id:06d}-{record.recipe}.yaml", inventory_path)
 
 
 @dataclass

@@ -46,7 +46,6 @@ class Container:
         return list(self.raw.get("Args") or [])
 
 
-ContainerState = Container  # the name the log watcher and its tests use
 
 
 def parse_inspect(stdout: str) -> list[Container]:

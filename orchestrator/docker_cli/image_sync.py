@@ -45,10 +45,6 @@ TransferFailed = pipe.TransferFailed
 TransferStalled = pipe.TransferStalled
 
 
-class ImageConflict(NodeError):
-    """A node holds a different image under the recipe's reference."""
-
-
 class TransferMode(enum.Enum):
     DIRECT = "direct"  # source node -> destination node over the fabric
     RELAY = "relay"  # source node -> this machine -> destination node

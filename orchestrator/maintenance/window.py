@@ -8,13 +8,12 @@ the baseline on every node and one audit line. `verify` is read only.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import preflight
-from ..config.load import Deployment, load_deployment, load_inventory
+from ..config.load import Deployment, load_inventory, load_kept_recipe
 from ..deploy.restore import recorded_deployment
 from ..docker_cli.containers import Container, ours
 from ..preflight.run import Report
@@ -171,11 +170,8 @@ def _mark_stopped(cluster: Cluster, inventory, release: Release, conns, events: 
 def baseline_deployment(baseline: Baseline, inventory_path: str) -> Deployment:
     """The recipe the baseline judged, bound to today's inventory (a copy kept in this machine's temp dir
     so that file:line errors can name it)."""
-    cache = Path(tempfile.gettempdir()) / "spark-deploy-maintenance" / baseline.cluster
-    cache.mkdir(parents=True, exist_ok=True)
-    path = cache / f"baseline-{int(baseline.opened_at)}-{baseline.recipe}.yaml"
-    path.write_text(baseline.recipe_text)
-    return load_deployment(path, inventory_path)
+    return load_kept_recipe(baseline.recipe_text, f"spark-deploy-maintenance/{baseline.cluster}",
+                            f"baseline-{int(baseline.opened_at)}-{baseline.recipe}.yaml", inventory_path)
 
 
 def open_window(cluster: Cluster, inventory, conns, recipe: str | None) -> tuple[Baseline, dict[str, str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ..checks.model_cache import RESOLVE_SH
 from ..config.load import Deployment
 from .facts import Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing
@@ -27,11 +28,9 @@ _SCRIPT = r'''cache=$1; repo=$2; rev=$3
 if [ "${repo#/}" != "$repo" ]; then
   root=; snap=$repo; commit="local:$repo"; printf 'local\t%s\n' "$repo"
 else
-  root="$cache/hub/models--${repo//\//--}"; snap=
+  snap=
+''' + RESOLVE_SH + r'''
   printf 'root\t%s\n' "$root"
-  if [ -f "$root/refs/$rev" ]; then commit=$(cat -- "$root/refs/$rev")
-  elif [[ $rev =~ ^[0-9a-f]{40}$ ]]; then commit=$rev
-  else commit=; fi
   [ -n "$commit" ] && snap="$root/snapshots/$commit"
 fi
 if [ ! -d "$root" ] && [ -n "$root" ]; then printf 'absent\tno %s\n' "$root"

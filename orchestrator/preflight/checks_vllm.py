@@ -22,6 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from ..checks.model_cache import RESOLVE_SH
 from ..config.load import Deployment
 from ..render.plan import Plan, build_plan
 from .facts import FactInput, Observed, fact
@@ -215,13 +216,13 @@ def _spec_args(given: FactInput) -> list[str]:
         return []
     draft = (spec.model_extra or {}).get("model")
     repo, rev = (str(draft), "main") if draft else (given.dep.recipe.model.repo, given.dep.recipe.model.revision)
-    return [given.node.hf_cache, "models--" + repo.replace("/", "--"), rev]
+    return [given.node.hf_cache, repo, rev]
 
 
 @fact("spec_model_config", r'''[ $# -eq 3 ] || { echo '@none'; exit 0; }
-d="$1/hub/$2"
-if [ -f "$d/refs/$3" ]; then c=$(cat -- "$d/refs/$3"); else c=$3; fi
-cat -- "$d/snapshots/$c/config.json"''', args=_spec_args)
+cache=$1; repo=$2; rev=$3
+''' + RESOLVE_SH + r'''
+cat -- "$root/snapshots/${commit:-$rev}/config.json"''', args=_spec_args)
 def parse_spec_model_config(stdout: str) -> dict[str, int | None] | None:
     """config.json -> its n_predict / num_nextn_predict_layers (None: no speculative config to check)."""
     if stdout.strip() == "@none":

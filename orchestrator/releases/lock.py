@@ -49,7 +49,6 @@ _RELEASE = r'''grep -q -- "\"token\": \"$2\"" "$1" 2>/dev/null || { echo NOT-OUR
 rm -f -- "$1" && echo RELEASED'''
 _READ = '[ -f "$1" ] && cat -- "$1" || true'
 
-MARGIN = 600.0  # seconds of expiry beyond the command's own longest wait
 
 
 @dataclass

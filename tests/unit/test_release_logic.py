@@ -17,7 +17,7 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from orchestrator.checks.model_cache import parse_revision, repo_dir
+from orchestrator.checks.model_cache import parse_revision
 from orchestrator.deploy.prune import kept_releases, to_remove
 from orchestrator.deploy.rollback import _unlabelled, compare
 from orchestrator.docker_cli.containers import Container, container_of
@@ -475,13 +475,6 @@ def test_parse_revision(stdout, commit):
     assert parse_revision(stdout) == commit
 
 
-def test_repo_dir():
-    assert repo_dir("/home/spark/.cache/huggingface", "openai/gpt-oss-120b") == \
-        "/home/spark/.cache/huggingface/hub/models--openai--gpt-oss-120b"
-    assert repo_dir("/cache/", "sim/tiny-moe") == "/cache/hub/models--sim--tiny-moe"
-
-
-# ---- rollback: compare -------------------------------------------------------------------------
 def test_unlabelled_drops_label_pairs_only():
     argv = ["docker", "run", "--label", "a=b", "--name", "x", "--label", "spark-deploy.run=r1", "--env", "K=v", "img"]
     assert _unlabelled(argv) == ["docker", "run", "--name", "x", "--env", "K=v", "img"]

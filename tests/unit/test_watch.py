@@ -6,7 +6,7 @@ import threading
 
 from orchestrator.deploy import watch as watch_mod
 from orchestrator.deploy.watch import Monitor
-from orchestrator.docker_cli.containers import ContainerState
+from orchestrator.docker_cli.containers import Container
 
 
 class FakeNode:
@@ -24,8 +24,8 @@ class FakeNode:
         return 0
 
 
-def _state(running: bool, code: int = 0) -> ContainerState:
-    return ContainerState("c0ffee", "sd-x-r1", "running" if running else "exited", code, False, "", "sha256:x", {})
+def _state(running: bool, code: int = 0) -> Container:
+    return Container("c0ffee", "sd-x-r1", "running" if running else "exited", code, False, "", "sha256:x", {})
 
 
 def test_a_stream_that_ends_while_the_container_runs_is_followed_again_from_the_last_line(monkeypatch):
@@ -96,7 +96,7 @@ def test_a_head_whose_log_ended_is_waited_for_even_past_the_settle_time(monkeypa
     def slow_inspect(conn, name):
         asked.set()
         answer.wait(10)
-        return ContainerState("c0ffee", "sd-x-r0", "exited", 137, False, "2026-12-01T01:00:00.1Z", "sha256:x", {},
+        return Container("c0ffee", "sd-x-r0", "exited", 137, False, "2026-12-01T01:00:00.1Z", "sha256:x", {},
                               {"State": {"FinishedAt": "2026-12-01T01:00:00.1Z"}})
 
     monkeypatch.setattr(watch_mod, "inspect_container", slow_inspect)
