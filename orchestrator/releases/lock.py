@@ -153,6 +153,7 @@ class DeployLock:
         self._stop = threading.Event()
         self._refresher: threading.Thread | None = None
         self.held = False
+        self.lost: str | None = None  # why, once a refresh found the lock taken from us
 
     def acquire(self) -> "DeployLock":
         for _attempt in range(3):
@@ -177,14 +178,25 @@ class DeployLock:
         raise LockHeld(self.conn.name, None, self.path)
 
     def start_refreshing(self, every: float = 30.0) -> None:
-        """Push the expiry forward while this command lives (a killed one stops refreshing, so it expires)."""
+        """Push the expiry forward while this command lives (a killed one stops refreshing, so it expires).
+        A refresh that finds the lock no longer ours (released by hand, then taken by another command)
+        stops this command: its connections' cancel token is set with the reason, as Ctrl-C would, so
+        two commands never change the cluster at once."""
         def loop() -> None:
             while not self._stop.wait(every):
                 self.details.expires_at = time.time() + self.ttl
                 try:
-                    self._script(_REFRESH, self.details.token, self.details.to_text())
+                    said = self._script(_REFRESH, self.details.token, self.details.to_text()).stdout.strip()
                 except Exception:  # noqa: BLE001 - a missed refresh only shortens the expiry
-                    pass
+                    continue
+                if said == "LOST":
+                    self.lost = (f"the deploy lock on {self.conn.name} ({self.path}) is no longer this command's: "
+                                 "someone released it (`spark-deploy lock release --force`) and it may be another's now")
+                    self.held = False
+                    cancel = getattr(self.conn, "cancel", None)
+                    if cancel is not None:
+                        cancel.set(self.lost)
+                    return
 
         self._refresher = threading.Thread(target=loop, name="lock-refresh", daemon=True)
         self._refresher.start()
