@@ -55,7 +55,9 @@ def print_traceback(exc: BaseException) -> None:
 
     sys.stderr.write("".join(traceback.format_exception(exc)))
     seen: BaseException | None = exc
-    while seen is not None:
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:  # a context chain can loop
+        visited.add(id(seen))
         if isinstance(seen, GroupError):
             for node, failure in seen.failures.items():
                 sys.stderr.write(f"--- {node}:\n" + "".join(traceback.format_exception(failure)))

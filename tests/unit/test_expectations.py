@@ -120,10 +120,13 @@ def test_transport_ib_everywhere_is_ok_and_a_socket_fallback_fails_naming_the_no
     assert "spark-1" not in bad.detail.split("(")[0]
 
 
-def test_transport_waits_for_the_line_then_fails_and_cannot_judge_without_nccl_debug_info():
+def test_transport_without_its_line_cannot_judge_and_says_so():
+    """No line is no evidence of a fallback (a container kept from before NCCL_DEBUG was rendered prints
+    none): the check says it could not look, rather than failing a release that may be fine."""
     logs = {"spark-1": [IB_LINE], "spark-2": ["loading"]}
-    assert transport("roce", INFO, logs, final=False).status == "waiting"
-    final = transport("roce", INFO, logs, final=True)
-    assert final.status == "failed" and final.detail == "no NCCL transport line (NET/IB or NET/Socket) on spark-2"
+    for final in (False, True):
+        got = transport("roce", INFO, logs, final=final)
+        assert got.status == "not applicable" and got.ok
+        assert got.detail.startswith("no NCCL transport line (NET/IB or NET/Socket) on spark-2: could not check")
     quiet = transport("roce", {"spark-1": "INFO", "spark-2": "WARN"}, logs, final=True)
     assert quiet.status == "not applicable" and quiet.ok and "NCCL_DEBUG is not INFO on spark-2" in quiet.detail
