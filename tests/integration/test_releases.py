@@ -314,3 +314,34 @@ def test_rollback_after_a_reboot_serves_under_the_plans_names(fresh, tmp_path):
     assert completion(cluster)
     records = {r["id"]: r for r in history(cluster)}
     assert records[2]["rollback_of"] == 1 and records[2]["serving"] is True
+
+
+def test_prune_with_a_node_unreachable_names_it_and_leaves_the_serving_and_kept_releases(fresh, tmp_path):
+    """Issue 19 acceptance 1 (prune): spark-2's SSH is down; prune exits 1 naming it, touches neither the
+    serving release nor the kept one anywhere, and lets the lock go."""
+    cluster = fresh
+    a = recipe_variant(cluster, tmp_path / "a.yaml")
+    b = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
+    for recipe in (a, b):
+        result = up(cluster, recipe)
+        assert result.returncode == 0, result.stderr + result.stdout
+
+    def kept(node: int) -> list[str]:  # release 1's stopped containers
+        return sorted(node_docker(cluster, node, "ps", "-a", "--filter", "status=exited", "--filter",
+                                  "label=spark-deploy.managed=true", "--format", "{{.Names}}", check=True).stdout.split())
+
+    kept_before = {n: kept(n) for n in (1, 2)}
+    assert all(kept_before.values()), kept_before
+    serving_before = started_at(cluster)
+    cluster.fault(2, "stop-sshd")
+    try:
+        pruned = spark_deploy("prune", "--keep", "2", "-i", cluster.inventory_path)
+    finally:
+        cluster.fault(2, "start-sshd")
+    assert pruned.returncode == 1, pruned.stdout + pruned.stderr
+    assert "prune incomplete: spark-2: unreachable" in pruned.stderr, pruned.stderr
+    assert started_at(cluster) == serving_before, "the serving release must not be touched"
+    assert {n: kept(n) for n in (1, 2)} == kept_before, "the kept release must not be touched"
+    lock = spark_deploy("lock", "-i", cluster.inventory_path, "--json")
+    assert lock.returncode == 0 and json.loads(lock.stdout)["held"] is False, lock.stdout
+    assert completion(cluster)
