@@ -42,9 +42,16 @@ def emit_json(data) -> None:
     sys.stdout.flush()
 
 
+_DEBUG = {"flag": False}  # this invocation's --debug (set by the app's callback at every invocation)
+
+
+def set_debug(flag: bool) -> None:
+    _DEBUG["flag"] = flag
+
+
 def debugging() -> bool:
     """`spark-deploy --debug ...` or SPARK_DEPLOY_DEBUG=1: print the traceback behind an error too."""
-    return os.environ.get("SPARK_DEPLOY_DEBUG", "") == "1"
+    return _DEBUG["flag"] or os.environ.get("SPARK_DEPLOY_DEBUG", "") == "1"
 
 
 def print_traceback(exc: BaseException) -> None:

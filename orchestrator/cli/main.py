@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-
 import typer
 
 from . import bench_cmd, config_cmds, demo, deploy_cmds, pin_cmd, preflight_cmd, release_cmds
 from . import maintenance_cmd
 from . import boot_cmd
 from . import sim as sim_cmds
+from .common import set_debug
 
 app = typer.Typer(
     name="spark-deploy",
@@ -24,8 +23,7 @@ app = typer.Typer(
 @app.callback()
 def _options(debug: bool = typer.Option(False, "--debug", help="Print the traceback behind an error (as "
                                                                  "SPARK_DEPLOY_DEBUG=1 does).")) -> None:
-    if debug:
-        os.environ["SPARK_DEPLOY_DEBUG"] = "1"
+    set_debug(debug)  # never the environment: a test's in-process `--debug` would reach every later command
 
 
 app.command()(config_cmds.validate)

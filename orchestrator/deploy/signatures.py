@@ -35,9 +35,20 @@ SIGNATURES = [
               "the model is not in this node's HF cache (and the node cannot download it)"),
     Signature("cuda-oom", re.compile(r"CUDA out of memory|torch\.OutOfMemoryError"),
               "out of GPU memory: lower gpu_memory_utilization or max_model_len (field note 8)"),
+    Signature("peer-lost", re.compile(r"recvValue failed on SocketImpl|Connection was likely closed\. Did the remote "
+                                      r"server shutdown or crash"),
+              "this rank lost its connection to the head's rendezvous store: the head went first (see its failure)",
+              fatal=False),
     Signature("validation-error", re.compile(r"pydantic_core\._pydantic_core\.ValidationError|ValidationError: \d+ validation error"),
               "vLLM rejected its configuration (see the message above)"),
 ]
+
+SIGNATURES_BY_NAME = {s.name: s for s in SIGNATURES}
+
+
+def consequence(lines: list[str]) -> bool:
+    """A rank whose log shows it lost the head: its exit follows another rank's failure, not a cause."""
+    return any(SIGNATURES_BY_NAME["peer-lost"].pattern.search(line) for line in lines)
 
 
 def match(line: str) -> Signature | None:

@@ -17,7 +17,7 @@ from typing import Callable, TypeVar
 from ..docker_cli.containers import inspect_container
 from ..transport.node import NodeConnection
 from .killers import earlyoom_note
-from .signatures import explain_exit, match
+from .signatures import consequence, explain_exit, match
 
 T = TypeVar("T")
 MIN_RECHECK = 0.05  # a burst of log lines re-checks a condition at most this often
@@ -48,6 +48,7 @@ class Failure:
     explanation: str
     excerpt: list[str] = field(default_factory=list)
     at: float = field(default_factory=time.time)  # when it happened (not when it was noticed)
+    secondary: bool = False  # this rank only lost the head (signatures.consequence): another failure is the cause
 
     def __str__(self) -> str:
         text = f"{self.node}: {self.cause}"
@@ -70,7 +71,10 @@ class Monitor:
     The cause is the failure that happened first, not the first one noticed: a head killed during load
     makes its peer log an error too, and the peer's report can win the race. So a failure is raised only
     SETTLE seconds after the first report, and not while another watched container whose log has ended is
-    still being asked why (bounded by SETTLE_MAX); the earliest by time of occurrence is the one named."""
+    still being asked why (bounded by SETTLE_MAX); the earliest by time of occurrence is the one named. A
+    rank that only lost the head (its log says the store's connection closed) is a consequence: while only
+    such failures are in, the monitor waits for the cause up to SETTLE_MAX (a head SIGTERMed by earlyoom
+    closes its store first and dies seconds later), and names a cause before any consequence."""
 
     def __init__(self) -> None:
         self._failures: list[Failure] = []
@@ -82,7 +86,8 @@ class Monitor:
 
     @property
     def failure(self) -> Failure | None:
-        return min(self._failures, key=lambda f: f.at) if self._failures else None
+        causes = [f for f in self._failures if not f.secondary] or self._failures
+        return min(causes, key=lambda f: f.at) if causes else None
 
     def fail(self, failure: Failure) -> None:
         with self._changed:
@@ -106,7 +111,10 @@ class Monitor:
         if self._first_report is None:
             return None
         now = time.monotonic()
-        if self._ending and now < self._first_report + SETTLE_MAX:
+        waiting_for_cause = all(f.secondary for f in self._failures) and len(self.watches) > 1
+        if (self._ending or waiting_for_cause) and now < self._first_report + SETTLE_MAX:
+            if waiting_for_cause:
+                return max(MIN_RECHECK, min(self._first_report + SETTLE_MAX - now, 0.25))
             return max(MIN_RECHECK, self._first_report + SETTLE - now)
         return max(0.0, self._first_report + SETTLE - now)
 
@@ -288,4 +296,5 @@ class ContainerWatch:
             why += f"; {killer}" if killer else ""
             at = stamp_seconds((state.raw.get("State") or {}).get("FinishedAt")) or time.time()
         self.monitor.fail(Failure(self.conn.name, cause, why, self.excerpt(),
-                                  at=min(at, self.signature_at) if self.signature_at else at))
+                                  at=min(at, self.signature_at) if self.signature_at else at,
+                                  secondary=consequence(self.lines[-50:])))

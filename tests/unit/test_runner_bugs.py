@@ -107,3 +107,13 @@ def test_a_bug_outside_any_step_is_named_too(monkeypatch):
     assert "failed: unexpected KeyError: 'recipe' (a bug in spark-deploy" in result.output
     result = CliRunner().invoke(app, ["--debug", "up", "r.yaml", "-i", "i.yaml"])
     assert result.exit_code == 1 and 'return {}["recipe"]' in result.output
+
+
+def test_debug_is_this_invocations_only(buggy_up):
+    """`--debug` in one in-process invocation must not turn it on for the next (nor for this process's env)."""
+    import os
+
+    CliRunner().invoke(app, ["--debug", "up", "r.yaml", "-i", "i.yaml"])
+    assert "SPARK_DEPLOY_DEBUG" not in os.environ
+    result = CliRunner().invoke(app, ["up", "r.yaml", "-i", "i.yaml"])
+    assert result.exit_code == 1 and "Traceback" not in result.output

@@ -115,3 +115,43 @@ def test_a_head_whose_log_ended_is_waited_for_even_past_the_settle_time(monkeypa
         assert exc.failure.node == "spark-1" and "exited with code 137" in exc.failure.cause, exc.failure
     else:
         raise AssertionError("a failure was not raised")
+
+
+def test_a_rank_that_only_lost_the_head_waits_for_the_cause_and_yields_to_it():
+    """earlyoom SIGTERMs the head: its store closes at once and the peer exits 1 seconds before the head is
+    SIGKILLed. The peer's failure (secondary) is not raised alone while the head may still report; the
+    head's kill, later in time, is named as the cause."""
+    monitor = Monitor()
+    monitor.watches = {"spark-1": object(), "spark-2": object()}  # two ranks watched
+    monitor.fail(watch_mod.Failure("spark-2", "sd-x-r1 exited with code 1", "lost the head", at=100.0, secondary=True))
+    head = watch_mod.Failure("spark-1", "sd-x-r0 exited with code 137", "killed by SIGKILL", at=102.5)
+    threading.Timer(watch_mod.SETTLE * 4, lambda: monitor.fail(head)).start()  # well past SETTLE
+    try:
+        monitor.sleep(30)
+    except watch_mod.FailureSeen as exc:
+        assert exc.failure is head, exc.failure
+    else:
+        raise AssertionError("no failure was raised")
+
+
+def test_a_lone_secondary_failure_is_raised_within_the_bound():
+    monitor = Monitor()
+    monitor.watches = {"spark-1": object(), "spark-2": object()}
+    peer = watch_mod.Failure("spark-2", "sd-x-r1 exited with code 1", "lost the head", secondary=True)
+    monitor.fail(peer)
+    monitor._first_report -= watch_mod.SETTLE_MAX  # as if the bound had passed: no cause came
+    try:
+        monitor.check()
+    except watch_mod.FailureSeen as exc:
+        assert exc.failure is peer
+    else:
+        raise AssertionError("the bound did not end the wait")
+
+
+def test_the_peer_lost_line_marks_a_consequence():
+    from orchestrator.deploy.signatures import consequence
+
+    assert consequence(["(Worker_TP1 pid=7) ERROR 12-03 11:42:54 [TCPStore.cpp:122] [c10d] recvValue failed on "
+                        "SocketImpl: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote "
+                        "server shutdown or crash?"])
+    assert not consequence(["RuntimeError: Assertion error (x/jit/compiler.hpp:147): runtime != nullptr"])
