@@ -83,11 +83,11 @@ _IB = re.compile(r"NET/IB : Using (?P<value>\S+)")
 _SOCKET = re.compile(r"NET/Socket : Using (?P<value>.+)")
 
 
-def transport(profile: str, debug: dict[str, str], logs: dict[str, list[str]], final: bool) -> ExpectationResult | None:
+def transport(profile: str, debug: dict[str, str], logs: dict[str, list[str]]) -> ExpectationResult | None:
     """Profile roce promises NCCL's IB transport: a node whose NCCL fell back to sockets (an NCCL_IB_HCA
     that matches no active port, no /dev/infiniband in the container) still serves, at a fraction of the
     bandwidth, and says so only in its `NET/Socket : Using` line (field note 12). `debug`: each node's
-    NCCL_DEBUG (the line is printed only at INFO). None for profile tcp. `final` is unused: the line comes
+    NCCL_DEBUG (the line is printed only at INFO). None for profile tcp. Never "waiting": the line comes
     at NCCL's init, before the API serves, so there is nothing to wait for."""
     if profile != "roce":
         return None

@@ -204,7 +204,7 @@ class LogChecks(NoUndo):
 
         def results(final: bool) -> list[ExpectationResult]:
             found = evaluate(recipe, logs(), final=final)
-            link = transport(profile, debug, logs(), final=final)
+            link = transport(profile, debug, logs())
             return found + ([link] if link else [])
 
         def settled() -> Seen:

@@ -187,23 +187,13 @@ _GPU_KEYS = {"driver": ("driver", str), "clock": ("clock_mhz", int), "max_clock"
              "fail": ("fail", bool), "idle": ("idle", bool), "locked": ("clocks_locked", bool)}
 
 
-def _bool(v) -> bool:
-    if isinstance(v, bool):
-        return v
-    if str(v).lower() in ("1", "true", "yes", "on"):
-        return True
-    if str(v).lower() in ("0", "false", "no", "off"):
-        return False
-    raise SimInputError(f"not a boolean: {v!r}")
-
-
 def gpu(cluster, node: NodeInfo, opts: dict) -> str:
     from .node_files import DEFAULT_GPU
 
     unknown = set(opts) - set(_GPU_KEYS) - {"reset"}
     if unknown or not opts:
         raise SimInputError(f"fault gpu takes {', '.join(sorted(_GPU_KEYS))}=VALUE or reset=true")
-    if _bool(opts.get("reset", False)):
+    if faults_host._bool("gpu", opts.get("reset", False)):
         doc = dict(DEFAULT_GPU)
     else:
         doc = json.loads(cluster.exec(node.index, ["cat", GPU_FILE]).stdout)
@@ -212,7 +202,7 @@ def gpu(cluster, node: NodeInfo, opts: dict) -> str:
             continue
         field, typ = _GPU_KEYS[key]
         try:
-            doc[field] = _bool(value) if typ is bool else typ(value)
+            doc[field] = faults_host._bool("gpu", value, key) if typ is bool else typ(value)
         except ValueError:
             raise SimInputError(f"fault gpu: {key}={value!r} is not a {typ.__name__}") from None
     data = (json.dumps(doc, indent=2) + "\n").encode()

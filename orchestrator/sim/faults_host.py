@@ -37,13 +37,14 @@ _SIZE = re.compile(r"(\d+)([kmgt]?)i?b?", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1, "m": 1 << 10, "g": 1 << 20, "t": 1 << 30}  # in kB (KiB), as /proc/meminfo counts
 
 
-def _bool(kind: str, value) -> bool:
+def _bool(kind: str, value, key: str = "reset") -> bool:
+    """A fault option's yes/no (true/false, 1/0, on/off); bad input names the fault and the key."""
     text = str(value).lower()
     if text in ("1", "true", "yes", "on"):
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise SimInputError(f"fault {kind}: reset={value!r} is not a boolean")
+    raise SimInputError(f"fault {kind}: {key}={value!r} is not a boolean")
 
 
 def _kib(kind: str, key: str, value) -> int:
@@ -167,7 +168,7 @@ def earlyoom(cluster, node: NodeInfo, opts: dict) -> str:
     killed the service), or stop it. A threshold the node's memory is already under is refused: earlyoom
     would at once kill the node's largest process (its dockerd) instead of modelling a Spark."""
     if set(opts) == {"stop"}:
-        if not _bool("earlyoom", opts["stop"]):
+        if not _bool("earlyoom", opts["stop"], "stop"):
             raise SimInputError("fault earlyoom: stop=false does nothing")
         cluster.exec(node.index, ["sh", "-c", _EARLYOOM_STOP, "sh", EARLYOOM_PID])
         return f"{node.name}: earlyoom stopped"

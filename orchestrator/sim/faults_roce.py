@@ -34,9 +34,9 @@ def spec_for(node: NodeInfo, opts: dict) -> node_roce.RoceSpec | None:
         raise SimInputError(f"fault roce: port={port!r} is not up or down")
     if port == "down":
         spec.hcas[hca]["1"].state = node_roce.DOWN
-    if not _bool("roce", opts.get("ipv4", "yes")):
+    if not _bool("roce", opts.get("ipv4", "yes"), "ipv4"):
         spec.hcas[hca]["1"].gids = spec.hcas[hca]["1"].gids[:2]
-    spec.device = _bool("roce", opts.get("device", "yes"))
+    spec.device = _bool("roce", opts.get("device", "yes"), "device")
     return spec
 
 
@@ -48,7 +48,7 @@ def roce(cluster, node: NodeInfo, opts: dict) -> str:
         if len(opts) > 1:
             raise SimInputError(USAGE)
         key = "reset" if "reset" in opts else "remove"
-        if not _bool("roce", opts[key]):
+        if not _bool("roce", opts[key], key):
             raise SimInputError(f"fault roce: {key}=false does nothing")
         made_with = bool((cluster.info() or {}).get("roce")) if key == "reset" else False
         spec = spec_for(node, {}) if made_with else None

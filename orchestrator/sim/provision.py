@@ -160,10 +160,9 @@ def write_inventory(path: Path, name: str, nodes: list[NodeInfo], key: Path, kno
     doc = CommentedMap()
     doc["cluster"] = f"sim-{name}"
     doc["head"] = nodes[0].name
-    doc["interconnect"] = CommentedMap(profile="tcp", socket_ifname=FABRIC_IFACE)
-    if roce:
-        doc["interconnect"] = CommentedMap(profile="roce", socket_ifname=FABRIC_IFACE, hca=SPARK_HCA,
-                                           gid_index=SPARK_GID_INDEX)
+    doc["interconnect"] = (CommentedMap(profile="roce", socket_ifname=FABRIC_IFACE, hca=SPARK_HCA,
+                                        gid_index=SPARK_GID_INDEX) if roce
+                           else CommentedMap(profile="tcp", socket_ifname=FABRIC_IFACE))
     doc["ssh"] = CommentedMap(user=user, port=22, key=str(key.resolve()),
                               known_hosts=str(known_hosts.resolve()))
     doc["nodes"] = [

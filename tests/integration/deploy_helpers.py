@@ -43,6 +43,16 @@ def recipe_variant(cluster: SimCluster, dest: Path, *, env: dict | None = None, 
     return dest
 
 
+def inventory_variant(cluster: SimCluster, dest: Path, **interconnect) -> str:
+    """The cluster's inventory with these interconnect keys changed, written to `dest` (never the original)."""
+    yaml = YAML()
+    doc = yaml.load(cluster.inventory_path.read_text())
+    doc["interconnect"].update(interconnect)
+    with dest.open("w") as handle:
+        yaml.dump(doc, handle)
+    return str(dest)
+
+
 def node_docker(cluster: SimCluster, node: int | str, *argv: str, check: bool = False):
     return cluster.exec(node, ["docker", *argv], check=check)
 

@@ -15,21 +15,12 @@ import json
 import pytest
 from ruamel.yaml import YAML
 
-from deploy_helpers import assert_up_refuses, our_containers, spark_deploy
+from deploy_helpers import assert_up_refuses, inventory_variant, our_containers, spark_deploy
 from orchestrator.sim.state import FABRIC_IFACE, FABRIC_IFACE_2, MGMT_IFACE
 
 pytestmark = pytest.mark.integration
 
 FABRIC_CHECKS = ("fabric-ip", "socket-ifname", "mtu-parity", "fabric-reach")
-
-
-def inventory_variant(cluster, dest, **interconnect) -> str:
-    yaml = YAML()
-    doc = yaml.load(cluster.inventory_path.read_text())
-    doc["interconnect"].update(interconnect)
-    with dest.open("w") as handle:
-        yaml.dump(doc, handle)
-    return str(dest)
 
 
 def preflight(cluster, inventory, *checks: str) -> tuple[int, dict]:

@@ -54,6 +54,13 @@ def up(cluster, recipe, *extra, env=None):
     return spark_deploy("up", recipe, "-i", cluster.inventory_path, *extra, env=env, timeout=600)
 
 
+def up_in_turn(cluster, *recipes) -> None:
+    """Each recipe deployed after the other, each up succeeding: one release each, the last serving."""
+    for recipe in recipes:
+        result = up(cluster, recipe)
+        assert result.returncode == 0, result.stderr + result.stdout
+
+
 def test_a_failed_up_restores_the_serving_release_and_history_says_so(fresh, tmp_path):
     cluster = fresh
     a = recipe_variant(cluster, tmp_path / "a.yaml")
@@ -124,9 +131,7 @@ def test_rollback_serves_the_recorded_argv_and_refuses_when_a_node_lost_the_imag
     a = recipe_variant(cluster, tmp_path / "a.yaml")
     b = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
     c = image_recipe(cluster, tmp_path / "c.yaml", "vllm-sim:rollback-v2", v2, vllm={"max_model_len": 1024})
-    for recipe in (a, b):
-        result = up(cluster, recipe)
-        assert result.returncode == 0, result.stderr + result.stdout
+    up_in_turn(cluster, a, b)
 
     back = spark_deploy("rollback", "1", "-i", cluster.inventory_path, timeout=600)
     assert back.returncode == 0, back.stderr + back.stdout
@@ -145,9 +150,7 @@ def test_rollback_serves_the_recorded_argv_and_refuses_when_a_node_lost_the_imag
     assert completion(cluster)
 
     # release 4 runs the derived image; release 5 goes back to a: release 4's containers are kept, stopped
-    for recipe in (c, a):
-        result = up(cluster, recipe)
-        assert result.returncode == 0, result.stderr + result.stdout
+    up_in_turn(cluster, c, a)
     kept = node_docker(cluster, 2, "ps", "-aq", "--filter", f"ancestor={v2}", check=True).stdout.split()
     assert kept, "release 4's container must be kept on node 2"
     node_docker(cluster, 2, "rm", *kept, check=True)
@@ -201,9 +204,7 @@ def test_prune_frees_what_it_reports_and_never_touches_the_serving_release(fresh
     old = derive_image(cluster, 1, "vllm-sim:latest", "vllm-sim:prune-old", extra_mb=24)
     c = image_recipe(cluster, tmp_path / "c.yaml", "vllm-sim:prune-old", old, vllm={"max_model_len": 1024})
     a = recipe_variant(cluster, tmp_path / "a.yaml")
-    for recipe in (c, a):
-        result = up(cluster, recipe)
-        assert result.returncode == 0, result.stderr + result.stdout
+    up_in_turn(cluster, c, a)
     serving_before = started_at(cluster)
 
     def df_total(node: int) -> int:
@@ -232,9 +233,7 @@ def test_rollback_shows_an_inventory_change_and_refuses_a_moved_model(fresh, tmp
     cluster = fresh
     a = recipe_variant(cluster, tmp_path / "a.yaml")
     b = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
-    for recipe in (a, b):
-        result = up(cluster, recipe)
-        assert result.returncode == 0, result.stderr + result.stdout
+    up_in_turn(cluster, a, b)
     yaml = YAML()
     doc = yaml.load(cluster.inventory_path.read_text())
     doc["nodes"][1].setdefault("env", {})["NCCL_DEBUG"] = "WARN"
@@ -322,9 +321,7 @@ def test_prune_with_a_node_unreachable_names_it_and_leaves_the_serving_and_kept_
     cluster = fresh
     a = recipe_variant(cluster, tmp_path / "a.yaml")
     b = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
-    for recipe in (a, b):
-        result = up(cluster, recipe)
-        assert result.returncode == 0, result.stderr + result.stdout
+    up_in_turn(cluster, a, b)
 
     def kept(node: int) -> list[str]:  # release 1's stopped containers
         return sorted(node_docker(cluster, node, "ps", "-a", "--filter", "status=exited", "--filter",

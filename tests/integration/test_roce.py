@@ -13,24 +13,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from ruamel.yaml import YAML
 
-from deploy_helpers import node_docker, spark_deploy
+from deploy_helpers import inventory_variant, node_docker, spark_deploy
 from orchestrator.sim import node_roce
-from orchestrator.sim.state import FABRIC_IFACE
 
 pytestmark = pytest.mark.integration
 
 
 def roce_inventory(cluster, dest, **link) -> str:
     """The cluster's inventory on profile roce (the Spark's HCA and GID index unless `link` says else)."""
-    yaml = YAML()
-    doc = yaml.load(cluster.inventory_path.read_text())
-    doc["interconnect"] = {"profile": "roce", "socket_ifname": FABRIC_IFACE, "hca": node_roce.SPARK_HCA,
-                           "gid_index": node_roce.SPARK_GID_INDEX, **link}
-    with dest.open("w") as handle:
-        yaml.dump(doc, handle)
-    return str(dest)
+    return inventory_variant(cluster, dest, **{"profile": "roce", "hca": node_roce.SPARK_HCA,
+                                               "gid_index": node_roce.SPARK_GID_INDEX, **link})
 
 
 def roce_checks(cluster, inventory: str) -> tuple[int, dict]:

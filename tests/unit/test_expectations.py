@@ -108,14 +108,13 @@ INFO = {"spark-1": "INFO", "spark-2": "INFO"}
 
 
 def test_transport_is_not_judged_on_profile_tcp():
-    assert transport("tcp", INFO, {"spark-1": [SOCKET_LINE]}, final=True) is None
+    assert transport("tcp", INFO, {"spark-1": [SOCKET_LINE]}) is None
 
 
 def test_transport_ib_everywhere_is_ok_and_a_socket_fallback_fails_naming_the_node():
-    ok = transport("roce", INFO, {"spark-1": ["x", IB_LINE], "spark-2": [IB_LINE]}, final=True)
+    ok = transport("roce", INFO, {"spark-1": ["x", IB_LINE], "spark-2": [IB_LINE]})
     assert ok.status == "ok" and ok.per_node == {"spark-1": "NET/IB [0]rocep1s0f0:1/RoCE", "spark-2": "NET/IB [0]rocep1s0f0:1/RoCE"}
-    bad = transport("roce", INFO, {"spark-1": [IB_LINE], "spark-2": ["NCCL INFO NET/IB : No device found.", SOCKET_LINE]},
-                    final=False)  # a fallback is final as soon as it is printed
+    bad = transport("roce", INFO, {"spark-1": [IB_LINE], "spark-2": ["NCCL INFO NET/IB : No device found.", SOCKET_LINE]})
     assert bad.status == "failed" and "fell back to sockets on spark-2 (spark-2: NET/Socket [0]enp1s0f0np0:" in bad.detail
     assert "spark-1" not in bad.detail.split("(")[0]
 
@@ -124,9 +123,8 @@ def test_transport_without_its_line_cannot_judge_and_says_so():
     """No line is no evidence of a fallback (a container kept from before NCCL_DEBUG was rendered prints
     none): the check says it could not look, rather than failing a release that may be fine."""
     logs = {"spark-1": [IB_LINE], "spark-2": ["loading"]}
-    for final in (False, True):
-        got = transport("roce", INFO, logs, final=final)
-        assert got.status == "not applicable" and got.ok
-        assert got.detail.startswith("no NCCL transport line (NET/IB or NET/Socket) on spark-2: could not check")
-    quiet = transport("roce", {"spark-1": "INFO", "spark-2": "WARN"}, logs, final=True)
+    got = transport("roce", INFO, logs)
+    assert got.status == "not applicable" and got.ok
+    assert got.detail.startswith("no NCCL transport line (NET/IB or NET/Socket) on spark-2: could not check")
+    quiet = transport("roce", {"spark-1": "INFO", "spark-2": "WARN"}, logs)
     assert quiet.status == "not applicable" and quiet.ok and "NCCL_DEBUG is not INFO on spark-2" in quiet.detail

@@ -92,8 +92,7 @@ class Engine:
 
     def _metrics_lag(self, running: int) -> float:
         """How far a scrape may look back: SIM_METRICS_LAG steps of the batch as it runs now."""
-        pace = self.batch.pace if hasattr(self, "batch") else 1.0  # Metrics keeps its first state before there is a batch
-        return self.truth.metrics_lag * self.truth.step_seconds(max(running, 1)) * pace
+        return self.truth.metrics_lag * self.truth.step_seconds(max(running, 1)) * self.batch.pace
 
     def _until(self, deadline: float) -> None:
         if self.stalled.is_set():

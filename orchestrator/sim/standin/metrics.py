@@ -30,15 +30,16 @@ class Metrics:
         self.per_pos = [0] * spec_k
         self.running = self.waiting = 0
         self.rng = random.Random(seed * 104729 + 5)
-        self.history: deque[tuple[float, tuple]] = deque()
+        self.history: deque[tuple[float, tuple]] = deque([(time.monotonic(), self._state())])
         self.shown = 0.0  # the moment the last scrape saw
-        self.changed()
+
+    def _state(self) -> tuple:
+        return dict(self.c), dict(self.success), list(self.per_pos), self.running, self.waiting
 
     def changed(self) -> None:
         """Keep the state as it is now (call with the lock held, after every change)."""
         now = time.monotonic()
-        self.history.append((now, (dict(self.c), dict(self.success), list(self.per_pos), self.running,
-                                   self.waiting)))
+        self.history.append((now, self._state()))
         keep = now - max(2.0, 4 * self.lag_s(self.running))
         while len(self.history) > 1 and self.history[1][0] <= keep:
             self.history.popleft()

@@ -98,11 +98,10 @@ class Truth:
                             ("SIM_BATCH_ALPHA", truth.batch_alpha), ("SIM_METRICS_LAG", truth.metrics_lag)):
             if value < 0:
                 raise SimError(f"ValueError: {name} must be >= 0, got {value}")
-        for name, value in (("SIM_STEP_JITTER", truth.step_jitter), ("SIM_PACE_SD", truth.pace_sd),
-                            ("SIM_FIRST_CHUNK_P", truth.first_chunk_p)):
-            if not 0 <= value <= (1 if name == "SIM_FIRST_CHUNK_P" else 0.3):
-                raise SimError(f"ValueError: {name} must be in [0, {1 if name == 'SIM_FIRST_CHUNK_P' else 0.3}], "
-                               f"got {value}")
+        for name, value, top in (("SIM_STEP_JITTER", truth.step_jitter, 0.3), ("SIM_PACE_SD", truth.pace_sd, 0.3),
+                                 ("SIM_FIRST_CHUNK_P", truth.first_chunk_p, 1)):
+            if not 0 <= value <= top:
+                raise SimError(f"ValueError: {name} must be in [0, {top}], got {value}")
         return truth
 
     def line(self) -> str:
