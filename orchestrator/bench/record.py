@@ -10,11 +10,11 @@ import time
 
 from ..config.inventory import Inventory
 from ..releases import store
-from ..releases.guard import holding_lock
+from ..operation import AuditAction, Operation, OperationRefused, Outcome
 from ..releases.lock import LockError
 from ..runner.events import Events
 from ..runner.sinks import TerminalSink
-from ..transport.group import Cluster, GroupError
+from ..transport.group import GroupError
 from ..transport.node import NodeError
 from .report import BenchResult
 
@@ -51,18 +51,15 @@ def headline_text(bench: dict | None) -> str:
 
 
 def record(result: BenchResult, inventory: Inventory, release_id: int, console) -> None:
-    cluster = Cluster(inventory)
+    """The results written into the release's record on every node, under the deploy lock."""
     try:
-        cluster.open()
-        with holding_lock(cluster, inventory, Events(TerminalSink(console)), ttl=120):
-            hist = store.read_history(cluster, inventory)
-            release = hist.get(release_id)
+        with Operation(inventory, Events(TerminalSink(console)), AuditAction.BENCH_RECORD, ttl=120) as op:
+            release = op.state.history.get(release_id)
             if release is None:
                 raise NotRecorded(f"release {release_id} is no longer in the history")
-            store.write_release(cluster, inventory, release.touch(bench=summary(result)))
+            store.write_release(op.cluster, inventory, release.touch(bench=summary(result)))
+            op.done(Outcome.OK, f"bench results recorded with release {release_id}", release=release_id)
     except LockError as exc:
         raise NotRecorded(f"the deploy lock is held ({exc}): results not recorded with release {release_id}") from None
-    except (NodeError, GroupError) as exc:
+    except (NodeError, GroupError, OperationRefused) as exc:
         raise NotRecorded(f"results not recorded with release {release_id}: {exc}") from None
-    finally:
-        cluster.close()

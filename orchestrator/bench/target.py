@@ -11,11 +11,8 @@ from dataclasses import dataclass
 
 from ..config.inventory import Inventory
 from ..config.load import Deployment
-from ..docker_cli.containers import ours
 from ..http_api.endpoint import Endpoint
-from ..releases import store
-from ..releases.serving import serving_release
-from ..transport.group import Cluster, GroupError
+from ..operation import Observation, OperationRefused, Reach
 from ..transport.node import NodeError
 from .headers import HeaderError, Headers, read_headers
 
@@ -40,29 +37,21 @@ class Target:
                 "recipe": self.recipe, "release": self.release}
 
 
-def _serving_on(cluster: Cluster, inv: Inventory):
-    """The release serving now on an opened-as-far-as-it-goes cluster (every node must answer)."""
-    alive, unreachable = cluster.open_reachable()
-    if unreachable:
-        raise TargetError("unreachable: " + "; ".join(f"{n}: {e}" for n, e in unreachable.items()))
-    hist = store.read_history(cluster, inv, alive)
-    try:
-        containers = cluster.each(ours, alive)
-    except GroupError as exc:
-        raise TargetError("cannot list containers: " + "; ".join(
-            f"{n}: {e}" for n, e in exc.failures.items())) from None
-    return serving_release(hist.releases, containers, inv.cluster)
+def _serving(seen) -> object:
+    """The serving release as the observation read it (every node must have answered)."""
+    state = seen.state
+    if not state.serving_known:
+        raise TargetError("cannot tell what serves: " + "; ".join(state.problems()))
+    return state.serving
 
 
 def serving_now(inv: Inventory):
     """The release serving on the inventory's cluster now (releases.record.Release), or None."""
-    cluster = Cluster(inv)
     try:
-        return _serving_on(cluster, inv)
-    except NodeError as exc:
+        with Observation(inv, reach=Reach.ALL) as seen:
+            return _serving(seen)
+    except (OperationRefused, NodeError) as exc:
         raise TargetError(str(exc)) from None
-    finally:
-        cluster.close()
 
 
 def of_recipe(dep: Deployment, want_headers: bool = True) -> Target:
@@ -72,22 +61,22 @@ def of_recipe(dep: Deployment, want_headers: bool = True) -> Target:
     target = Target(url=Endpoint(head.address, recipe.serve.port).url, model=recipe.served_name,
                     draft_budget=spec.num_speculative_tokens if spec else None,
                     nodes=recipe.vllm.tensor_parallel_size, recipe=recipe.name)
-    cluster = Cluster(inv)
     try:
-        now = _serving_on(cluster, inv)
-        if now is None:
-            raise TargetError(f"no release serves on {inv.cluster}: deploy {recipe.name} with `spark-deploy up` first")
-        if now.recipe != recipe.name:
-            raise TargetError(f"release {now.id} of recipe {now.recipe!r} serves on {inv.cluster}, "
-                              f"not {recipe.name!r}")
-        target.release = now.id
-        if want_headers:
-            try:
-                target.headers = read_headers(cluster.head, head.hf_cache, recipe.model.repo, recipe.model.revision)
-            except (HeaderError, NodeError) as exc:
-                target.headers_error = str(exc)
-    except NodeError as exc:
+        with Observation(inv, reach=Reach.ALL) as seen:
+            now = _serving(seen)
+            if now is None:
+                raise TargetError(f"no release serves on {inv.cluster}: deploy {recipe.name} with `spark-deploy up` "
+                                  "first")
+            if now.recipe != recipe.name:
+                raise TargetError(f"release {now.id} of recipe {now.recipe!r} serves on {inv.cluster}, "
+                                  f"not {recipe.name!r}")
+            target.release = now.id
+            if want_headers:
+                try:
+                    target.headers = read_headers(seen.cluster.head, head.hf_cache, recipe.model.repo,
+                                                  recipe.model.revision)
+                except (HeaderError, NodeError) as exc:
+                    target.headers_error = str(exc)
+    except (OperationRefused, NodeError) as exc:
         raise TargetError(str(exc)) from None
-    finally:
-        cluster.close()
     return target

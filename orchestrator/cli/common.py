@@ -79,6 +79,8 @@ def exit_codes() -> Iterator[None]:
     from typer.exceptions import Abort, Exit, TyperException
 
     from ..bugs import unexpected
+    from ..operation import OperationRefused
+    from ..releases.lock import LockError
 
     try:
         yield
@@ -91,7 +93,7 @@ def exit_codes() -> Iterator[None]:
         _debug(exc)
         err.print(f"[bold red]error[/]: {_escape(str(exc))}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    except Failed as exc:
+    except (Failed, OperationRefused, LockError) as exc:  # the nodes or the lock said no: nothing was changed
         _debug(exc)
         err.print(f"[bold red]failed[/]: {_escape(str(exc))}")
         raise typer.Exit(EXIT_FAILED) from None

@@ -19,10 +19,13 @@ from ..deploy import prune as prune_mod
 from ..deploy import rollback as rollback_mod
 from ..deploy.up import UpOptions
 from ..docker_cli.containers import ours
+from ..operation import AuditAction, Locking, Observation, Operation, OperationRefused, Outcome, Reach
 from ..releases import audit as audit_mod
 from ..releases import lock as lock_mod
 from ..releases import store
 from ..releases.serving import serving_release
+from ..runner.events import Events
+from ..runner.sinks import TerminalSink
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeError
 from .common import Failed, InventoryOpt, JsonOpt, emit_json, err, exit_codes, out
@@ -49,21 +52,18 @@ def history(inventory: InventoryOpt = Path("inventory.yaml"), as_json: JsonOpt =
     Example: spark-deploy history --json
     """
     with exit_codes():
-        inv, cluster, alive, unreachable = _open(inventory)
-        try:
-            hist = store.read_history(cluster, inv, alive)
-            try:
-                containers = cluster.each(ours, alive)
-            except GroupError as exc:
-                containers = dict(exc.results)
-        finally:
-            cluster.close()
-        now = serving_release(hist.releases, containers, inv.cluster) if not unreachable else None
+        inv, _ = load_inventory(inventory)
+        with Observation(inv) as seen:
+            state = seen.state
+        hist, unreachable = state.history, {**state.unreachable, **state.unread}
+        now = state.serving if state.serving_known else None
         for node, why in unreachable.items():
-            err.print(f"[yellow]warning[/]: {escape(node)} unreachable, its copy of the history was not read: "
+            err.print(f"[yellow]warning[/]: {escape(node)} not read, its copy of the history was not read: "
                       f"{escape(str(why))}")
         for node, notes in hist.disagreements.items():
-            err.print(f"[yellow]warning[/]: {escape(node)}'s copy of the history disagrees: {escape('; '.join(notes))}")
+            if node not in unreachable:
+                err.print(f"[yellow]warning[/]: {escape(node)}'s copy of the history disagrees: "
+                          f"{escape('; '.join(notes))}")
         if as_json:
             emit_json([{"id": r.id, "plan_hash": r.plan_hash, "recipe": r.recipe, "image_id": r.image_id,
                         "outcome": str(r.outcome), "outcome_text": r.outcome_text(), "failed_phase": r.failed_phase,
@@ -149,8 +149,9 @@ def lock(
     """
     with exit_codes():
         inv, _ = load_inventory(inventory)
-        with Cluster(inv) as cluster:
-            held = lock_mod.read_lock(cluster.head, inv)
+        with Operation(inv, Events(TerminalSink(err)), AuditAction.LOCK_RELEASE, reach=Reach.HEAD,
+                       lock=Locking.NONE) as op:
+            held = op.state.lock
             why = lock_mod.stale_reason(held) if isinstance(held, lock_mod.LockDetails) else (
                 "unreadable" if held is not None else None)
             if action is LockAction.STATUS:
@@ -167,11 +168,11 @@ def lock(
                 out.print("not held: nothing to release")
                 return
             if why is None and not force:
+                op.done(Outcome.REFUSED, f"held by a live owner ({held.describe()}) and no --force")
                 raise Failed(f"the lock is held by a live owner ({held.describe()}): --force releases it anyway")
-            lock_mod.force_release(cluster.head, inv)
-            audit_mod.append(cluster, inv, audit_mod.entry(
-                "lock-release", "released", detail=(f"stale: {why}" if why else "forced") + f"; was held by "
-                f"{held.describe() if isinstance(held, lock_mod.LockDetails) else 'unreadable'}"))
+            lock_mod.force_release(op.cluster.head, inv)
+            op.done("released", (f"stale: {why}" if why else "forced") + "; was held by "
+                    f"{held.describe() if isinstance(held, lock_mod.LockDetails) else 'unreadable'}")
             out.print("released")
 
 
@@ -229,7 +230,7 @@ def prune(
         events = _events(as_json)
         try:
             result = prune_mod.prune(inv, keep, events)
-        except (lock_mod.LockError, NodeError, GroupError) as exc:
+        except (lock_mod.LockError, NodeError, GroupError, OperationRefused) as exc:
             events.result(False, error=str(exc))
             events.close()
             raise Failed(str(exc)) from exc

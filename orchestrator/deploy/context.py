@@ -56,6 +56,7 @@ class UpContext:
     sample: str = ""
     expectations: list = field(default_factory=list)
     lock: object = None  # releases.lock.DeployLock while held
+    lock_owned: bool = True  # False: an enclosing operation holds the lock; this `up` must not release it
     history: object = None  # releases.store.History as read at the start
     release: object = None  # releases.record.Release: this run's record
     replaces: object = None  # the Release whose containers this run stops

@@ -6,18 +6,16 @@ exactly what is left and where, and the command exits 1.
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from ..config.inventory import Inventory
-from ..docker_cli.containers import Container, ours, remove_container
-from ..releases import audit, store
-from ..releases.guard import holding_lock
+from ..docker_cli.containers import Container, remove_container
+from ..operation import AuditAction, Locking, Operation, Outcome, Reach
+from ..releases import store
 from ..releases.record import ReleaseOutcome
-from ..releases.serving import serving_release
 from ..render.spec import secrets_dir
 from ..runner.events import Events, Kind
-from ..transport.group import Cluster, GroupError
+from ..transport.group import GroupError
 from ..transport.node import NodeConnection
 
 
@@ -50,34 +48,25 @@ def forget_stale_secrets(conn: NodeConnection, where: tuple[str, str]) -> None:
 
 
 def down(inventory: Inventory, recipe: str | None, events: Events) -> DownResult:
+    """Under the deploy lock when the head answers; without it (said loudly) when only peers do — a peer
+    left running alone holds memory for nothing, so what can be reached is removed either way."""
     result = DownResult()
-    cluster = Cluster(inventory)
-    try:
-        alive, failures = cluster.open_reachable()
-        result.unreachable = {node: str(exc) for node, exc in failures.items()}
-        with ExitStack() as held:
-            if any(c.name == inventory.head for c in alive):
-                held.enter_context(holding_lock(cluster, inventory, events))
-            else:
-                events.warn(f"the head {inventory.head} is unreachable: removing what can be reached without the "
-                            "deploy lock")
-            _down_locked(cluster, inventory, recipe, events, alive, result)
-    finally:
-        cluster.close()
+    with Operation(inventory, events, AuditAction.DOWN, reach=Reach.ANY, lock=Locking.IF_HEAD_ANSWERS) as op:
+        result.unreachable = dict(op.unreachable)
+        _down_locked(op, recipe, events, result)
     for node, why in result.unreachable.items():
         result.failed.setdefault(node, f"unreachable, its containers (if any) were not removed: {why}")
     return result
 
 
-def _down_locked(cluster: Cluster, inventory: Inventory, recipe: str | None, events: Events,
-                 alive: list[NodeConnection], result: DownResult) -> None:
-    try:
-        found = cluster.each(lambda c: ours(c, recipe), alive)
-    except GroupError as exc:
-        found = dict(exc.results)
-        result.unreachable.update({n: str(e) for n, e in exc.failures.items()})
+def _down_locked(op: Operation, recipe: str | None, events: Events, result: DownResult) -> None:
+    inventory, cluster, state = op.inventory, op.cluster, op.state
+    found = {n: [c for c in cs if recipe is None or (c.ours and c.ours.recipe == recipe)]
+             for n, cs in state.containers.items()}
+    result.unreachable.update({n: why for n, why in state.unread.items() if n not in found})
+    alive = [c for c in op.alive if c.name in found]
     files = stale_secret_files(inventory, recipe)
-    for group in teardown_order([c.name for c in alive if c.name in found], inventory.head):
+    for group in teardown_order([c.name for c in alive], inventory.head):
         targets = [cluster[n] for n in group if found.get(n)]
         try:
             cluster.each(lambda conn: _remove_all(conn, found[conn.name], result, events), targets)
@@ -85,29 +74,26 @@ def _down_locked(cluster: Cluster, inventory: Inventory, recipe: str | None, eve
             for node, error in exc.failures.items():
                 result.failed.setdefault(node, str(error))
     try:
-        cluster.each(lambda conn: forget_stale_secrets(conn, files[conn.name]),
-                     [c for c in alive if c.name in found])
+        cluster.each(lambda conn: forget_stale_secrets(conn, files[conn.name]), alive)
     except GroupError as exc:
         for node, error in exc.failures.items():
             events.warn(f"could not remove a stale secrets env-file in {files[node][0]}: {error}", node)
-    _record_stopped(cluster, inventory, events, alive, found, result)
+    _record_stopped(op, recipe, found, result)
 
 
-def _record_stopped(cluster: Cluster, inventory: Inventory, events: Events, alive: list[NodeConnection],
-                    found: dict, result: DownResult) -> None:
-    """The release that served is now "stopped" in the history; one audit line either way."""
-    stopped = None
-    try:
-        history = store.read_history(cluster, inventory, alive)
-        stopped = serving_release(history.releases, found, inventory.cluster)
-        if stopped is not None and result.ok:
-            store.write_release(cluster, inventory, stopped.touch(outcome=ReleaseOutcome.STOPPED), alive)
-    except Exception as exc:  # noqa: BLE001 - the containers are gone either way; the record is named
-        events.warn(f"could not record the stopped release: {exc}")
-    audit.append(cluster, inventory, audit.entry(
-        "down", "ok" if result.ok else "incomplete", release=stopped.id if stopped else None,
-        detail=f"removed {len(result.removed)} container(s)" + ("" if result.ok else f"; left: {result.failed}")),
-        alive)
+def _record_stopped(op: Operation, recipe: str | None, found: dict, result: DownResult) -> None:
+    """The release that served is now "stopped" in the history; the operation's audit line either way."""
+    stopped = op.state.serving
+    if stopped is not None and recipe is not None and stopped.recipe != recipe:
+        stopped = None  # another recipe serves: this `down` did not touch it
+    if stopped is not None and result.ok:
+        try:
+            store.write_release(op.cluster, op.inventory, stopped.touch(outcome=ReleaseOutcome.STOPPED),
+                                [c for c in op.alive if c.name in found])
+        except Exception as exc:  # noqa: BLE001 - the containers are gone either way; the record is named
+            op.events.warn(f"could not record the stopped release: {exc}")
+    op.done(Outcome.OK if result.ok else Outcome.INCOMPLETE, f"removed {len(result.removed)} container(s)",
+            release=stopped.id if stopped else None, nodes=dict(result.failed))
 
 
 def _remove_all(conn: NodeConnection, containers: list[Container], result: DownResult, events: Events) -> None:

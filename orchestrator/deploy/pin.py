@@ -13,10 +13,9 @@ from ..config.edit import set_image_id
 from ..config.inventory import Inventory
 from ..config.recipe import Recipe
 from ..docker_cli.images import ImageIdentity, inspect_image
-from ..releases import audit
-from ..releases.lock import DeployLock
-from ..transport.group import Cluster, GroupError
-from ..transport.node import NodeConnection
+from ..operation import AuditAction, Operation, Outcome, Reach
+from ..runner.events import Events
+from ..transport.node import NodeConnection, NodeError
 
 
 class PinOutcome(StrEnum):
@@ -40,25 +39,20 @@ def read_identity(conn: NodeConnection, ref: str) -> ImageIdentity | None:
     return inspect_image(conn, ref)
 
 
-def pin(recipe_path: str | Path, recipe: Recipe, inventory: Inventory, node: str, replace: bool) -> PinResult:
+def pin(recipe_path: str | Path, recipe: Recipe, inventory: Inventory, node: str, replace: bool,
+        events: Events | None = None) -> PinResult:
     """Under the deploy lock (an `up` reading this recipe must not see it change half way), with an
-    audit line on the head and the node read from."""
-    cluster = Cluster(inventory)
-    conns = [cluster[inventory.head]] + ([cluster[node]] if node != inventory.head else [])
-    try:
-        cluster.each(lambda c: c.open(), conns)
-        lock = DeployLock(cluster[inventory.head], inventory, audit.command_line(), ttl=300).acquire()
+    audit line; the head (the lock) and the node read from must answer, the others need not."""
+    with Operation(inventory, events or Events(), AuditAction.PIN, reach=Reach.HEAD, ttl=300) as op:
+        if node in op.unreachable:
+            raise NodeError(node, f"unreachable: {op.unreachable[node]}")
         try:
-            result = _pin(recipe_path, recipe, cluster[node], replace)
-            audit.append(cluster, inventory, audit.entry("pin", str(result.outcome), detail=f"{recipe_path}: "
-                         f"image.id {result.found.id} (from {node})"), conns)
-            return result
-        finally:
-            lock.release()
-    except GroupError as exc:
-        raise next(iter(exc.failures.values())) from None
-    finally:
-        cluster.close()
+            result = _pin(recipe_path, recipe, op.cluster[node], replace)
+        except PinRefused as exc:
+            op.done(Outcome.REFUSED, str(exc))
+            raise
+        op.done(result.outcome, f"{recipe_path}: image.id {result.found.id} (from {node})")
+        return result
 
 
 def _pin(recipe_path: str | Path, recipe: Recipe, conn: NodeConnection, replace: bool) -> PinResult:

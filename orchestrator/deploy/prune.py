@@ -14,13 +14,11 @@ from ..config.inventory import Inventory
 from ..docker_cli.containers import Container, list_containers, ours, remove_container
 from ..docker_cli.disk import disk_usage
 from ..docker_cli.images import inspect_image
-from ..releases import audit, store
-from ..releases.guard import holding_lock
+from ..operation import AuditAction, Operation, Outcome, Reach
 from ..releases.record import Release
-from ..releases.serving import ever_served, serving_release
 from ..runner.events import Events, Kind
-from ..transport.group import Cluster, GroupError
-from ..transport.node import NodeConnection, NodeError
+from ..transport.group import GroupError
+from ..transport.node import NodeConnection
 
 
 @dataclass
@@ -47,14 +45,6 @@ class PruneResult:
         return not self.unreachable and not any(n.error for n in self.nodes.values())
 
 
-def kept_releases(releases: list[Release], serving: Release | None, keep: int) -> list[Release]:
-    """Pure: the serving release plus the `keep` newest releases that served (newest first)."""
-    chosen = [r for r in releases if ever_served(r)][:keep]
-    if serving is not None and serving not in chosen:
-        chosen.insert(0, serving)
-    return chosen
-
-
 def to_remove(containers: list[Container], kept: list[Release], cluster: str | None = None) -> list[Container]:
     """Pure: our stopped containers that belong to no kept release (by the run label they carry); with
     `cluster`, only that cluster's (the same machines may serve another inventory)."""
@@ -64,38 +54,32 @@ def to_remove(containers: list[Container], kept: list[Release], cluster: str | N
 
 
 def prune(inventory: Inventory, keep: int, events: Events) -> PruneResult:
-    cluster = Cluster(inventory)
-    try:
-        alive, failures = cluster.open_reachable()
-        if not any(c.name == inventory.head for c in alive):
-            raise NodeError(inventory.head, "unreachable: prune needs the deploy lock on the head "
-                                            f"({failures.get(inventory.head)})")
-        with holding_lock(cluster, inventory, events):
-            history = store.read_history(cluster, inventory, alive)
-            containers = cluster.each(ours, alive)
-            serving = serving_release(history.releases, containers, inventory.cluster)
-            kept = kept_releases(history.releases, serving, keep)
-            result = PruneResult([r.id for r in kept], serving.id if serving else None,
-                                 unreachable={n: str(e) for n, e in failures.items()})
-            kept_images = {r.image_id for r in kept}
-            old_images = {r.image_id for r in history.releases} - kept_images
+    """On the nodes that answer (the head must: the lock lives there); an unreachable one is named, left as
+    it is, and makes the result incomplete."""
+    with Operation(inventory, events, AuditAction.PRUNE, reach=Reach.HEAD) as op:
+        state = op.state
+        serving = state.serving
+        kept = state.kept(keep)
+        result = PruneResult([r.id for r in kept], serving.id if serving else None, unreachable=dict(op.unreachable))
+        kept_images = {r.image_id for r in kept}
+        old_images = {r.image_id for r in state.releases} - kept_images
+        readable = [c for c in op.alive if c.name in state.containers]
+        result.unreachable.update({n: why for n, why in state.unread.items() if n not in state.containers})
 
-            def one(conn: NodeConnection) -> NodePruned:
-                return _prune_node(conn, to_remove(containers[conn.name], kept, inventory.cluster), old_images,
-                                   kept_images, events)
+        def one(conn: NodeConnection) -> NodePruned:
+            return _prune_node(conn, to_remove(state.containers[conn.name], kept, inventory.cluster), old_images,
+                               kept_images, events)
 
-            try:
-                result.nodes = cluster.each(one, alive)
-            except GroupError as exc:
-                result.nodes = dict(exc.results)
-                result.nodes.update({n: NodePruned(error=str(e)) for n, e in exc.failures.items()})
-            audit.append(cluster, inventory, audit.entry(
-                "prune", "ok" if result.ok else "incomplete", detail=f"kept releases {result.kept}; freed "
-                f"{result.freed} bytes; " + "; ".join(f"{n}: {len(p.containers)} container(s), {len(p.images)} "
-                                                      f"image(s)" for n, p in result.nodes.items())), alive)
-            return result
-    finally:
-        cluster.close()
+        try:
+            result.nodes = op.cluster.each(one, readable)
+        except GroupError as exc:
+            result.nodes = dict(exc.results)
+            result.nodes.update({n: NodePruned(error=str(e)) for n, e in exc.failures.items()})
+        op.done(Outcome.OK if result.ok else Outcome.INCOMPLETE,
+                f"kept releases {result.kept}; freed {result.freed} bytes; " + "; ".join(
+                    f"{n}: {len(p.containers)} container(s), {len(p.images)} image(s)" for n, p in result.nodes.items()),
+                nodes={n: p.error for n, p in result.nodes.items() if p.error}, kept=result.kept, freed=result.freed)
+        return result
 
 
 def _prune_node(conn: NodeConnection, containers: list[Container], old_images: set[str], kept_images: set[str],

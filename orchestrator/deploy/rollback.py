@@ -14,15 +14,14 @@ from dataclasses import dataclass
 
 from ..config.load import Deployment, load_inventory
 from ..checks.model_cache import revision_on
-from ..docker_cli.containers import list_containers, ours
-from ..releases import store
+from ..docker_cli.containers import list_containers
+from ..operation import ClusterState, Observation, Reach
 from ..releases.record import Release
-from ..releases.serving import rollback_target, serving_release
+from ..releases.serving import rollback_target
 from ..render.labels import Label
 from ..render.plan import Plan, build_plan
 from ..runner.events import Phase
 from ..runner.runner import StepFailed
-from ..transport.group import Cluster
 from .context import UpContext
 from .restore import Kept, recorded_deployment
 from .steps_prepare import NoUndo
@@ -41,15 +40,18 @@ class RollbackPlan:
     changes: list[str]  # side-by-side differences when today's inventory changes the plan; [] = identical
 
 
-def prepare(inventory_path: str, wanted: int | None) -> RollbackPlan:
-    """Read the history from the nodes, choose the target, rebuild its plan. Read only."""
-    inventory, _ = load_inventory(inventory_path)
-    with Cluster(inventory) as cluster:
-        history = store.read_history(cluster, inventory)
-        containers = cluster.each(ours)
-    current = serving_release(history.releases, containers, inventory.cluster)
+def prepare(inventory_path: str, wanted: int | None, state: ClusterState | None = None) -> RollbackPlan:
+    """Choose the target from the cluster's state (read now, every node, unless an enclosing operation
+    passes the one it read) and rebuild its plan. Read only."""
+    if state is None:
+        inventory, _ = load_inventory(inventory_path)
+        with Observation(inventory, reach=Reach.ALL) as seen:
+            state = seen.state
+    if not state.serving_known:
+        raise RollbackRefused("cannot tell what serves: " + "; ".join(state.problems()))
+    current = state.serving
     try:
-        target = rollback_target(history.releases, current, wanted)
+        target = rollback_target(state.releases, current, wanted)
     except ValueError as exc:
         raise RollbackRefused(str(exc)) from None
     dep = recorded_deployment(target, inventory_path)

@@ -18,6 +18,7 @@ from ..docker_cli.containers import list_containers, remove_container
 from ..releases import audit, store
 from ..releases.guard import report_takeover
 from ..releases.lock import DeployLock, LockError
+from ..operation.operation import held_lock
 from ..releases.record import ModelSeen, RankRecord, Release, ReleaseOutcome, who
 from ..render.labels import Label
 from ..runner.events import Kind, Phase
@@ -30,6 +31,11 @@ class TakeLock(NoUndo):
     phase, detail = Phase.LOCK, "the deploy lock on the head node"
 
     def run(self, ctx: UpContext) -> None:
+        held = held_lock(ctx.dep.inventory)
+        if held is not None:  # an enclosing operation holds it (`maintenance end` bringing a release back)
+            ctx.lock, ctx.lock_owned = held, False
+            ctx.history = read_and_repair(ctx)
+            return
         ttl = max(ctx.opts.ready_timeout, ctx.opts.listen_timeout) + 600
         lock = DeployLock(ctx.cluster.head, ctx.dep.inventory, audit.command_line(), ttl, run_id=ctx.plan.run_id)
         try:

@@ -171,7 +171,7 @@ def _after_failure(ctx: UpContext, failure: StepFailed) -> None:
 
 
 def _release_lock(ctx: UpContext) -> None:
-    if ctx.lock is None:
+    if ctx.lock is None or not ctx.lock_owned:
         return
     try:
         ctx.lock.release()

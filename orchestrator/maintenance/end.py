@@ -22,21 +22,13 @@ from ..config.source import ConfigError
 from ..deploy import rollback as rollback_mod
 from ..deploy.up import DeployFailed, UpOptions, UpResult
 from ..deploy.up import up as run_up
-from ..releases import audit
-from ..releases.guard import holding_lock
+from ..operation import AuditAction, Operation, Outcome, Reach
 from ..runner.events import Events
 from ..transport.cancel import signals_interrupt
-from ..transport.group import Cluster
 from . import store
 from .baseline import Baseline, WindowState, said
 from .diff import ADVICE
-from .window import (
-    MaintenanceError,
-    MaintenanceInput,
-    VerifyResult,
-    open_window,
-    verify,
-)
+from .window import MaintenanceError, VerifyResult, verify_open
 
 
 class EndOutcome(StrEnum):
@@ -79,32 +71,39 @@ def refusal(v: VerifyResult) -> str | None:
 
 def end(inventory_path: str, recipe: str | None, events: Events, yes: bool = False,
         ready_timeout: float = 5400.0, on_verified: Callable[[VerifyResult], None] | None = None) -> EndResult:
-    """`on_verified` sees the drift before anything is started (the CLI prints it there)."""
-    v = verify(inventory_path, recipe)
-    if on_verified is not None:
-        on_verified(v)
-    why = refusal(v)
-    if why and not yes:
-        raise EndRefused(f"{why}. Nothing was started; `maintenance end --yes` goes on anyway")
-    base = v.baseline
-    if base.release is None:
-        result = EndResult(v, EndOutcome.NOTHING_SERVED, "nothing served when the window began")
-    elif v.serves_again:
-        result = EndResult(v, EndOutcome.STILL_SERVING, f"release {v.serving_now.id} serves the baseline's plan "
-                                                        f"{base.plan_hash}: nothing to bring back")
-    else:
-        result = _bring_back(v, inventory_path, events, yes, ready_timeout)
-    if result.ok:
-        result.closed = close(inventory_path, base, result, events)
-    else:
-        _audit_failure(inventory_path, base, result)
-    return result
+    """One operation from the verify to the window closed: the lock is held throughout (the rollback inside
+    reuses it), so nothing can replace the window or the release between the look and the close.
+    `on_verified` sees the drift before anything is started (the CLI prints it there)."""
+    inventory, _ = load_inventory(inventory_path)
+    with Operation(inventory, events, AuditAction.MAINTENANCE_END, reach=Reach.HEAD) as op:
+        v = verify_open(op, inventory_path, recipe)
+        if on_verified is not None:
+            on_verified(v)
+        why = refusal(v)
+        if why and not yes:
+            op.done(Outcome.REFUSED, why, release=v.baseline.release)
+            raise EndRefused(f"{why}. Nothing was started; `maintenance end --yes` goes on anyway")
+        base = v.baseline
+        if base.release is None:
+            result = EndResult(v, EndOutcome.NOTHING_SERVED, "nothing served when the window began")
+        elif v.serves_again:
+            result = EndResult(v, EndOutcome.STILL_SERVING, f"release {v.serving_now.id} serves the baseline's plan "
+                                                            f"{base.plan_hash}: nothing to bring back")
+        else:
+            result = _bring_back(v, op, inventory_path, events, yes, ready_timeout)
+        if result.ok:
+            result.closed = _close(op, base, result)
+        else:
+            op.done(result.outcome, f"{said(base.reason)}; the window stays open: {result.detail}"[:900],
+                    release=base.release, **_window_fields(base, result, None))
+        return result
 
 
-def _bring_back(v: VerifyResult, inventory_path: str, events: Events, yes: bool, ready_timeout: float) -> EndResult:
+def _bring_back(v: VerifyResult, op: Operation, inventory_path: str, events: Events, yes: bool,
+                ready_timeout: float) -> EndResult:
     base = v.baseline
     try:
-        prepared = rollback_mod.prepare(inventory_path, base.release)
+        prepared = rollback_mod.prepare(inventory_path, base.release, op.state)
     except rollback_mod.RollbackRefused as exc:
         return EndResult(v, EndOutcome.FAILED, f"rollback to release {base.release} refused: {exc}")
     problems = local_problems(prepared.dep, os.environ)  # keys, known_hosts, secrets: as `rollback` checks them
@@ -130,45 +129,17 @@ def _window_fields(base: Baseline, result: EndResult, closed_at: float | None) -
             "changes": [c.text()[:160] for c in result.verify.drift.changes[:8]]}  # an audit line stays < PIPE_BUF
 
 
-def close(inventory_path: str, base: Baseline, result: EndResult, events: Events) -> Baseline:
-    """Under the deploy lock: the baseline rewritten as closed on every node, and the audit line."""
-    inventory, _ = load_inventory(inventory_path)
-    cluster = Cluster(inventory)
-    try:
-        conns, _unreachable = cluster.open_reachable()
-        if inventory.head not in {c.name for c in conns}:
-            raise MaintenanceError(f"the head {inventory.head} is unreachable: the window stays open ({result.detail})")
-        with holding_lock(cluster, inventory, events):
-            current, _ = open_window(cluster, inventory, conns, base.recipe)
-            if current.opened_at != base.opened_at:
-                raise MaintenanceInput("the window was replaced while `end` ran (maintenance begin --force): "
-                                       f"{current.describe()}; it stays open")
-            now = time.time()
-            closed = current.touch(state=WindowState.CLOSED, closed_at=now, outcome=f"{result.outcome}: {result.detail}")
-            missed = store.write(cluster, inventory, closed, conns)
-            for node, why in missed.items():
-                events.warn(f"could not mark the baseline closed: {why}", node)
-            audit.append(cluster, inventory, audit.entry(
-                "maintenance-end", str(result.outcome), release=result.up.release if result.up else base.release,
-                detail=f"{said(base.reason)}; window {_when(base.opened_at)} - {_when(now)}; {result.detail}",
-                **_window_fields(base, result, now)), conns)
-            return closed
-    finally:
-        cluster.close()
-
-
-def _audit_failure(inventory_path: str, base: Baseline, result: EndResult) -> None:
-    """The failed attempt is in the audit log too; the window stays open."""
-    inventory, _ = load_inventory(inventory_path)
-    cluster = Cluster(inventory)
-    try:
-        conns, _unreachable = cluster.open_reachable()
-        audit.append(cluster, inventory, audit.entry(
-            "maintenance-end", str(result.outcome), release=base.release,
-            detail=f"{said(base.reason)}; the window stays open: {result.detail}"[:900],
-            **_window_fields(base, result, None)), conns)
-    finally:
-        cluster.close()
+def _close(op: Operation, base: Baseline, result: EndResult) -> Baseline:
+    """The baseline rewritten as closed on every node that answers, and the operation's audit line."""
+    now = time.time()
+    closed = base.touch(state=WindowState.CLOSED, closed_at=now, outcome=f"{result.outcome}: {result.detail}")
+    missed = store.write(op.cluster, op.inventory, closed, op.alive)
+    for node, why in missed.items():
+        op.events.warn(f"could not mark the baseline closed: {why}", node)
+    op.done(result.outcome, f"{said(base.reason)}; window {_when(base.opened_at)} - {_when(now)}; {result.detail}",
+            release=result.up.release if result.up else base.release, nodes=missed,
+            **_window_fields(base, result, now))
+    return closed
 
 
 def _when(stamp: float) -> str:

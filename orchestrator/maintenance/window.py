@@ -15,21 +15,18 @@ from pathlib import Path
 from .. import preflight
 from ..config.load import Deployment, load_inventory, load_kept_recipe
 from ..deploy.restore import recorded_deployment
-from ..docker_cli.containers import Container, ours
 from ..preflight.run import Report
 from ..releases import audit
 from ..releases import store as release_store
-from ..releases.guard import holding_lock
 from ..releases.record import Release, ReleaseOutcome, who
-from ..releases.serving import serving_release
 from ..render.plan import build_plan
 from ..runner.events import Events
-from ..transport.group import Cluster, GroupError
-from ..transport.node import NodeConnection
+from ..operation import AuditAction, ClusterState, Observation, Operation, OperationRefused, Reach
+from ..transport.group import Cluster
 from . import collect, store
 from .baseline import Baseline, NodeFacts, WindowState, said
 from .diff import Drift, compare
-from .stop import StopResult, release_containers, stop_release
+from .stop import StopResult, stop_release
 
 class MaintenanceError(Exception):
     """A failure (exit 1); the message says where and why."""
@@ -65,47 +62,26 @@ class VerifyResult:
         return self.serving_now is not None and self.serving_now.plan_hash == self.baseline.plan_hash
 
 
-def _containers(cluster: Cluster, conns: list[NodeConnection]) -> dict[str, list[Container]]:
-    try:
-        return cluster.each(ours, conns)
-    except GroupError as exc:
-        return dict(exc.results)
-
-
-def what_serves(cluster: Cluster, conns: list[NodeConnection], inventory) -> tuple[Release | None, dict]:
-    history = release_store.read_history(cluster, inventory, conns)
-    containers = _containers(cluster, conns)
-    return serving_release(history.releases, containers, inventory.cluster), containers
-
-
 def _summary(report: Report) -> list[str]:
     return [f"{v.name} ({', '.join(v.failed_nodes())}): " + "; ".join(v.cells[n].value for n in v.failed_nodes())
             for v in report.failed()]
 
 
 def begin(dep: Deployment, events: Events, reason: str = "", stop: bool = False, force: bool = False) -> BeginResult:
-    inventory = dep.inventory
-    cluster = Cluster(inventory)
-    try:
-        conns, unreachable = cluster.open_reachable()
-        if inventory.head in unreachable:
-            raise MaintenanceError(f"the head {inventory.head} is unreachable ({unreachable[inventory.head]}): the deploy "
-                                   "lock lives there; nothing was written")
-        with holding_lock(cluster, inventory, events):
-            return _begin_locked(dep, cluster, conns, unreachable, events, reason, stop, force)
-    finally:
-        cluster.close()
+    """The head must answer (the lock and the baseline's newest copy); an unreachable peer is named in the
+    baseline's facts, not a refusal: a window is often opened because a node is in trouble."""
+    with Operation(dep.inventory, events, AuditAction.MAINTENANCE_BEGIN, reach=Reach.HEAD) as op:
+        return _begin_locked(dep, op, reason, stop, force)
 
 
-def _begin_locked(dep: Deployment, cluster: Cluster, conns, unreachable, events: Events, reason: str, stop: bool,
-                  force: bool) -> BeginResult:
-    inventory = dep.inventory
-    found = store.read(cluster, inventory, conns)
-    open_window = found.baseline if found.baseline and found.baseline.state is WindowState.OPEN else None
+def _begin_locked(dep: Deployment, op: Operation, reason: str, stop: bool, force: bool) -> BeginResult:
+    inventory, cluster, conns, unreachable, events = dep.inventory, op.cluster, op.alive, op.unreachable, op.events
+    state = op.state
+    open_window = state.window
     if open_window and not force:
         raise MaintenanceInput(f"a maintenance window is already open on {inventory.cluster}: {open_window.describe()}; "
                                "`maintenance end` closes it, `maintenance begin --force` replaces its baseline")
-    serving, containers = what_serves(cluster, conns, inventory)
+    serving = state.serving
     if serving is not None and serving.recipe != dep.recipe.name:
         raise MaintenanceInput(f"release {serving.id} of recipe {serving.recipe!r} serves on {inventory.cluster}, not "
                                f"{dep.recipe.name!r}: name that recipe")
@@ -121,7 +97,7 @@ def _begin_locked(dep: Deployment, cluster: Cluster, conns, unreachable, events:
     if stop and serving is None:
         events.warn("--stop: nothing serves, nothing to stop")
     elif stop:
-        stopped = stop_release(cluster, inventory.head, release_containers(serving, containers), events)
+        stopped = stop_release(cluster, inventory.head, state.running(serving), events)
         if stopped.stopped:
             _mark_stopped(cluster, inventory, serving, conns, events, reason)
         # what comes back on boot is what the nodes go into the window with: read again after the stop
@@ -139,13 +115,13 @@ def _begin_locked(dep: Deployment, cluster: Cluster, conns, unreachable, events:
         stopped=stopped.stopped if stopped else [])
     not_written = store.write(cluster, inventory, baseline, conns)
     outcome = "opened" if report.ok() and not not_written and (stopped is None or stopped.ok) else "opened with problems"
-    audit.append(cluster, inventory, audit.entry(
-        "maintenance-begin", outcome, release=baseline.release, reason=reason, opened_at=now,
-        detail=f"{said(reason)}; " + ("preflight ok" if report.ok() else
-                                         f"preflight failed: {', '.join(v.name for v in report.failed())}")
-        + (f"; stopped {len(stopped.stopped)} container(s) of release {serving.id}" if stopped else "")
-        + (f"; replaced the open window of {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(open_window.opened_at))}"
-           if open_window else "")), conns)
+    op.done(outcome, f"{said(reason)}; " + ("preflight ok" if report.ok() else
+                                           f"preflight failed: {', '.join(v.name for v in report.failed())}")
+            + (f"; stopped {len(stopped.stopped)} container(s) of release {serving.id}" if stopped else "")
+            + (f"; replaced the open window of {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(open_window.opened_at))}"
+               if open_window else ""),
+            release=baseline.release, reason=reason, opened_at=now,
+            nodes={**not_written, **(stopped.failed if stopped else {})})
     return BeginResult(baseline, report, stopped, not_written, open_window)
 
 
@@ -174,9 +150,10 @@ def baseline_deployment(baseline: Baseline, inventory_path: str) -> Deployment:
                             f"baseline-{int(baseline.opened_at)}-{baseline.recipe}.yaml", inventory_path)
 
 
-def open_window(cluster: Cluster, inventory, conns, recipe: str | None) -> tuple[Baseline, dict[str, str]]:
-    found = store.read(cluster, inventory, conns)
-    if found.baseline is None or found.baseline.state is not WindowState.OPEN:
+def open_window(state: ClusterState, recipe: str | None) -> tuple[Baseline, dict[str, str]]:
+    """The open window's baseline as the state read it, or MaintenanceInput saying there is none."""
+    found, inventory = state.window_found, state.inventory
+    if state.window is None:
         last = f" (the last one closed {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(found.baseline.closed_at))})" \
             if found.baseline and found.baseline.closed_at else ""
         raise MaintenanceInput(f"no maintenance window is open on {inventory.cluster}{last}: "
@@ -188,20 +165,18 @@ def open_window(cluster: Cluster, inventory, conns, recipe: str | None) -> tuple
 
 def verify(inventory_path: str, recipe: str | None = None) -> VerifyResult:
     inventory, _ = load_inventory(inventory_path)
-    cluster = Cluster(inventory)
     try:
-        conns, unreachable = cluster.open_reachable()
-        if not conns:
-            raise MaintenanceError("no node answers: " + "; ".join(f"{n}: {e}" for n, e in unreachable.items()))
-        return verify_open(cluster, conns, unreachable, inventory, inventory_path, recipe)
-    finally:
-        cluster.close()
+        with Observation(inventory) as seen:
+            return verify_open(seen, inventory_path, recipe)
+    except OperationRefused as exc:
+        raise MaintenanceError(str(exc)) from exc
 
 
-def verify_open(cluster: Cluster, conns, unreachable, inventory, inventory_path: str, recipe: str | None) -> VerifyResult:
-    baseline, problems = open_window(cluster, inventory, conns, recipe)
+def verify_open(op: Operation, inventory_path: str, recipe: str | None) -> VerifyResult:
+    """Verify on an open operation (its state as read, its connections for the facts)."""
+    baseline, problems = open_window(op.state, recipe)
     dep = baseline_deployment(baseline, inventory_path)
     plan = build_plan(dep)
-    now = collect.collect(cluster, conns, unreachable, dep, plan, baseline.plan_hash)
-    serving, _ = what_serves(cluster, conns, inventory)
+    now = collect.collect(op.cluster, op.alive, op.unreachable, dep, plan, baseline.plan_hash)
+    serving = op.state.serving if op.state.serving_known else None
     return VerifyResult(baseline, now, compare(baseline.nodes, now), serving, problems)

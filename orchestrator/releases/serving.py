@@ -61,3 +61,21 @@ def rollback_target(releases: list[Release], current: Release | None, wanted: in
             return r
     where = f"before release {current.id}" if current else "in the history"
     raise ValueError(f"no release {where} ever served with another plan: nothing to roll back to")
+
+
+def kept_releases(releases: list[Release], serving: Release | None, keep: int) -> list[Release]:
+    """Pure: the serving release plus the `keep` newest releases that served (newest first)."""
+    chosen = [r for r in releases if ever_served(r)][:keep]
+    if serving is not None and serving not in chosen:
+        chosen.insert(0, serving)
+    return chosen
+
+
+def running_of(release: Release, containers: dict[str, list[Container]]) -> dict[str, list[Container]]:
+    """Pure: per node, the running containers of the release's plan."""
+    out = {}
+    for node, cs in containers.items():
+        mine = [c for c in cs if c.running and c.ours and c.ours.plan_hash == release.plan_hash]
+        if mine:
+            out[node] = mine
+    return out

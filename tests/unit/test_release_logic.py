@@ -18,7 +18,8 @@ import pytest
 from pydantic import ValidationError
 
 from orchestrator.checks.model_cache import parse_revision
-from orchestrator.deploy.prune import kept_releases, to_remove
+from orchestrator.deploy.prune import to_remove
+from orchestrator.releases.serving import kept_releases
 from orchestrator.deploy.rollback import _unlabelled, compare
 from orchestrator.docker_cli.containers import Container, container_of
 from orchestrator.releases import lock

@@ -1,0 +1,263 @@
+"""The lifecycle every command that changes a cluster runs in: open, lock, read ONE state, act, audit.
+
+    with Operation(inventory, events, AuditAction.PRUNE, reach=Reach.HEAD) as op:
+        ...op.state (ClusterState), op.alive, op.unreachable, op.cluster...
+        op.done(Outcome.OK, "kept releases 3, 2", release=3, nodes={"spark-2": "unreachable"})
+
+- **open** under an explicit reachability policy (`Reach`): refused before anything is read or locked when
+  the nodes the command needs do not answer, naming each and why;
+- **lock**: the deploy lock on the head, re-entrant for this process (a command that runs another inside
+  it — `maintenance end` bringing a release back — holds it once; the inner one reuses it); a stale lock
+  is taken over loudly; a lost lock cancels the operation's connections (releases/lock.py);
+- **state**: one round trip per node (operation/state.py), read after the lock is held, and the history
+  copies that lag are repaired from it;
+- **audit**: exactly one entry per operation, written on the way out from its outcome — the body's word
+  (`done`) or the exception that ended it, with the per-node reasons and the cause chain.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from enum import StrEnum
+from typing import Callable
+
+from ..bugs import is_bug, unexpected
+from ..config.inventory import Inventory
+from ..releases import audit, store
+from ..releases.guard import report_takeover
+from ..releases.lock import DeployLock, lock_path
+from ..runner.events import Events
+from ..runner.runner import StepFailed
+from ..transport.cancel import Cancelled
+from ..transport.group import Cluster, GroupError
+from ..transport.node import NodeConnection, NodeError
+from .state import ClusterState, read_state
+
+
+class Reach(StrEnum):
+    """Which nodes must answer before the operation may go on."""
+
+    ALL = "every node"  # acting on every rank: refused when any node is unreachable
+    HEAD = "the head"  # the lock lives there; the others that do not answer are named and left as they are
+    ANY = "any node"  # reports: whoever answers
+
+
+class Locking(StrEnum):
+    """Whether the operation holds the deploy lock."""
+
+    REQUIRED = "required"  # refused when the head (where it lives) does not answer
+    IF_HEAD_ANSWERS = "if the head answers"  # `down`: what can be reached is removed either way, said loudly
+    NONE = "none"  # read only
+
+
+class Outcome(StrEnum):
+    OK = "ok"
+    INCOMPLETE = "incomplete"  # done where it could be; the nodes say where not
+    REFUSED = "refused"  # nothing was changed: a precondition did not hold
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class AuditAction(StrEnum):
+    DOWN = "down"
+    PRUNE = "prune"
+    PIN = "pin"
+    LOCK_RELEASE = "lock-release"
+    BOOT_ENABLE = "boot-enable"
+    BOOT_DISABLE = "boot-disable"
+    MAINTENANCE_BEGIN = "maintenance-begin"
+    MAINTENANCE_END = "maintenance-end"
+    BENCH_RECORD = "bench-record"
+    BENCH_COMPARE = "bench-compare"
+
+
+class OperationRefused(Exception):
+    """The nodes the operation needs did not answer; nothing was read, locked or changed."""
+
+    def __init__(self, message: str, nodes: list[str]):
+        self.nodes = nodes
+        super().__init__(message)
+
+
+# The deploy locks this process holds, by lock file and head: what makes the lock re-entrant.
+_HELD: contextvars.ContextVar[dict[tuple[str, str], DeployLock]] = contextvars.ContextVar("spark_deploy_locks")
+
+
+def _key(inventory: Inventory) -> tuple[str, str]:
+    return (inventory.node(inventory.head).address, lock_path(inventory))
+
+
+def held_lock(inventory: Inventory) -> DeployLock | None:
+    """The deploy lock this process already holds for the inventory's cluster, if any (and still ours)."""
+    lock = _HELD.get({}).get(_key(inventory))
+    return lock if lock is not None and lock.held else None
+
+
+def cause_chain(exc: BaseException) -> list[str]:
+    """The exception and what caused it, outermost first, each in words (a bug named as one)."""
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        chain.append(unexpected(exc) if is_bug(exc) else (str(exc) or type(exc).__name__))
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return chain
+
+
+def node_reasons(exc: BaseException) -> dict[str, str]:
+    """Per node, why it failed, from the errors that carry nodes (GroupError, NodeError, StepFailed)."""
+    while exc is not None:
+        if isinstance(exc, GroupError):
+            return {n: (unexpected(e) if is_bug(e) else str(e)) for n, e in exc.failures.items()}
+        if isinstance(exc, NodeError):
+            return {exc.node: str(exc)}
+        if isinstance(exc, (StepFailed, OperationRefused)) and exc.nodes:
+            return {n: str(exc).splitlines()[0] for n in exc.nodes}
+        exc = exc.__cause__
+    return {}
+
+
+class Operation:
+    """One mutating command's lifecycle; see the module docstring."""
+
+    def __init__(self, inventory: Inventory, events: Events, action: AuditAction | str, *,
+                 reach: Reach = Reach.ALL, lock: Locking = Locking.REQUIRED, ttl: float = 900.0,
+                 cluster_factory: Callable[[Inventory], Cluster] = Cluster):
+        self.inventory, self.events, self.action = inventory, events, str(action)
+        self.reach, self.locking, self.ttl = reach, lock, ttl
+        self.cluster = cluster_factory(inventory)
+        self.alive: list[NodeConnection] = []
+        self.unreachable: dict[str, str] = {}
+        self.state: ClusterState | None = None
+        self.lock: DeployLock | None = None
+        self._own_lock = False
+        self._token: contextvars.Token | None = None
+        self._said: dict | None = None  # what `done` recorded
+
+    # ---- the body's word ------------------------------------------------------------------------
+    def done(self, outcome: Outcome | str, detail: str = "", *, release: int | None = None,
+             nodes: dict[str, str] | None = None, **extra) -> None:
+        """The outcome the audit entry records (the last call wins)."""
+        self._said = {"outcome": str(outcome), "detail": detail, "release": release, "nodes": nodes or {}, **extra}
+
+    def reread(self) -> ClusterState:
+        """The state read again (after the body changed it), on the nodes that answered."""
+        self.state = read_state(self.cluster, self.alive, self.unreachable)
+        return self.state
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    def __enter__(self) -> "Operation":
+        try:
+            self._open()
+            if self.locking is Locking.REQUIRED or (self.locking is Locking.IF_HEAD_ANSWERS
+                                                    and self.inventory.head not in self.unreachable):
+                self._take_lock()
+            elif self.locking is Locking.IF_HEAD_ANSWERS:
+                self.events.warn(f"the head {self.inventory.head} is unreachable: going on without the deploy lock")
+            self.state = read_state(self.cluster, self.alive, self.unreachable)
+            if self._own_lock:
+                self._repair()
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if exc is not None or self._said is not None:
+                self._audit(exc)
+        finally:
+            self._close()
+        return False
+
+    def _open(self) -> None:
+        alive, failures = self.cluster.open_reachable()
+        self.alive, self.unreachable = alive, {n: str(e) for n, e in failures.items()}
+        head = self.inventory.head
+        missing = []
+        if self.reach is Reach.ALL:
+            missing = list(self.unreachable)
+        elif self.reach is Reach.HEAD or self.locking is Locking.REQUIRED:
+            missing = [head] if head in self.unreachable else []
+        elif not alive:
+            missing = list(self.unreachable)
+        if missing:
+            why = "; ".join(f"{n} is unreachable ({self.unreachable[n]})" for n in missing)
+            needs = "every node" if self.reach is Reach.ALL else (
+                "at least one node" if head not in missing else f"the head {head} (the deploy lock lives there)")
+            raise OperationRefused(f"{self.action} needs {needs}: {why}; nothing was changed", missing)
+        for node, why in self.unreachable.items():
+            self.events.warn(f"unreachable, left as it is: {why}", node)
+
+    def _take_lock(self) -> None:
+        reused = held_lock(self.inventory)
+        if reused is not None:
+            self.lock = reused
+            return
+        lock = DeployLock(self.cluster.head, self.inventory, audit.command_line(), self.ttl)
+        lock.acquire()
+        self.lock, self._own_lock = lock, True
+        held = dict(_HELD.get({}))
+        held[_key(self.inventory)] = lock
+        self._token = _HELD.set(held)
+        report_takeover(self.cluster, self.inventory, self.events, lock)
+        lock.start_refreshing()
+
+    def _repair(self) -> None:
+        """Under the lock: a node whose history copy is missing or older gets the newest copies back."""
+        try:
+            for line in store.repair(self.cluster, self.inventory, self.state.history):
+                self.events.note(line)
+        except Exception as exc:  # noqa: BLE001 - the command goes on; the copy stays behind, named
+            self.events.warn(f"could not repair the release history: {exc}")
+
+    def _audit(self, exc: BaseException | None) -> None:
+        said = dict(self._said or {})
+        if exc is not None:
+            interrupted = isinstance(exc, (KeyboardInterrupt, Cancelled)) or getattr(exc, "interrupted", False)
+            chain = cause_chain(exc)
+            said["outcome"] = str(Outcome.INTERRUPTED if interrupted else said.get("outcome") or Outcome.FAILED)
+            if said["outcome"] == str(Outcome.OK):
+                said["outcome"] = str(Outcome.FAILED)
+            said["detail"] = "; ".join(x for x in (said.get("detail"), chain[0]) if x)
+            said["causes"] = chain
+            said["nodes"] = {**node_reasons(exc), **(said.get("nodes") or {})}
+        if self.unreachable:
+            said["nodes"] = {**{n: f"unreachable: {w}" for n, w in self.unreachable.items()}, **(said.get("nodes") or {})}
+        if not said.get("nodes"):
+            said.pop("nodes", None)
+        outcome, detail, release = said.pop("outcome"), said.pop("detail", ""), said.pop("release", None)
+        targets = [c for c in self.alive if c.is_open]
+        missed = audit.append(self.cluster, self.inventory,
+                              audit.entry(self.action, outcome, release=release, detail=detail, **said), targets)
+        for node, why in missed.items():
+            self.events.warn(f"audit line not written: {why}", node)
+
+    def _close(self) -> None:
+        try:
+            if self._own_lock and self.lock is not None:
+                try:
+                    self.lock.release()
+                except Exception as exc:  # noqa: BLE001 - it expires by itself; say so
+                    self.events.warn(f"could not release the deploy lock ({exc}): it expires by itself, or "
+                                     "`spark-deploy lock release --force`")
+                if self._token is not None:
+                    _HELD.reset(self._token)
+                    self._token = None
+        finally:
+            self.cluster.close()
+
+
+class Observation:
+    """The read-only twin: open (whoever answers), read the state, close. No lock, no audit."""
+
+    def __init__(self, inventory: Inventory, *, reach: Reach = Reach.ANY,
+                 cluster_factory: Callable[[Inventory], Cluster] = Cluster):
+        self.op = Operation(inventory, Events(), "observe", reach=reach, lock=Locking.NONE,
+                            cluster_factory=cluster_factory)
+
+    def __enter__(self) -> Operation:
+        return self.op.__enter__()
+
+    def __exit__(self, *exc) -> bool:
+        self.op._close()
+        return False
