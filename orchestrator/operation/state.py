@@ -28,19 +28,21 @@ from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
 
 # "$1" nonce, "$2" docker ps filter, "$3" releases dir, "$4" baseline file, "$5" lock file ("" off the head).
-# Every section is printed whatever the others did: one failing read never hides the rest.
+# Every section is printed whatever the others did: one failing read never hides the rest; every file is
+# followed by a newline (the lock file has none), so a marker always starts its own line.
 _READ = r'''set -u
 m="@@spark-deploy-state-$1"
 echo "$m containers"
 if ids=$(docker ps --all --quiet --no-trunc --filter "$2" 2>&1); then
-  if [ -n "$ids" ]; then docker container inspect $ids 2>&1 || echo "$m containers-error"; else echo "[]"; fi
+  if [ -n "$ids" ]; then docker container inspect $ids 2>&1 || { echo; echo "$m containers-error"; }; echo
+  else echo "[]"; fi
 else echo "$m containers-error"; printf '%s\n' "$ids"; fi
 echo "$m releases"
 if [ ! -d "$3" ]; then echo MISSING; else echo DIR; for f in "$3"/*.json; do [ -e "$f" ] && cat -- "$f" && echo; done; fi
 echo "$m window"
 if [ -f "$4" ]; then cat -- "$4"; echo; else echo MISSING; fi
 echo "$m lock"
-if [ -n "$5" ] && [ -f "$5" ]; then cat -- "$5"; fi
+if [ -n "$5" ] && [ -f "$5" ]; then cat -- "$5"; echo; fi
 echo "$m end"'''
 
 SECTIONS = ("containers", "releases", "window", "lock", "end")
