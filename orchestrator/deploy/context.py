@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..checks.basics import CheckResult
 from ..config.load import Deployment
@@ -13,6 +14,15 @@ from ..runner.events import Events
 from ..transport.group import Cluster
 from .current import Decision
 from .watch import Monitor
+
+if TYPE_CHECKING:  # the steps import this module: their types are named here, not imported at run time
+    from ..releases.lock import DeployLock
+    from ..releases.record import Release
+    from ..releases.store import History
+    from ..docker_cli.containers import Container
+    from .expectations import ExpectationResult
+    from .restore import Kept
+    from .steps_prepare import StopPrevious
 
 
 @dataclass
@@ -28,16 +38,16 @@ class UpOptions:
     heartbeat: float = 30.0  # seconds between "still waiting" lines during long waits
     stall_warning: float = 300.0  # warn when no node has logged anything for this long
     copy_stall_timeout: float = STALL_TIMEOUT  # an image copy that moves no byte for this long fails
-    skip_checks: list = field(default_factory=list)  # --skip-check NAME: preflight checks left out
+    skip_checks: list[str] = field(default_factory=list)  # --skip-check NAME: preflight checks left out
     restore: bool = True  # a failed or interrupted `up` starts the previous release again (--no-restore: not)
-    rollback_of: object = None  # releases.record.Release: this `up` deploys that release again (`rollback`)
+    rollback_of: Release | None = None  # this `up` deploys that release again (`rollback`)
 
 
 @dataclass
 class Look:
     """What preflight saw on every node, read in parallel before anything is changed."""
 
-    named: dict  # node -> containers holding the plan's names (ours or not)
+    named: dict[str, list[Container]]  # node -> containers holding the plan's names (ours or not)
     ports: CheckResult
     image: SyncPlan
 
@@ -54,14 +64,14 @@ class UpContext:
     look: Look | None = None
     decision: Decision | None = None
     sample: str = ""
-    expectations: list = field(default_factory=list)
-    lock: object = None  # releases.lock.DeployLock while held
+    expectations: list[ExpectationResult] = field(default_factory=list)  # one per log check
+    lock: DeployLock | None = None  # while held
     lock_owned: bool = True  # False: an enclosing operation holds the lock; this `up` must not release it
-    history: object = None  # releases.store.History as read at the start
-    release: object = None  # releases.record.Release: this run's record
-    replaces: object = None  # the Release whose containers this run stops
-    reuse: dict = field(default_factory=dict)  # node -> restore.Kept: start it instead of `docker run` (rollback)
-    stop_step: object = None  # the StopPrevious step, once planned: what it stopped is what a restore starts
+    history: History | None = None  # as read at the start
+    release: Release | None = None  # this run's record
+    replaces: Release | None = None  # the release whose containers this run stops
+    reuse: dict[str, Kept] = field(default_factory=dict)  # node -> start it instead of `docker run` (rollback)
+    stop_step: StopPrevious | None = None  # once planned: what it stopped is what a restore starts
 
     def conn(self, node: str):
         return self.cluster[node]

@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ..config.inventory import Inventory
-from ..docker_cli.containers import ours
+from ..docker_cli.containers import Container
 from ..http_api.endpoint import Endpoint
-from ..releases import store
-from ..releases.record import ReleaseOutcome
-from ..transport.group import Cluster, GroupError
+from ..operation import Observation
+from ..transport.group import GroupError
 from ..transport.node import NodeConnection
 from .killers import earlyoom_note
 from .readiness import completes, health
@@ -70,9 +69,11 @@ class StatusReport:
                 "endpoints": [asdict(e) for e in self.endpoints], "deployments": [asdict(d) for d in self.deployments]}
 
 
-def _rows(conn: NodeConnection, recipe: str | None) -> list[ContainerRow]:
+def _rows(conn: NodeConnection, containers: list[Container], recipe: str | None) -> list[ContainerRow]:
     rows = []
-    for c in ours(conn, recipe):
+    for c in containers:
+        if recipe is not None and c.ours.recipe != recipe:
+            continue
         if c.kept:
             continue  # a previous deployment's container, stopped by `up` and kept for undo/rollback
         labels = c.ours
@@ -109,29 +110,24 @@ PROBE_TIMEOUT = 15.0  # seconds the one short completion may take: a stuck sched
 
 def collect(inventory: Inventory, recipe: str | None = None, probe: bool = True,
             probe_timeout: float = PROBE_TIMEOUT) -> StatusReport:
-    """Ask every reachable node; an unreachable one is reported, not fatal."""
-    cluster = Cluster(inventory)
-    try:
-        alive, failures = cluster.open_reachable()
-        unreachable = {node: str(exc) for node, exc in failures.items()}
+    """Ask every reachable node (one state read each); an unreachable one is reported, not fatal."""
+    with Observation(inventory) as seen:
+        state = seen.state
+        unreachable = {**state.unreachable, **{n: why for n, why in state.unread.items() if n not in state.containers}}
         try:
-            found = cluster.each(lambda c: _rows(c, recipe), alive)
+            found = seen.cluster.each(lambda c: _rows(c, state.containers[c.name], recipe),
+                                      [c for c in seen.alive if c.name in state.containers])
         except GroupError as exc:
             found = exc.results
             unreachable.update({n: str(e) for n, e in exc.failures.items()})
-        history = store.read_history(cluster, inventory, alive) if alive else None
-    finally:
-        cluster.close()
     rows = sorted((r for rs in found.values() for r in rs), key=lambda r: (r.recipe, int(r.rank or 0)))
     endpoints = [_endpoint(inventory, row, probe, probe_timeout) for row in rows
                  if row.rank == "0" and row.state == "running"]
     deployments = judge(rows, unreachable)
+    serving = state.serving
     for d in deployments:
-        if d.ok and history is not None and len(d.plan_hashes) == 1:
-            record = next((r for r in history.releases if r.plan_hash == d.plan_hashes[0]
-                           and r.outcome is ReleaseOutcome.SERVING), None)
-            if record is not None:
-                d.release, d.release_outcome = record.id, record.outcome_text()
+        if d.ok and serving is not None and d.plan_hashes == [serving.plan_hash]:
+            d.release, d.release_outcome = serving.id, serving.outcome_text()
     return StatusReport(rows, unreachable, endpoints, deployments)
 
 
