@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from pathlib import Path
 from contextlib import contextmanager
-from typing import Annotated, Iterator, Optional
+from typing import Annotated, Callable, Iterator, Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from ..config.load import load_deployment, load_inventory
-from ..config.local_checks import local_problems
-from ..config.source import ConfigError
 from ..deploy import logs as logs_mod
 from ..deploy import status as status_mod
 from ..deploy.status import PROBE_TIMEOUT
 from ..deploy import down as down_mod
 from ..docker_cli.image_sync import STALL_TIMEOUT
-from ..deploy.up import DeployFailed, UnpinnedImage, UpOptions, up as run_up
+from ..deploy.up import DeployFailed, UnpinnedImage, UpOptions, UpResult, up as run_up
 from .. import preflight as preflight_registry
 from ..releases.lock import LockError
 from ..runner.events import Events
@@ -82,9 +79,6 @@ def up(
     """
     with _signals_for_up(), exit_codes():
         dep = load_deployment(recipe, inventory)
-        problems = local_problems(dep, os.environ)  # keys, known_hosts, secrets: before any connection
-        if problems:
-            raise ConfigError(problems)
         events = _events(as_json)
         opts = UpOptions(force=force, keep_on_failure=keep_on_failure, replace_image=sync_image,
                          ready_timeout=ready_timeout, join_timeout=join_timeout, heartbeat=heartbeat,
@@ -94,13 +88,14 @@ def up(
             preflight_registry.select(skip=opts.skip_checks)
         except preflight_registry.UnknownCheck as exc:
             raise BadInput(str(exc)) from exc
-        _up_and_report(dep, events, opts, as_json)
+        _up_and_report(lambda: run_up(dep, events, opts), events, as_json)
 
 
-def _up_and_report(dep, events: Events, opts: UpOptions, as_json: bool, plan=None) -> None:
+def _up_and_report(start: Callable[[], UpResult], events: Events, as_json: bool) -> None:
+    """Run one release start (`up` itself, or a rollback's) with Ctrl-C/SIGTERM as interrupts, and report it."""
     try:
         with signals_interrupt():
-            result = run_up(dep, events, opts, plan)
+            result = start()
     except UnpinnedImage as exc:
         raise BadInput(str(exc)) from exc
     except DeployFailed as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from enum import StrEnum
 from pathlib import Path
@@ -13,17 +12,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..config.load import load_inventory
-from ..config.local_checks import local_problems
-from ..config.source import ConfigError
 from ..deploy import prune as prune_mod
 from ..deploy import rollback as rollback_mod
-from ..deploy.up import UpOptions
-from ..docker_cli.containers import ours
 from ..operation import AuditAction, Locking, Observation, Operation, OperationRefused, Outcome, Reach
 from ..releases import audit as audit_mod
 from ..releases import lock as lock_mod
-from ..releases import store
-from ..releases.serving import serving_release
 from ..runner.events import Events
 from ..runner.sinks import TerminalSink
 from ..transport.group import Cluster, GroupError
@@ -108,28 +101,25 @@ def rollback(
     Example: spark-deploy rollback 3
     """
     with _signals_for_up(), exit_codes():
-        try:
-            prepared = rollback_mod.prepare(str(inventory), release)
-        except rollback_mod.RollbackRefused as exc:
-            raise Failed(str(exc)) from exc
-        except GroupError as exc:
-            raise Failed(str(exc)) from exc
-        problems = local_problems(prepared.dep, os.environ)
-        if problems:
-            raise ConfigError(problems)
-        target = prepared.target
-        current = f"release {prepared.current.id}" if prepared.current else "nothing serving"
-        if prepared.changes:
-            for line in prepared.changes:
+        events = _events(as_json)
+
+        def announce(prepared: rollback_mod.RollbackPlan) -> None:
+            for line in prepared.changes:  # confirmed with --yes: still shown
                 err.print(escape(line))
-            if not yes:
-                raise Failed(f"release {target.id} would not run as recorded on today's inventory (above); "
-                             "rerun with --yes to deploy it anyway")
-        if not as_json:
-            out.print(f"rollback: {current} -> release {target.id} ({escape(target.recipe)}, plan {target.plan_hash}, "
-                      f"image {target.image_id[:19]})")
-        opts = UpOptions(rollback_of=target, restore=not no_restore, ready_timeout=ready_timeout)
-        _up_and_report(prepared.dep, _events(as_json), opts, as_json, plan=prepared.plan)
+            current = f"release {prepared.current.id}" if prepared.current else "nothing serving"
+            t = prepared.target
+            if not as_json:
+                out.print(f"rollback: {current} -> release {t.id} ({escape(t.recipe)}, plan {t.plan_hash}, "
+                          f"image {t.image_id[:19]})")
+
+        try:
+            _up_and_report(lambda: rollback_mod.roll_back(str(inventory), release, events, yes=yes,
+                                                          restore=not no_restore, ready_timeout=ready_timeout,
+                                                          announce=announce), events, as_json)
+        except rollback_mod.InventoryChanged as exc:
+            raise Failed(f"{exc}; rerun with --yes to deploy it anyway") from exc
+        except (rollback_mod.RollbackRefused, GroupError) as exc:
+            raise Failed(str(exc)) from exc
 
 
 class LockAction(StrEnum):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config.inventory import Inventory
-from ..docker_cli.containers import Container, list_containers, ours, remove_container
+from ..docker_cli.containers import Container, list_containers, remove_container
 from ..docker_cli.disk import disk_usage
 from ..docker_cli.images import inspect_image
 from ..operation import AuditAction, Operation, Outcome, Reach

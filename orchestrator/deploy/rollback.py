@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from typing import Callable
 
 from ..config.load import Deployment, load_inventory
 from ..checks.model_cache import revision_on
@@ -20,15 +21,27 @@ from ..releases.record import Release
 from ..releases.serving import rollback_target
 from ..render.labels import Label
 from ..render.plan import Plan, build_plan
-from ..runner.events import Phase
+from ..runner.events import Events, Phase
 from ..runner.runner import StepFailed
-from .context import UpContext
+from .context import UpContext, UpOptions
+from .up import UpResult
+from .up import up as run_up
 from .restore import Kept, recorded_deployment
 from .steps_prepare import NoUndo
 
 
 class RollbackRefused(Exception):
     """Nothing was touched: the target cannot be deployed as recorded."""
+
+
+class InventoryChanged(RollbackRefused):
+    """Today's inventory renders another plan than the record's: shown rank by rank, deployed only when the
+    caller confirms (`--yes`). Nothing was touched."""
+
+    def __init__(self, prepared: "RollbackPlan"):
+        self.prepared = prepared
+        super().__init__("\n".join(prepared.changes) + f"\nrelease {prepared.target.id} would not run as recorded "
+                         "on today's inventory (above)")
 
 
 @dataclass
@@ -58,6 +71,24 @@ def prepare(inventory_path: str, wanted: int | None, state: ClusterState | None 
     plan = build_plan(dep)
     changes = [] if plan.plan_hash == target.plan_hash else compare(target, plan)
     return RollbackPlan(target, current, dep, plan, changes)
+
+
+def roll_back(inventory_path: str, wanted: int | None, events: Events, *, yes: bool = False, restore: bool = True,
+              ready_timeout: float = 5400.0, state: ClusterState | None = None,
+              announce: Callable[[RollbackPlan], None] | None = None) -> UpResult:
+    """THE way a recorded release is started again (`rollback`, `maintenance end`, `bench --compare`'s
+    restore): the target chosen from the state, the same refusals before anything is touched (an inventory
+    that changes the plan needs `yes`; `up` itself checks this machine's SSH files and secrets, the image ID
+    and the model revision on every node), then `up` with `rollback_of`: kept containers started again,
+    every wait and check, a release of its own, the automatic restore if it fails.
+    `announce` sees the prepared rollback before anything is started (the CLI prints it)."""
+    prepared = prepare(inventory_path, wanted, state)
+    if prepared.changes and not yes:
+        raise InventoryChanged(prepared)
+    if announce is not None:
+        announce(prepared)
+    opts = UpOptions(rollback_of=prepared.target, restore=restore, ready_timeout=ready_timeout)
+    return run_up(prepared.dep, events, opts, prepared.plan)
 
 
 def compare(record: Release, plan: Plan) -> list[str]:

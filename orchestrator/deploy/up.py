@@ -14,9 +14,12 @@ to every node, and one audit line.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from ..config.load import Deployment
+from ..config.local_checks import local_problems
+from ..config.source import ConfigError
 from ..http_api.endpoint import Endpoint
 from ..render.plan import Plan, build_plan
 from ..runner.events import Events, Phase
@@ -94,7 +97,13 @@ def plan_steps(ctx: UpContext) -> list:
 
 
 def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Plan | None = None) -> UpResult:
+    """Every release starts here — `up`, `rollback`, `maintenance end`, `bench --compare`, `demo` — so its
+    preconditions hold wherever a release is started: this machine's SSH files and the recipe's secrets
+    (ConfigError, exit 2, before any connection), a pinned image (UnpinnedImage)."""
     recipe = dep.recipe
+    problems = local_problems(dep, os.environ)
+    if problems:
+        raise ConfigError(problems)
     if recipe.image.id is None:
         raise UnpinnedImage(f"{dep.recipe_path}: image.id is not set: pin the verified image ID "
                             "(`spark-deploy pin RECIPE --node NODE`)")

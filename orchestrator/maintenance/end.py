@@ -10,18 +10,14 @@ a failure it stays open, so `maintenance end` can be run again once the cause is
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
 from ..config.load import load_inventory
-from ..config.local_checks import local_problems
-from ..config.source import ConfigError
 from ..deploy import rollback as rollback_mod
-from ..deploy.up import DeployFailed, UpOptions, UpResult
-from ..deploy.up import up as run_up
+from ..deploy.up import DeployFailed, UpResult
 from ..operation import AuditAction, Operation, Outcome, Reach
 from ..runner.events import Events
 from ..transport.cancel import signals_interrupt
@@ -103,20 +99,15 @@ def _bring_back(v: VerifyResult, op: Operation, inventory_path: str, events: Eve
                 ready_timeout: float) -> EndResult:
     base = v.baseline
     try:
-        prepared = rollback_mod.prepare(inventory_path, base.release, op.state)
+        with signals_interrupt():
+            done = rollback_mod.roll_back(
+                inventory_path, base.release, events, yes=yes, ready_timeout=ready_timeout, state=op.state,
+                announce=lambda _: events.note(f"bringing back release {base.release} (plan {base.plan_hash}) by a "
+                                               "rollback, every wait and check"))
+    except rollback_mod.InventoryChanged as exc:
+        return EndResult(v, EndOutcome.FAILED, f"{exc}: `maintenance end --yes` deploys it anyway")
     except rollback_mod.RollbackRefused as exc:
         return EndResult(v, EndOutcome.FAILED, f"rollback to release {base.release} refused: {exc}")
-    problems = local_problems(prepared.dep, os.environ)  # keys, known_hosts, secrets: as `rollback` checks them
-    if problems:
-        raise ConfigError(problems)
-    if prepared.changes and not yes:
-        return EndResult(v, EndOutcome.FAILED, "\n".join(prepared.changes) + f"\nrelease {base.release} would not run as "
-                         "recorded on today's inventory (above): `maintenance end --yes` deploys it anyway")
-    events.note(f"bringing back release {base.release} (plan {base.plan_hash}) by a rollback, every wait and check")
-    opts = UpOptions(rollback_of=prepared.target, ready_timeout=ready_timeout)
-    try:
-        with signals_interrupt():
-            done = run_up(prepared.dep, events, opts, prepared.plan)
     except DeployFailed as exc:
         return EndResult(v, EndOutcome.FAILED, f"the rollback to release {base.release} failed: {exc}")
     return EndResult(v, EndOutcome.BROUGHT_BACK, f"release {base.release} serves again as release {done.release} "

@@ -24,7 +24,7 @@ from ..runner.events import Events
 from ..operation import AuditAction, ClusterState, Observation, Operation, OperationRefused, Reach
 from ..transport.group import Cluster
 from . import collect, store
-from .baseline import Baseline, NodeFacts, WindowState, said
+from .baseline import Baseline, NodeFacts, said
 from .diff import Drift, compare
 from .stop import StopResult, stop_release
 

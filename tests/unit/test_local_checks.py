@@ -259,3 +259,23 @@ def test_the_key_the_simulated_cluster_writes_passes(tmp_path):
     path, _, _ = provision.generate_keypair(tmp_path, "test")
     assert path == stale and (path.stat().st_mode & 0o777) == 0o600
     assert key_problem(str(path)) is None
+
+
+def test_up_itself_refuses_on_local_problems_before_any_connection(tmp_path, monkeypatch):
+    """The precondition lives in `up`, so every path that starts a release (rollback, maintenance end,
+    bench --compare, demo) meets it, not only the `up` command line."""
+    from fakes import deployment
+
+    from orchestrator.config.source import ConfigError
+    from orchestrator.deploy import up as up_mod
+    from orchestrator.runner.events import Events
+
+    dep = deployment(tmp_path)  # its key and known_hosts (/home/spark/.ssh/...) do not exist here
+
+    def no_connection(*_a, **_k):
+        raise AssertionError("up connected despite local problems")
+
+    monkeypatch.setattr(up_mod, "Cluster", no_connection)
+    with pytest.raises(ConfigError) as caught:
+        up_mod.up(dep, Events())
+    assert {i.key for i in caught.value.issues} >= {"ssh.key"}

@@ -67,7 +67,6 @@ def buggy_up(monkeypatch, tmp_path):
     """`spark-deploy up` on a valid deployment whose run meets the bug above (no cluster needed)."""
     dep = deployment(tmp_path)
     monkeypatch.setattr(deploy_cmds, "load_deployment", lambda recipe, inventory: dep)
-    monkeypatch.setattr(deploy_cmds, "local_problems", lambda dep, env: [])
 
     def run_up(dep, events, opts, plan=None):
         raise _run_buggy()
