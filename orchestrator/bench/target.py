@@ -48,7 +48,7 @@ def _serving(seen) -> object:
 def serving_now(inv: Inventory):
     """The release serving on the inventory's cluster now (releases.record.Release), or None."""
     try:
-        with Observation(inv, reach=Reach.ALL) as seen:
+        with Observation(inv, reach=Reach.ALL, what="bench (finding the serving release)") as seen:
             return _serving(seen)
     except (OperationRefused, NodeError) as exc:
         raise TargetError(str(exc)) from None
@@ -62,7 +62,7 @@ def of_recipe(dep: Deployment, want_headers: bool = True) -> Target:
                     draft_budget=spec.num_speculative_tokens if spec else None,
                     nodes=recipe.vllm.tensor_parallel_size, recipe=recipe.name)
     try:
-        with Observation(inv, reach=Reach.ALL) as seen:
+        with Observation(inv, reach=Reach.ALL, what="bench (finding the serving release)") as seen:
             now = _serving(seen)
             if now is None:
                 raise TargetError(f"no release serves on {inv.cluster}: deploy {recipe.name} with `spark-deploy up` "

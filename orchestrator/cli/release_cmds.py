@@ -46,15 +46,17 @@ def history(inventory: InventoryOpt = Path("inventory.yaml"), as_json: JsonOpt =
     """
     with exit_codes():
         inv, _ = load_inventory(inventory)
-        with Observation(inv) as seen:
+        with Observation(inv, what="history") as seen:
             state = seen.state
-        hist, unreachable = state.history, {**state.unreachable, **state.unread}
+        hist = state.history
         now = state.serving if state.serving_known else None
-        for node, why in unreachable.items():
-            err.print(f"[yellow]warning[/]: {escape(node)} not read, its copy of the history was not read: "
+        for node, why in state.unreachable.items():
+            err.print(f"[yellow]warning[/]: {escape(node)} unreachable, its copy of the history was not read: "
                       f"{escape(str(why))}")
+        for node, why in state.unread.items():
+            err.print(f"[yellow]warning[/]: {escape(node)}: {escape(why)}")
         for node, notes in hist.disagreements.items():
-            if node not in unreachable:
+            if node not in state.unreachable:
                 err.print(f"[yellow]warning[/]: {escape(node)}'s copy of the history disagrees: "
                           f"{escape('; '.join(notes))}")
         if as_json:
@@ -80,7 +82,7 @@ def history(inventory: InventoryOpt = Path("inventory.yaml"), as_json: JsonOpt =
                           r.image_id.removeprefix("sha256:")[:12], _when(r.started_at), escape(r.by),
                           escape(headline_text(r.bench)))
         out.print(table)
-        if unreachable:
+        if not state.serving_known:
             out.print("which release serves is not judged: not every node answered")
         elif now is None:
             out.print("no release serves now (no plan runs on every rank)")

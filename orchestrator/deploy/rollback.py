@@ -58,7 +58,7 @@ def prepare(inventory_path: str, wanted: int | None, state: ClusterState | None 
     passes the one it read) and rebuild its plan. Read only."""
     if state is None:
         inventory, _ = load_inventory(inventory_path)
-        with Observation(inventory, reach=Reach.ALL) as seen:
+        with Observation(inventory, reach=Reach.ALL, what="rollback (choosing the release)") as seen:
             state = seen.state
     if not state.serving_known:
         raise RollbackRefused("cannot tell what serves: " + "; ".join(state.problems()))

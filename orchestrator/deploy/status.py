@@ -111,7 +111,7 @@ PROBE_TIMEOUT = 15.0  # seconds the one short completion may take: a stuck sched
 def collect(inventory: Inventory, recipe: str | None = None, probe: bool = True,
             probe_timeout: float = PROBE_TIMEOUT) -> StatusReport:
     """Ask every reachable node (one state read each); an unreachable one is reported, not fatal."""
-    with Observation(inventory) as seen:
+    with Observation(inventory, what="status") as seen:
         state = seen.state
         unreachable = {**state.unreachable, **{n: why for n, why in state.unread.items() if n not in state.containers}}
         try:

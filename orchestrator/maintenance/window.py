@@ -166,7 +166,7 @@ def open_window(state: ClusterState, recipe: str | None) -> tuple[Baseline, dict
 def verify(inventory_path: str, recipe: str | None = None) -> VerifyResult:
     inventory, _ = load_inventory(inventory_path)
     try:
-        with Observation(inventory) as seen:
+        with Observation(inventory, what="maintenance verify") as seen:
             return verify_open(seen, inventory_path, recipe)
     except OperationRefused as exc:
         raise MaintenanceError(str(exc)) from exc

@@ -139,11 +139,6 @@ class Operation:
         """The outcome the audit entry records (the last call wins)."""
         self._said = {"outcome": str(outcome), "detail": detail, "release": release, "nodes": nodes or {}, **extra}
 
-    def reread(self) -> ClusterState:
-        """The state read again (after the body changed it), on the nodes that answered."""
-        self.state = read_state(self.cluster, self.alive, self.unreachable)
-        return self.state
-
     # ---- lifecycle ------------------------------------------------------------------------------
     def __enter__(self) -> "Operation":
         try:
@@ -250,9 +245,9 @@ class Operation:
 class Observation:
     """The read-only twin: open (whoever answers), read the state, close. No lock, no audit."""
 
-    def __init__(self, inventory: Inventory, *, reach: Reach = Reach.ANY,
+    def __init__(self, inventory: Inventory, *, reach: Reach = Reach.ANY, what: str = "reading the cluster",
                  cluster_factory: Callable[[Inventory], Cluster] = Cluster):
-        self.op = Operation(inventory, Events(), "observe", reach=reach, lock=Locking.NONE,
+        self.op = Operation(inventory, Events(), what, reach=reach, lock=Locking.NONE,
                             cluster_factory=cluster_factory)
 
     def __enter__(self) -> Operation:

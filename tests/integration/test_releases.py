@@ -341,4 +341,9 @@ def test_prune_with_a_node_unreachable_names_it_and_leaves_the_serving_and_kept_
     assert {n: kept(n) for n in (1, 2)} == kept_before, "the kept release must not be touched"
     lock = spark_deploy("lock", "-i", cluster.inventory_path, "--json")
     assert lock.returncode == 0 and json.loads(lock.stdout)["held"] is False, lock.stdout
+    # the operation's one audit entry says what happened where (issue 19: per-node reasons kept)
+    log = spark_deploy("audit", "-i", cluster.inventory_path, "--json")
+    assert log.returncode == 0, log.stderr
+    line = [entry for entry in json.loads(log.stdout) if entry["action"] == "prune"][-1]
+    assert line["outcome"] == "incomplete" and line["nodes"]["spark-2"].startswith("unreachable"), line
     assert completion(cluster)
