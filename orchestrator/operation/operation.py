@@ -158,6 +158,7 @@ class Operation:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         try:
+            self.cluster.renew_cancel()  # after Ctrl-C (or a lost lock) the audit line and the unlock are new work
             if exc is not None or self._said is not None:
                 self._audit(exc)
         finally:
