@@ -104,17 +104,19 @@ def _make_room(inv, recipe: str, events: Events):
     return now
 
 
-def _deploy(dep: Deployment, events: Events) -> Target:
-    _make_room(dep.inventory, dep.recipe.name, events)
+def _deploy(label: str, dep: Deployment, events: Events) -> Target:
+    """Deploy one side; a failure names the side (A or B) as well as its recipe: both may share a name."""
+    side = f"{label} ({dep.recipe.name}, {dep.recipe_path})"
     try:
+        _make_room(dep.inventory, dep.recipe.name, events)
         with signals_interrupt():
             run_up(dep, events, UpOptions())
-    except DeployFailed as exc:
-        raise CompareError(f"up {dep.recipe.name}: {exc}") from None
+    except (DeployFailed, CompareError) as exc:
+        raise CompareError(f"{side}: up failed: {exc}") from None
     try:
         return of_recipe(dep, want_headers=False)
     except TargetError as exc:
-        raise CompareError(f"{dep.recipe.name}: {exc}") from None
+        raise CompareError(f"{side}: {exc}") from None
 
 
 def _restore(before, inventory_path: str, events: Events, inv) -> str:
@@ -148,7 +150,7 @@ def compare(deps: dict[str, Deployment], inventory_path: str, blocks: str, plan_
     failure: Exception | None = None
     try:
         for label in blocks:
-            tgt = _deploy(deps[label], events)
+            tgt = _deploy(label, deps[label], events)
             plan = plan_of(tgt)
             with open_client(tgt.url) as http:
                 groups = run(http, tgt.model, plan, on_shot)

@@ -15,6 +15,7 @@ from ..releases import store
 from ..releases.record import ReleaseOutcome
 from ..render.spec import secrets_dir
 from ..runner.events import Events, Kind
+from ..transport.cancel import interrupt_reason
 from ..transport.group import GroupError
 from ..transport.node import NodeConnection
 
@@ -24,10 +25,18 @@ class DownResult:
     removed: list[tuple[str, Container]] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # node -> what could not be removed, and why
     unreachable: dict[str, str] = field(default_factory=dict)
+    found: dict[str, list[Container]] = field(default_factory=dict)  # what there was to remove, per node
+    interrupted: str = ""  # "interrupted (Ctrl-C)": the removal stopped partway
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.unreachable
+        return not self.failed and not self.unreachable and not self.interrupted
+
+    def not_removed(self) -> dict[str, list[Container]]:
+        """Per node, what was found and not (yet) removed: after an interruption, what may still be there."""
+        gone = {(node, c.id) for node, c in self.removed}
+        left = {n: [c for c in cs if (n, c.id) not in gone] for n, cs in self.found.items()}
+        return {n: cs for n, cs in left.items() if cs}
 
 
 def teardown_order(nodes: list[str], head: str) -> list[list[str]]:
@@ -51,9 +60,18 @@ def down(inventory: Inventory, recipe: str | None, events: Events) -> DownResult
     """Under the deploy lock when the head answers; without it (said loudly) when only peers do — a peer
     left running alone holds memory for nothing, so what can be reached is removed either way."""
     result = DownResult()
-    with Operation(inventory, events, AuditAction.DOWN, reach=Reach.ANY, lock=Locking.IF_HEAD_ANSWERS) as op:
-        result.unreachable = dict(op.unreachable)
-        _down_locked(op, recipe, events, result)
+    try:
+        with Operation(inventory, events, AuditAction.DOWN, reach=Reach.ANY, lock=Locking.IF_HEAD_ANSWERS) as op:
+            result.unreachable = dict(op.unreachable)
+            _down_locked(op, recipe, events, result)
+    except KeyboardInterrupt as exc:  # the operation audited it and let the lock go; say what may be left
+        result.interrupted = interrupt_reason(exc)
+        for node, left in result.not_removed().items():
+            result.failed.setdefault(node, f"{result.interrupted} before it removed "
+                                           f"{', '.join(f'{c.name} ({c.id[:12]})' for c in left)}: it may still be "
+                                           "there (`spark-deploy status` shows it; `spark-deploy down` again removes it)")
+        if not result.failed:
+            result.failed[inventory.cluster] = f"{result.interrupted} before it had read what runs: nothing was removed"
     for node, why in result.unreachable.items():
         result.failed.setdefault(node, f"unreachable, its containers (if any) were not removed: {why}")
     return result
@@ -64,6 +82,7 @@ def _down_locked(op: Operation, recipe: str | None, events: Events, result: Down
     found = {n: [c for c in cs if recipe is None or (c.ours and c.ours.recipe == recipe)]
              for n, cs in state.containers.items()}
     result.unreachable.update({n: why for n, why in state.unread.items() if n not in found})
+    result.found = {n: list(cs) for n, cs in found.items() if cs}
     alive = [c for c in op.alive if c.name in found]
     files = stale_secret_files(inventory, recipe)
     for group in teardown_order([c.name for c in alive], inventory.head):
