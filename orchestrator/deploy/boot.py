@@ -35,6 +35,7 @@ from ..runner.events import Events
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection, NodeError
 from . import privilege
+from .boot_undo import Journal, install, turn_off
 
 FACTS = ["boot_units", "restart_policies"]
 
@@ -163,18 +164,25 @@ def enable(dep: Deployment, events: Events, *, yes: bool) -> EnableResult:
                     "boot-enable", "refused", release=release.id,
                     detail="other things come back on boot: " + "; ".join(c.describe() for c in conflicts)))
                 return result
+            journal = Journal()
             try:
                 for c in conflicts:
-                    _turn_off(cluster[c.node], c.item, roots[c.node])
+                    turn_off(cluster[c.node], c.item, roots[c.node], journal)
                     result.disabled.append(f"{c.node}: {c.item.kind} {c.item.name}")
                     events.note(f"{c.item.kind} {c.item.name} no longer comes back on boot", c.node)
                 cluster.each(lambda conn: _install(conn, next(u for u in units if u.node == conn.name),
-                                                   roots[conn.name], inventory.node(conn.name).state_dir), conns)
+                                                   roots[conn.name], inventory.node(conn.name).state_dir,
+                                                   journal), conns)
             except (GroupError, NodeError, BootRefused) as exc:
-                audit.append(cluster, inventory, audit.entry(
-                    "boot-enable", "failed", release=release.id, detail=f"{exc}; turned off before it: "
-                    f"{'; '.join(result.disabled) or 'nothing'}"))
-                raise BootRefused(f"boot enable failed: {exc}") from exc
+                undone, left = journal.roll_back()
+                for line in undone:
+                    node, _, what = line.partition(": ")
+                    events.note(what, node)
+                said = (f"put back as it was: {'; '.join(undone) or 'nothing had been changed'}" +
+                        (f"; NOT put back: {'; '.join(left)}" if left else ""))
+                audit.append(cluster, inventory, audit.entry("boot-enable", "failed", release=release.id,
+                                                             detail=f"{exc}; {said}"))
+                raise BootRefused(f"boot enable failed: {exc}; {said}") from exc
             for u in units:
                 events.note(f"{u.name} enabled: brings back {u.container} (release {u.release}, plan "
                             f"{u.plan_hash})", u.node)
@@ -217,21 +225,9 @@ def _roots(cluster: Cluster, inventory: Inventory, conns, action: str, doing: st
     return roots
 
 
-def _turn_off(conn: NodeConnection, item: BootItem, root: privilege.Root) -> None:
-    if item.kind is ItemKind.UNIT:
-        conn.run(root.argv(["systemctl", "disable", item.name]), timeout=60, check=True)
-    else:
-        conn.run(["docker", "update", "--restart", "no", item.name], timeout=60, check=True)
-
-
-def _install(conn: NodeConnection, unit: BootUnit, root: privilege.Root, scratch_dir: str) -> None:
-    """Atomic write, reload, enable (not started now: the release already serves); the container's own
-    restart policy off now too, so dockerd does not start it at boot ahead of the unit."""
+def _install(conn: NodeConnection, unit: BootUnit, root: privilege.Root, scratch_dir: str, journal: Journal) -> None:
     try:
-        root.put_file(conn, unit.path, unit.text, scratch_dir)
-        conn.run(["docker", "update", "--restart", "no", unit.container], timeout=60, check=True)
-        conn.run(root.argv(["systemctl", "daemon-reload"]), timeout=60, check=True)
-        conn.run(root.argv(["systemctl", "enable", unit.name]), timeout=60, check=True)
+        install(conn, unit, root, scratch_dir, journal)
     except (NodeError, OSError) as exc:
         raise BootRefused(f"{conn.name}: could not install {unit.path}: {exc} (it needs root on the node)") from exc
 

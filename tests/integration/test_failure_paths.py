@@ -300,3 +300,95 @@ def test_bench_compare_whose_b_dies_at_start_names_b_and_a_serves_again(fresh, t
     assert code == 0 and [d["recipe"] for d in report["deployments"]] == ["base"], report
     assert running_plans(cluster) == {n: {plan_a} for n in NODES}
     assert completion(cluster)
+
+
+# ---- boot enable failing on the second node -----------------------------------------------------------
+
+OLD_STACK = """[Unit]
+Description=The old vLLM stack (field note 9)
+After=docker.service
+Requires=docker.service
+[Service]
+ExecStartPre=-/usr/bin/docker rm -f old-stack
+ExecStart=/usr/bin/docker run --rm --name old-stack --entrypoint sleep other/vllm:old infinity
+[Install]
+WantedBy=multi-user.target
+"""
+SUDOERS = "/etc/sudoers.d/spark-deploy-test"
+FULL_SUDO = "spark ALL=(root) NOPASSWD: ALL\n"
+# root for writing and removing files, but not for systemctl: `sudo -n systemctl ...` asks for a password
+NO_SYSTEMCTL = "spark ALL=(root) NOPASSWD: /usr/bin/true, /usr/bin/install, /usr/bin/rm\n"
+
+
+def _write(cluster, node: int, path: str, text: str) -> None:
+    cluster.exec(node, ["sh", "-c", 'printf %s "$1" > "$2"', "sh", text, path])
+
+
+def _sudoers(cluster, node: int, line: str) -> None:
+    _write(cluster, node, SUDOERS, line)
+    cluster.exec(node, ["chmod", "0440", SUDOERS])
+
+
+def _enabled(cluster, node: int, unit: str) -> str:
+    return cluster.exec(node, ["systemctl", "is-enabled", unit], check=False).stdout.strip()
+
+
+def _policy(cluster, node: int, container: str) -> str:
+    return node_docker(cluster, node, "inspect", "--format", "{{.HostConfig.RestartPolicy.Name}}", container,
+                       check=True).stdout.strip()
+
+
+def _serving_ids(cluster) -> dict[int, str]:
+    return {n: node_docker(cluster, n, "ps", "-q", "--filter", "label=spark-deploy.managed=true",
+                           check=True).stdout.strip() for n in (1, 2)}
+
+
+def test_boot_enable_failing_on_the_second_node_puts_the_first_back(systemd_pair):
+    from orchestrator.config.load import load_inventory
+    from orchestrator.render.unit import UNIT_DIR, unit_name
+
+    cluster = systemd_pair
+    inv, recipe = cluster.inventory_path, cluster.recipe_path
+    ours = f"{UNIT_DIR}/{unit_name(load_inventory(inv)[0].cluster, 'sim-tiny')}"
+    up(cluster, recipe)
+    serving = _serving_ids(cluster)
+    policies = {n: _policy(cluster, n, serving[n]) for n in (1, 2)}
+    # on spark-1, two things of another stack come back on boot: what `enable --yes` turns off there first
+    node_docker(cluster, 1, "tag", "vllm-sim:latest", "other/vllm:old", check=True)
+    _write(cluster, 1, f"{UNIT_DIR}/old-stack.service", OLD_STACK)
+    cluster.exec(1, ["systemctl", "daemon-reload"])
+    cluster.exec(1, ["systemctl", "enable", "old-stack.service"])
+    node_docker(cluster, 1, "run", "-d", "--restart", "unless-stopped", "--name", "legacy", "--entrypoint", "sleep",
+                "other/vllm:old", "infinity", check=True)
+    try:
+        _sudoers(cluster, 1, FULL_SUDO)
+        _sudoers(cluster, 2, NO_SYSTEMCTL)
+        r = spark_deploy("boot", "enable", recipe, "-i", inv, "--yes")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "spark-2: could not install" in r.stderr and "password" in r.stderr, r.stderr
+        assert "put back as it was" in r.stderr and "NOT put back" not in r.stderr, r.stderr
+        assert _enabled(cluster, 1, "old-stack.service") == "enabled", "turned off on spark-1 and left off"
+        assert _policy(cluster, 1, "legacy") == "unless-stopped"
+        for n in (1, 2):
+            assert cluster.exec(n, ["test", "-e", ours], check=False).code != 0, f"spark-{n}: {ours} left behind"
+            assert _enabled(cluster, n, ours.rsplit("/", 1)[1]) not in ("enabled", "disabled"), f"spark-{n}"
+            assert _policy(cluster, n, serving[n]) == policies[n], f"spark-{n}: the restart policy is not put back"
+        assert _serving_ids(cluster) == serving and completion(cluster)
+        audit = json.loads(spark_deploy("audit", "-i", inv, "--json").stdout)
+        assert [(a["action"], a["outcome"]) for a in audit][-1] == ("boot-enable", "failed"), audit[-1]
+        assert "unit old-stack.service enabled again" in audit[-1]["detail"], audit[-1]
+
+        # an earlier unit file of ours that a failed enable overwrote is written back as it was, still enabled
+        _sudoers(cluster, 2, FULL_SUDO)
+        r = spark_deploy("boot", "enable", recipe, "-i", inv, "--yes")
+        assert r.returncode == 0, r.stdout + r.stderr
+        earlier = cluster.exec(1, ["cat", ours]).stdout + "# an earlier version of ours\n"
+        _write(cluster, 1, ours, earlier)
+        _sudoers(cluster, 2, NO_SYSTEMCTL)
+        r = spark_deploy("boot", "enable", recipe, "-i", inv, "--yes")
+        assert r.returncode == 1 and "spark-2: could not install" in r.stderr, r.stdout + r.stderr
+        assert cluster.exec(1, ["cat", ours]).stdout == earlier
+        assert _enabled(cluster, 1, ours.rsplit("/", 1)[1]) == "enabled"
+    finally:
+        for n in (1, 2):
+            cluster.exec(n, ["rm", "-f", SUDOERS])
