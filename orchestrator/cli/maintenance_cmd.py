@@ -176,6 +176,7 @@ def begin(
         problems += [f"{n}: the baseline could not be written: {why}" for n, why in result.not_written.items()]
         if result.stop and not result.stop.ok:
             problems += [f"{n}: could not stop the release cleanly: {why}" for n, why in result.stop.failed.items()]
+            problems.append(result.stop.summary(base.release))
         if problems:
             raise Failed("the window is open, with problems: " + " | ".join(problems))
 

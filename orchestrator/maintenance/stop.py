@@ -9,23 +9,43 @@ failure halfway still says what was stopped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from ..deploy.down import teardown_order
-from ..docker_cli.containers import Container, rename_container, stop_container
+from ..docker_cli.containers import Container, inspect_container, rename_container, stop_container
 from ..releases.record import Release
 from ..runner.events import Events, Kind
 from ..transport.group import Cluster, GroupError
+from ..transport.node import NodeError
 from .baseline import StoppedContainer
+
+
+class StopOutcome(StrEnum):
+    """Where a `--stop` left the release: one of the two states `maintenance end` can work from."""
+
+    STOPPED = "stopped"  # every rank that answers is stopped and kept; recorded, `end` brings it back
+    STILL_SERVING = "still serving"  # nothing was stopped: every rank runs as before
+    NOTHING = "nothing to stop"
 
 
 @dataclass
 class StopResult:
     stopped: list[StoppedContainer] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # node -> why
+    outcome: StopOutcome = StopOutcome.NOTHING
 
     @property
     def ok(self) -> bool:
         return not self.failed
+
+    def summary(self, release: int | None) -> str:
+        if self.outcome is StopOutcome.STILL_SERVING:
+            return (f"nothing was stopped: release {release} still serves on every node, as before" if release
+                    is not None else "nothing was stopped: whatever served still serves, as before")
+        if self.outcome is StopOutcome.STOPPED and self.failed:
+            return (f"release {release} is stopped on every node that answered and recorded as stopped; once "
+                    f"{', '.join(self.failed)} answer(s), `spark-deploy maintenance end` brings it back")
+        return f"release {release} is stopped: `spark-deploy maintenance end` brings it back"
 
 
 def kept_name(container: Container) -> str:
@@ -43,22 +63,72 @@ def release_containers(release: Release, containers: dict[str, list[Container]])
     return out
 
 
-def stop_release(cluster: Cluster, head: str, targets: dict[str, list[Container]], events: Events) -> StopResult:
+def unread_ranks(release: Release, containers: dict[str, list[Container]], why: dict[str, str]) -> dict[str, str]:
+    """Pure: the release's rank nodes whose containers were not read (node -> why)."""
+    return {r.node: why.get(r.node, "not read") for r in release.ranks if r.node not in containers}
+
+
+def stop_release(cluster: Cluster, head: str, release: Release, containers: dict[str, list[Container]],
+                 why_unread: dict[str, str], events: Events) -> StopResult:
+    """Peers first, then the head. A rank's node that was not read refuses the stop before anything is
+    touched (the rest stopped would leave its rank running alone). A failure partway ends in one of two
+    states: nothing stopped (every touched container still runs: still serving), or every rank that answers
+    stopped — a TP release with one rank down serves nothing, so the rest is stopped too and kept for `end`."""
     result = StopResult()
+    targets = release_containers(release, containers)
+    missing = unread_ranks(release, containers, why_unread)
+    if missing:
+        result.failed = {n: f"its containers could not be read ({why}): nothing was stopped anywhere, the release "
+                            "serves as it did" for n, why in missing.items()}
+        result.outcome = StopOutcome.STILL_SERVING
+        return result
+    if not targets:
+        return result
 
     def on(conn) -> None:
         for c in targets[conn.name]:
             entry = StoppedContainer(node=conn.name, id=c.id, name=c.name, kept=kept_name(c))
-            result.stopped.append(entry)
+            result.stopped.append(entry)  # before it is touched: a failure halfway still names it
             stop_container(conn, c.id)
             rename_container(conn, c.id, entry.kept)
             events.container(Kind.CONTAINER_STOPPED, conn.name, entry.kept, c.id,
                              f"{c.name} ({c.id[:12]}) stopped for the maintenance window, kept as {entry.kept}")
 
-    for group in teardown_order(list(targets), head):
+    groups = teardown_order(list(targets), head)
+    for i, group in enumerate(groups):
         try:
             cluster.each(on, [cluster[n] for n in group])
         except GroupError as exc:
             result.failed.update({n: str(e) for n, e in exc.failures.items()})
-            break  # never stop the head while a peer could not be stopped cleanly
+            _settle(cluster, result, groups[i + 1:], targets, on, events)
+            return result
+    result.outcome = StopOutcome.STOPPED
     return result
+
+
+def _still_running(cluster: Cluster, entry: StoppedContainer) -> bool | None:
+    """True/False when the node answers an inspect of the container, None when it does not."""
+    try:
+        found = inspect_container(cluster[entry.node], entry.id)
+    except (NodeError, OSError):
+        return None
+    return bool(found and found.running)
+
+
+def _settle(cluster: Cluster, result: StopResult, rest: list[list[str]], targets, on, events: Events) -> None:
+    """After a failed group: if every container touched still runs, nothing was stopped (forget them);
+    otherwise stop what is left on every node that answers (the head included), so the release is fully
+    stopped, and keep every touched container in the list `end` brings back."""
+    seen = {e.id: _still_running(cluster, e) for e in result.stopped}
+    if all(seen.values()):
+        result.stopped.clear()
+        result.outcome = StopOutcome.STILL_SERVING
+        return
+    events.warn("a rank of the release is down or unknown: stopping the others too, so that the release is fully "
+                "stopped and `maintenance end` can bring it back")
+    for group in rest:
+        try:
+            cluster.each(on, [cluster[n] for n in group])
+        except GroupError as exc:
+            result.failed.update({n: str(e) for n, e in exc.failures.items()})
+    result.outcome = StopOutcome.STOPPED

@@ -26,7 +26,7 @@ from ..transport.group import Cluster
 from . import collect, store
 from .baseline import Baseline, NodeFacts, said
 from .diff import Drift, compare
-from .stop import StopResult, stop_release
+from .stop import StopOutcome, StopResult, stop_release
 
 class MaintenanceError(Exception):
     """A failure (exit 1); the message says where and why."""
@@ -81,6 +81,12 @@ def _begin_locked(dep: Deployment, op: Operation, reason: str, stop: bool, force
     if open_window and not force:
         raise MaintenanceInput(f"a maintenance window is already open on {inventory.cluster}: {open_window.describe()}; "
                                "`maintenance end` closes it, `maintenance begin --force` replaces its baseline")
+    if stop and not state.serving_known:  # stopping the ranks that answer would leave the others alone
+        why = {**state.unread, **state.unreachable}
+        missing = [n.name for n in inventory.ranked if n.name not in state.containers]
+        raise MaintenanceError("--stop stops every rank, so it needs every node's containers read: "
+                               + "; ".join(f"{n}: {why.get(n, 'not read')}" for n in missing)
+                               + "; nothing was stopped and no window was opened: whatever served still serves")
     serving = state.serving
     if serving is not None and serving.recipe != dep.recipe.name:
         raise MaintenanceInput(f"release {serving.id} of recipe {serving.recipe!r} serves on {inventory.cluster}, not "
@@ -97,8 +103,9 @@ def _begin_locked(dep: Deployment, op: Operation, reason: str, stop: bool, force
     if stop and serving is None:
         events.warn("--stop: nothing serves, nothing to stop")
     elif stop:
-        stopped = stop_release(cluster, inventory.head, state.running(serving), events)
-        if stopped.stopped:
+        stopped = stop_release(cluster, inventory.head, serving, state.containers,
+                               {**state.unread, **state.unreachable}, events)
+        if stopped.stopped and stopped.outcome is StopOutcome.STOPPED:
             _mark_stopped(cluster, inventory, serving, conns, events, reason)
         # what comes back on boot is what the nodes go into the window with: read again after the stop
         after = collect.collect(cluster, conns, unreachable, fact_dep, plan, serving_plan,
@@ -117,7 +124,7 @@ def _begin_locked(dep: Deployment, op: Operation, reason: str, stop: bool, force
     outcome = "opened" if report.ok() and not not_written and (stopped is None or stopped.ok) else "opened with problems"
     op.done(outcome, f"{said(reason)}; " + ("preflight ok" if report.ok() else
                                            f"preflight failed: {', '.join(v.name for v in report.failed())}")
-            + (f"; stopped {len(stopped.stopped)} container(s) of release {serving.id}" if stopped else "")
+            + (f"; stopped {len(stopped.stopped)} container(s) of release {serving.id}" if stopped and serving else "")
             + (f"; replaced the open window of {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(open_window.opened_at))}"
                if open_window else ""),
             release=baseline.release, reason=reason, opened_at=now,

@@ -2,8 +2,9 @@
 through the real command line; `prune` with a node unreachable is in test_releases.py).
 
 - `rollback` whose target dies as it starts: exit 1 naming node and cause; the release before serves again.
-- `maintenance begin --stop` failing on the peer: exit 1; the release still fully serving, not recorded as
-  stopped, and `maintenance end` closes the window with it serving.
+- `maintenance begin --stop` failing on the peer: exit 1, and either still fully serving (the peer unreachable
+  from the start: nothing stopped, no window opened) or fully stopped and recorded (the peer's SSH dies while
+  its `docker stop` runs: the head is stopped too), and then `maintenance end` brings it back.
 - `boot enable` failing on the second node: what it turned off on the first comes back on again, and no unit
   of ours is left enabled anywhere.
 - `bench --compare A B` whose B dies at start: exit 1 naming B; A serves again.
@@ -392,3 +393,87 @@ def test_boot_enable_failing_on_the_second_node_puts_the_first_back(systemd_pair
     finally:
         for n in (1, 2):
             cluster.exec(n, ["rm", "-f", SUDOERS])
+
+
+# ---- maintenance begin --stop failing on the peer -----------------------------------------------------
+
+
+def _window(cluster) -> dict:
+    return json.loads(cluster.exec(1, ["sh", "-c", f"cat {NODE_STATE_DIR}/maintenance/*.json"]).stdout)
+
+
+def test_begin_stop_with_the_peer_unreachable_stops_nothing_and_opens_no_window(fresh):
+    cluster = fresh
+    up(cluster, cluster.recipe_path)
+    serving = _serving_ids(cluster)
+    cluster.fault(2, "stop-sshd")
+    try:
+        begin = spark_deploy("maintenance", "begin", cluster.recipe_path, "-i", cluster.inventory_path, "--stop")
+    finally:
+        cluster.fault(2, "start-sshd")
+    said = begin.stdout + begin.stderr
+    assert begin.returncode == 1, said
+    assert "--stop stops every rank" in begin.stderr and "spark-2: " in begin.stderr, said
+    assert "nothing was stopped and no window was opened" in begin.stderr, said
+    assert _serving_ids(cluster) == serving, "a rank was stopped although the peer could not be"
+    assert history(cluster)[1]["outcome"] == "serving"
+    assert cluster.exec(1, ["sh", "-c", f"ls {NODE_STATE_DIR}/maintenance/*.json"], check=False).code != 0
+    assert_serves(cluster, history(cluster)[1]["plan_hash"], 1)
+    audit = json.loads(spark_deploy("audit", "-i", cluster.inventory_path, "--json").stdout)
+    assert audit[-1]["action"] == "maintenance-begin" and audit[-1]["outcome"] != "ok", audit[-1]
+
+
+def _sessions_killed(cluster, node: int) -> None:
+    """The node's sshd listener stopped, then every sshd process left (the open sessions) killed by PID: the
+    controller's connection drops at once, and a new one is refused."""
+    cluster.fault(node, "stop-sshd")
+    pids = cluster.exec(node, ["pgrep", "-x", "sshd"], check=False).stdout.split()
+    if pids:
+        cluster.exec(node, ["kill", "-KILL", *pids], check=False)
+
+
+def _wait_for_process(cluster, node: int, pattern: str, proc, bound: float = 180) -> None:
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        if cluster.exec(node, ["pgrep", "-f", pattern], check=False).code == 0:
+            return
+        assert proc.poll() is None, f"the command ended (exit {proc.returncode}) before {pattern!r} ran on {node}"
+        time.sleep(0.05)
+    raise AssertionError(f"no {pattern!r} on spark-{node} within {bound:.0f} s")
+
+
+def test_begin_stop_whose_peer_drops_mid_stop_ends_fully_stopped_and_end_brings_it_back(fresh, background):
+    cluster = fresh
+    up(cluster, cluster.recipe_path)
+    serving = _serving_ids(cluster)
+    plan = history(cluster)[1]["plan_hash"]
+    # the peer's rank hangs (its PID 1 stopped): `docker stop` waits out its 10 s grace before SIGKILL,
+    # and while it waits the peer's SSH dies
+    node_docker(cluster, 2, "kill", "--signal", "STOP", serving[2], check=True)
+    run = background("maintenance", "begin", cluster.recipe_path, "-i", cluster.inventory_path, "--stop")
+    try:
+        _wait_for_process(cluster, 2, f"docker stop --time 10 {serving[2]}", run.proc)
+        _sessions_killed(cluster, 2)
+        code = run.finish(timeout=300)
+    finally:
+        cluster.fault(2, "start-sshd")
+    said = run.stdout() + run.stderr()
+    assert code == 1, said
+    assert "spark-2: could not stop the release cleanly" in run.stderr(), said
+    assert "release 1 is stopped on every node that answered and recorded as stopped" in run.stderr(), said
+    assert running_plans(cluster)["spark-1"] == set(), "the head must not be left running alone"
+    # the peer's engine finishes the `docker stop` it was given (SIGKILL after the grace) by itself
+    deadline = time.monotonic() + 60
+    while running_plans(cluster)["spark-2"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert running_plans(cluster) == {n: set() for n in NODES}, "fully stopped: no rank left running"
+    assert history(cluster)[1]["outcome"] == "stopped"
+    assert {s["node"] for s in _window(cluster)["stopped"]} == set(NODES)
+    code, report = status(cluster, "--no-probe")
+    assert code == 1 and not any(d["ok"] for d in report["deployments"]), report
+
+    end = spark_deploy("maintenance", "end", "-i", cluster.inventory_path, timeout=600)
+    assert end.returncode == 0, end.stdout + end.stderr
+    assert running_plans(cluster) == {n: {plan} for n in NODES}
+    assert completion(cluster)
+    assert _window(cluster)["state"] == "closed"
