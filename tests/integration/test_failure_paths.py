@@ -17,6 +17,7 @@ Containers are identified by their labels (plan hash, rank), never by name.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import signal
 import subprocess
@@ -207,7 +208,7 @@ class Lines:
 
     def __init__(self, *args: str):
         self.proc = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env={**__import__("os").environ, "COLUMNS": "200"})
+                                     text=True, env={**os.environ, "COLUMNS": "200"})
         self.lines: list[str] = []
         self._queue: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
