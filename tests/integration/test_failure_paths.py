@@ -149,7 +149,7 @@ def phase_start(name: str):
 def test_rollback_whose_target_dies_as_it_starts_serves_the_release_before(fresh, tmp_path, background):
     cluster = fresh
     # release 1 loads slowly: its ranks are still starting when one of them dies
-    a = recipe_variant(cluster, tmp_path / "a.yaml", env={"SIM_LOAD_SECONDS": "30"})
+    a = recipe_variant(cluster, tmp_path / "a.yaml", env={"SIM_LOAD_SECONDS": "8"})
     b = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
     up(cluster, a)
     up(cluster, b)
@@ -176,7 +176,7 @@ def test_rollback_whose_target_dies_as_it_starts_serves_the_release_before(fresh
 def test_sigint_during_rollback_leaves_the_release_before_serving_and_a_second_rollback_works(fresh, tmp_path,
                                                                                                background):
     cluster = fresh
-    a = recipe_variant(cluster, tmp_path / "a.yaml", env={"SIM_LOAD_SECONDS": "30"})
+    a = recipe_variant(cluster, tmp_path / "a.yaml", env={"SIM_LOAD_SECONDS": "8"})
     b = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
     up(cluster, a)
     up(cluster, b)
