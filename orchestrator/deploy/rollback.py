@@ -10,7 +10,7 @@ node they are started again (`docker start`), not re-created.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable
 
@@ -80,20 +80,20 @@ def prepare(inventory_path: str, wanted: int | None, state: ClusterState | None 
 def roll_back(inventory_path: str, wanted: int | None, events: Events, *, yes: bool = False, restore: bool = True,
               ready_timeout: float = 5400.0, state: ClusterState | None = None,
               announce: Callable[[RollbackPlan], None] | None = None, connector: Connector | None = None,
-              endpoint_at: Callable[[str, int], Endpoint] = Endpoint) -> UpResult:
+              endpoint_at: Callable[[str, int], Endpoint] = Endpoint, options: UpOptions | None = None) -> UpResult:
     """THE way a recorded release is started again (`rollback`, `maintenance end`, `bench --compare`'s
     restore): the target chosen from the state, the same refusals before anything is touched (an inventory
     that changes the plan needs `yes`; `up` itself checks this machine's SSH files and secrets, the image ID
     and the model revision on every node), then `up` with `rollback_of`: kept containers started again,
     every wait and check, a release of its own, the automatic restore if it fails.
     `announce` sees the prepared rollback before anything is started (the CLI prints it); `connector` and
-    `endpoint_at` as in `up`."""
+    `endpoint_at` as in `up`; `options`: the up's other options (bounds, skipped checks)."""
     prepared = prepare(inventory_path, wanted, state, connector=connector)
     if prepared.changes and not yes:
         raise InventoryChanged(prepared)
     if announce is not None:
         announce(prepared)
-    opts = UpOptions(rollback_of=prepared.target, restore=restore, ready_timeout=ready_timeout)
+    opts = replace(options or UpOptions(), rollback_of=prepared.target, restore=restore, ready_timeout=ready_timeout)
     return run_up(prepared.dep, events, opts, prepared.plan, connector=connector, endpoint_at=endpoint_at)
 
 

@@ -81,7 +81,7 @@ class MemCluster:
                   endpoint_at=endpoint_at(self.world))
 
     def rollback(self, release: int | None = None, **kwargs):
-        return roll_back(str(self.dep.inventory_path), release, self.events, ready_timeout=5,
+        return roll_back(str(self.dep.inventory_path), release, self.events, ready_timeout=5, options=quick(),
                          connector=connector(self.world), endpoint_at=endpoint_at(self.world), **kwargs)
 
     def down(self, recipe: str | None = None):
