@@ -68,8 +68,8 @@ def run(node: Node, args: list[str]) -> Answer:
         return 125, "", (f'docker: Error response from daemon: Conflict. The container name "/{name}" is already in '
                          f'use by container "{held.id}". You have to remove (or rename) that container to be able '
                          "to reuse that name.")
-    container = Container(new_id(), name or f"memnode_{len(node.containers)}", image.id, list(serve_args), labels,
-                          env, restart=restart)
+    container = Container(new_id(), name or f"memnode_{len(node.containers)}", image.id, list(serve_args),
+                          {**image.labels, **labels}, env, restart=restart, entrypoint=image.entrypoint)
     node.containers[container.id] = container
     node.start(container)
     return 0, container.id + "\n", ""
@@ -213,7 +213,12 @@ def system(node: Node, args: list[str]) -> Answer:
     free = sum(i.size for i in node.images.values() if i.id not in used)
     rows = [("Images", len(node.images), total, free), ("Containers", len(node.containers), 0, 0),
             ("Local Volumes", 0, 0, 0), ("Build Cache", 0, 0, 0)]
-    return 0, "".join(f"{k}\t{n}\t{human(s)}\t{human(r)}\n" for k, n, s, r in rows), ""
+    return 0, "".join(f"{k}\t{n}\t{human(s)}\t{reclaimable(s, r)}\n" for k, n, s, r in rows), ""
+
+
+def reclaimable(size: int, free: int) -> str:
+    """The Reclaimable column: with its share in percent whenever the type holds anything."""
+    return f"{human(free)} ({free * 100 // size}%)" if size else human(free)
 
 
 def ps_ids(node: Node, args: list[str]) -> list[str]:

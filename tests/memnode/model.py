@@ -41,6 +41,8 @@ class Image:
     tags: list[str]
     layers: tuple[str, ...]
     size: int = 120090624
+    labels: dict[str, str] = field(default_factory=dict)  # docker merges them into a container's Config.Labels
+    entrypoint: tuple[str, ...] = ("vllm", "serve")  # the stand-in's (`serve_entrypoint: true` recipes)
 
     def inspect(self) -> dict:
         data = image_inspect(self.id, tags=tuple(self.tags), layers=self.layers)
@@ -72,10 +74,16 @@ class Container:
     def ours(self) -> ContainerLabels | None:
         return ContainerLabels.parse(self.labels)
 
+    entrypoint: tuple[str, ...] = ("vllm", "serve")
+
     def inspect(self) -> dict:
-        """One element of `docker container inspect`, as fakes.container_inspect shapes it."""
+        """One element of `docker container inspect`, as fakes.container_inspect shapes it: Path is the
+        entrypoint's first word, Args the rest of it and then the command."""
         data = container_inspect(self.name, self.labels, status=self.state, exit_code=self.exit_code,
-                                 container_id=self.id, image=self.image, args=list(self.argv))
+                                 container_id=self.id, image=self.image, args=[*self.entrypoint[1:], *self.argv])
+        data["Path"] = self.entrypoint[0]
+        data["Config"]["Entrypoint"] = list(self.entrypoint)
+        data["Config"]["Cmd"] = list(self.argv)
         data["State"].update({"StartedAt": self.started_at, "FinishedAt": self.finished_at,
                               "Pid": 644 if self.running else 0})
         data["HostConfig"] = {"RestartPolicy": {"Name": self.restart, "MaximumRetryCount": 0}}
@@ -234,4 +242,6 @@ def new_id() -> str:
 def sim_image() -> Image:
     """The stand-in image as fakes.py knows it (ID and DiffIDs captured from a simulated node)."""
     data = image_inspect()
-    return Image(IMAGE_ID, list(data["RepoTags"]), tuple(data["RootFS"]["Layers"]))
+    labels = {"spark-deploy.sim.kind": "vllm", "spark-deploy.sim.build": "vllm",
+              "spark-deploy.sim.hash": "6bf55dc7c41e5470d760b1cce5cfb283dd5838eb9e7e0547e706b577d0d794cc"}
+    return Image(IMAGE_ID, list(data["RepoTags"]), tuple(data["RootFS"]["Layers"]), labels=labels)
