@@ -84,6 +84,11 @@ class MemCluster:
         return roll_back(str(self.dep.inventory_path), release, self.events, ready_timeout=5, options=quick(),
                          connector=connector(self.world), endpoint_at=endpoint_at(self.world), **kwargs)
 
+    def seams(self, **opts):
+        """bench --compare's way of deploying, in memory."""
+        from orchestrator.bench.compare import Seams
+        return Seams(connector(self.world), endpoint_at(self.world), quick(**opts))
+
     def down(self, recipe: str | None = None):
         return down_mod.down(self.inventory, recipe, self.events, connector=connector(self.world))
 

@@ -10,7 +10,9 @@ import json
 
 import pytest
 
+from orchestrator.bench import compare as compare_mod
 from orchestrator.releases import audit
+from orchestrator.releases.record import Release
 from orchestrator.releases.lock import lock_path
 from orchestrator.releases.store import releases_dir
 from orchestrator.runner.events import Phase
@@ -212,4 +214,26 @@ def test_prune_with_a_node_unreachable_names_it_and_keeps_what_serves(mem):
     assert [c.ours.plan_hash for c in mem.running()["spark-1"]] == [serving.plan_hash]
     line = audit_lines(mem)[-1]
     assert (line["action"], line["outcome"]) == ("prune", "incomplete") and "spark-2" in line["nodes"]
+    assert lock_free(mem)
+
+
+# ---- bench --compare -----------------------------------------------------------------------------
+def test_compare_whose_b_dies_at_start_brings_back_what_served(mem):
+    """B's head dies as it starts (its first block): its `up` fails and is undone, and the release that
+    served before the comparison serves again; the error names B, the node and the cause."""
+    before = mem.up(mem.deployment(variant(8)))
+    names = serving_names(mem)
+    deps = {"A": mem.deployment(variant(8)), "B": mem.deployment(variant(10))}
+    mem.node("spark-1").faults.append(Fault.DIE_AT_START)
+    was = records(mem)[before.release]
+
+    with pytest.raises(compare_mod.CompareError) as caught:
+        compare_mod.compare(deps, str(mem.dep.inventory_path), "BA", lambda target: pytest.fail("no block ran"),
+                            mem.events, Release.model_validate(was), seams=mem.seams())
+
+    said = str(caught.value)
+    assert said.startswith("up sim-tiny: during rendezvous: spark-1: ") and "exited with code 1" in said, said
+    assert said.endswith(f"release {before.release}'s plan serves again (release {before.release})"), said
+    assert mem.serving_plan() == before.plan_hash and serving_names(mem) == names
+    assert records(mem)[2]["outcome"] == "failed" and records(mem)[2]["restored"] == before.release
     assert lock_free(mem)
