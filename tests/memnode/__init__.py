@@ -4,7 +4,7 @@ the Runner, every command body, undo and restore run in unit tests in millisecon
 
 from .endpoint import MemoryEndpoint, endpoint_at
 from .model import COMMIT, Container, Fault, Image, Node, World, sim_image
-from .node import MemoryNode, connector, interrupt, matches_argv, matches_script
+from .node import MemoryNode, connector, fails, interrupt, matches_argv, matches_script
 
 __all__ = ["COMMIT", "Container", "Fault", "Image", "MemoryEndpoint", "MemoryNode", "Node", "World", "connector",
-           "endpoint_at", "interrupt", "matches_argv", "matches_script", "sim_image"]
+           "endpoint_at", "fails", "interrupt", "matches_argv", "matches_script", "sim_image"]

@@ -52,8 +52,9 @@ class MemoryNode:
             raise NodeUnreachable(self.name, f"cannot reach {self.target.host}:{self.target.port}: "
                                              f"{self.model.unreachable}")
 
-    def _arrive(self, command, shield: bool) -> None:
-        """Every command: reachable? cancelled? a trap set by the test for this one?"""
+    def _arrive(self, command, shield: bool) -> docker.Answer | None:
+        """Every command: reachable? cancelled? a trap set by the test for this one (which may answer it
+        instead of the engine: a refusal, an error)?"""
         self._reach()
         if not shield:
             self.cancel.check()
@@ -62,24 +63,25 @@ class MemoryNode:
             matches, action = trap
             if matches(command):
                 self.model.traps.remove(trap)
-                action(self, shield)
+                return action(self, shield)
+        return None
 
     # ---- commands -----------------------------------------------------------------------------
     def run(self, argv: Sequence[str], *, timeout: float | None = 60, idle_timeout: float | None = None,
             check: bool = False, shield: bool = False) -> Result:
         argv = list(argv)
-        self._arrive(tuple(argv), shield)
+        trapped = self._arrive(tuple(argv), shield)
         with self.world.changed:
-            code, out, err = self._answer(argv)
+            code, out, err = trapped or self._answer(argv)
         result = Result(self.name, tuple(argv), code, out, err)
         return result.check() if check else result
 
     def run_script(self, script: str, *args: str, **kwargs) -> Result:
         shield = kwargs.get("shield", False)
-        self._arrive(script, shield)
+        trapped = self._arrive(script, shield)
         with self.world.changed:
             try:
-                code, out, err = scripts.answer(self.model, script, args)
+                code, out, err = trapped or scripts.answer(self.model, script, args)
             except AssertionError as exc:
                 self.world.unknown.append(str(exc))
                 raise
@@ -182,6 +184,11 @@ def interrupt(node: MemoryNode, shield: bool) -> None:
         if node.cancel.wait(STEP):
             raise Cancelled(node.cancel.reason or "cancelled")
     raise AssertionError(f"{node.name}: the interrupt never set the cancel token")
+
+
+def fails(code: int, stderr: str) -> Callable[[MemoryNode, bool], docker.Answer]:
+    """A trap action: the command exits `code` printing `stderr`, and changes nothing."""
+    return lambda node, shield: (code, "", stderr)
 
 
 def connector(world: World):

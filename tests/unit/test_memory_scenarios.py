@@ -11,6 +11,8 @@ import json
 import pytest
 
 from orchestrator.bench import compare as compare_mod
+from orchestrator.maintenance.stop import stop_release
+from orchestrator.operation.state import read_state
 from orchestrator.releases import audit
 from orchestrator.releases.record import Release
 from orchestrator.releases.lock import lock_path
@@ -18,8 +20,9 @@ from orchestrator.releases.store import releases_dir
 from orchestrator.runner.events import Phase
 from orchestrator.runner.runner import StepFailed
 from orchestrator.docker_cli import containers as docker_containers
+from orchestrator.transport.group import Cluster
 
-from memnode import Fault, interrupt, matches_argv, matches_script
+from memnode import Fault, connector, fails, interrupt, matches_argv, matches_script
 from memnode.harness import MemCluster
 
 
@@ -237,3 +240,24 @@ def test_compare_whose_b_dies_at_start_brings_back_what_served(mem):
     assert mem.serving_plan() == before.plan_hash and serving_names(mem) == names
     assert records(mem)[2]["outcome"] == "failed" and records(mem)[2]["restored"] == before.release
     assert lock_free(mem)
+
+
+# ---- maintenance begin --stop (its body: maintenance/stop.stop_release) ---------------------------------
+def test_window_stop_failing_on_the_peer_leaves_the_head_serving(mem):
+    """The peer's `docker stop` fails: the head is never stopped while a peer could not be (it still serves
+    the whole release), and the failure names the peer and the engine's words."""
+    served = mem.up()
+    mem.node("spark-2").traps.append((matches_argv("docker", "stop"),
+                                      fails(1, "Error response from daemon: cannot stop container: permission "
+                                               "denied\n")))
+    cluster = Cluster(mem.inventory, connector=connector(mem.world)).open()
+    try:
+        state = read_state(cluster)
+        result = stop_release(cluster, mem.inventory.head, state.running(state.serving), mem.events)
+    finally:
+        cluster.close()
+
+    assert not result.ok and list(result.failed) == ["spark-2"]
+    assert "permission denied" in result.failed["spark-2"]
+    assert [s.node for s in result.stopped] == ["spark-2"], "what was attempted is said, the head was not"
+    assert mem.serving_plan() == served.plan_hash and mem.world.ready(mem.running()["spark-1"][0])
