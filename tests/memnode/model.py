@@ -114,6 +114,7 @@ class Node:
     faults: list[Fault] = field(default_factory=list)  # consumed by the next vLLM starts, in order
     traps: list = field(default_factory=list)  # (matches(command), action) run when a command arrives
     commits: dict[tuple[str, str], str] = field(default_factory=dict)  # (repo, revision) -> commit
+    systemd: object = None  # memnode.systemd.Systemd, set by World.add
 
     # ---- lookups ------------------------------------------------------------------------------
     def container(self, ref: str) -> Container | None:
@@ -212,7 +213,8 @@ class World:
             return self._last
 
     def add(self, name: str, address: str, fabric_ip: str, images: tuple[Image, ...] = ()) -> Node:
-        node = Node(name, address, fabric_ip, self)
+        from .systemd import Systemd
+        node = Node(name, address, fabric_ip, self, systemd=Systemd())
         for image in images:
             node.images[image.id] = copy.deepcopy(image)
         self.nodes[name] = node

@@ -92,6 +92,8 @@ class MemoryNode:
         try:
             if argv[0] == "docker":
                 return docker.answer(self.model, argv)
+            if argv[0] == "systemctl":
+                return self.model.systemd.systemctl(self.model, argv[1:])
             if argv == ["true"]:
                 return 0, "", ""
             if argv[:2] == ["rm", "-f"]:

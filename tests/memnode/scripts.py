@@ -15,6 +15,9 @@ from orchestrator.maintenance import store as window_store
 from orchestrator.operation import state
 from orchestrator.releases import audit, lock, store
 
+from orchestrator.preflight import facts
+
+from . import systemd
 from .docker import Answer, ps_ids, rm, stop, unknown
 from .model import Node
 
@@ -131,7 +134,8 @@ SCRIPTS = [
     (lock._RELEASE, _lock_release), (lock._READ, _cat), (audit._APPEND, _audit_append), (audit._READ, _cat),
     (store._READ, _store_read), (state._READ, _state_read), (containers._LIST, _list),
     (containers._REMOVE, _remove), (images._INSPECT, _image_inspect), (model_cache._RESOLVE, _resolve),
-    (down._FORGET, _forget_secrets), (window_store._READ, _window_read),
+    (down._FORGET, _forget_secrets), (window_store._READ, _window_read), (facts._DRIVER, systemd.facts_driver),
+    *systemd.SCRIPTS,
 ]
 
 

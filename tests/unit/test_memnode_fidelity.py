@@ -153,3 +153,28 @@ def test_an_unknown_command_is_named_not_answered(mem):
         node.run_script("echo hi")
     assert len(mem.world.unknown) == 2
     assert "teach tests/memnode" in str(unknown("x"))
+
+
+def test_boot_units_of_an_enabled_unit_read_like_the_captured_systemd_node(mem):
+    """After `boot enable`, the fact's lines for our unit are the captured simulated systemd node's
+    (samples/boot_units_sim_head.txt, systemd 252), but for the names of that day's cluster."""
+    from orchestrator.deploy import boot
+    from orchestrator.preflight.checks_boot import parse_boot_units
+    from memnode import connector as memconnector
+
+    mem.up()
+    result = boot.enable(mem.dep, mem.events, yes=False, connector=memconnector(mem.world))
+    unit = next(u for u in result.units if u.node == "spark-1")
+    captured = (SAMPLES / "boot_units_sim_head.txt").read_text()
+    captured_unit = "spark-deploy-sim-bootdbg-sim-tiny.service"
+    said = mem.node("spark-1").systemd.boot_units(mem.node("spark-1"))[1]
+
+    def ours(text: str, name: str, container: str) -> list[str]:
+        lines = [line for line in text.splitlines() if name in line or f" {container} " in line]
+        return [line.replace(name, "UNIT").replace(container, "CONTAINER") for line in lines
+                if not line.startswith("ExecStartPre=")]
+
+    assert ours(said, unit.name, unit.container) == ours(captured, captured_unit, "sd-sim-tiny-r0")
+    parsed = parse_boot_units(said)
+    assert [u.started_container() for u in parsed.units if u.ours] == [unit.container]
+    assert parsed.engine_enabled
