@@ -7,7 +7,6 @@ cancel token), so `Cluster(inventory, connector=world.connector)` runs every com
 from __future__ import annotations
 
 import _thread
-import posixpath
 import threading
 import time
 from typing import Callable, Sequence
@@ -212,7 +211,3 @@ def matches_argv(*prefix: str) -> Callable[[object], bool]:
 
 def matches_script(constant: str) -> Callable[[object], bool]:
     return lambda command: command is constant
-
-
-def in_dir(directory: str) -> Callable[[str], bool]:
-    return lambda path: posixpath.dirname(path) == directory
