@@ -17,6 +17,8 @@ from ..deploy import down as down_mod
 from ..deploy import rollback as rollback_mod
 from ..deploy.up import DeployFailed, UpOptions
 from ..deploy.up import up as run_up
+from ..http_api.endpoint import Endpoint
+from ..transport.group import Connector
 from ..releases.lock import LockError
 from ..runner.events import Events
 from ..transport.cancel import signals_interrupt
@@ -87,16 +89,16 @@ class CompareResult:
                 "ratios": self.rows()}
 
 
-def _make_room(inv, recipe: str, events: Events):
+def _make_room(inv, recipe: str, events: Events, seams: "Seams"):
     """`up` replaces only its own recipe's containers: another recipe serving on the same ports is taken
     down first (its release is recorded as stopped; the restore at the end rolls back to it)."""
     try:
-        now = serving_now(inv)
+        now = serving_now(inv, seams.connector)
     except TargetError as exc:
         raise CompareError(str(exc)) from None
     if now is not None and now.recipe != recipe:
         try:
-            gone = down_mod.down(inv, now.recipe, events)
+            gone = down_mod.down(inv, now.recipe, events, connector=seams.connector)
         except LockError as exc:
             raise CompareError(f"down {now.recipe}: {exc}") from None
         if not gone.ok:
@@ -104,53 +106,64 @@ def _make_room(inv, recipe: str, events: Events):
     return now
 
 
-def _deploy(label: str, dep: Deployment, events: Events) -> Target:
+def _deploy(label: str, dep: Deployment, events: Events, seams: "Seams") -> Target:
     """Deploy one side; a failure names the side (A or B) as well as its recipe: both may share a name."""
     side = f"{label} ({dep.recipe.name}, {dep.recipe_path})"
     try:
-        _make_room(dep.inventory, dep.recipe.name, events)
+        _make_room(dep.inventory, dep.recipe.name, events, seams)
         with signals_interrupt():
-            run_up(dep, events, UpOptions())
+            run_up(dep, events, seams.options, connector=seams.connector, endpoint_at=seams.endpoint_at)
     except (DeployFailed, CompareError) as exc:
         raise CompareError(f"{side}: up failed: {exc}") from None
     try:
-        return of_recipe(dep, want_headers=False)
+        return of_recipe(dep, want_headers=False, connector=seams.connector)
     except TargetError as exc:
         raise CompareError(f"{side}: {exc}") from None
 
 
-def _restore(before, inventory_path: str, events: Events, inv) -> str:
+def _restore(before, inventory_path: str, events: Events, inv, seams: "Seams") -> str:
     """Bring back the release that served before (`before`: a Release) by a rollback to it, unless its
     plan is the one serving now."""
     if before is None:
         return "nothing served before: the last block's release is left serving"
     try:
-        now = serving_now(inv)
+        now = serving_now(inv, seams.connector)
     except TargetError as exc:
         raise CompareError(f"restoring release {before.id}: {exc}") from None
     if now is not None and now.plan_hash == before.plan_hash:
         return f"release {before.id}'s plan serves again (release {now.id})"
-    _make_room(inv, before.recipe, events)
-    try:
-        prepared = rollback_mod.prepare(inventory_path, before.id)
+    _make_room(inv, before.recipe, events, seams)
+    try:  # the one rollback path: an inventory changed since that release is refused here too, never deployed
         with signals_interrupt():
-            run_up(prepared.dep, events, UpOptions(rollback_of=prepared.target), plan=prepared.plan)
+            rollback_mod.roll_back(inventory_path, before.id, events, options=seams.options,
+                                   connector=seams.connector, endpoint_at=seams.endpoint_at)
     except (rollback_mod.RollbackRefused, DeployFailed) as exc:
         raise CompareError(f"restoring release {before.id}: {exc}") from None
     return f"release {before.id} serves again (rolled back to it)"
 
 
+@dataclass(frozen=True)
+class Seams:
+    """How the releases are deployed: the nodes' connections, the head's API, the up's options (defaults:
+    SSH, HTTP, `up`'s own; the unit tests pass in-memory ones)."""
+
+    connector: Connector | None = None
+    endpoint_at: Callable[[str, int], Endpoint] = Endpoint
+    options: UpOptions = field(default_factory=UpOptions)
+
+
 def compare(deps: dict[str, Deployment], inventory_path: str, blocks: str, plan_of: Callable[[Target], Plan],
             events: Events, before,
             on_shot: Callable[[Group, object], None] = lambda g, s: None,
-            on_block: Callable[[Target, Plan, list[Group]], None] = lambda t, p, g: None) -> CompareResult:
+            on_block: Callable[[Target, Plan, list[Group]], None] = lambda t, p, g: None,
+            seams: Seams = Seams()) -> CompareResult:
     """Run the blocks in order; restore `before` at the end whatever happened (errors after the restore)."""
     result = CompareResult({k: d.recipe.name for k, d in deps.items()},
                            before=None if before is None else before.id)
     failure: Exception | None = None
     try:
         for label in blocks:
-            tgt = _deploy(label, deps[label], events)
+            tgt = _deploy(label, deps[label], events, seams)
             plan = plan_of(tgt)
             with open_client(tgt.url) as http:
                 groups = run(http, tgt.model, plan, on_shot)
@@ -159,7 +172,7 @@ def compare(deps: dict[str, Deployment], inventory_path: str, blocks: str, plan_
     except Exception as exc:  # noqa: BLE001 - restore first, then report this
         failure = exc
     try:
-        result.restored = _restore(before, inventory_path, events, deps["A"].inventory)
+        result.restored = _restore(before, inventory_path, events, deps["A"].inventory, seams)
     except CompareError as exc:
         result.restored = f"RESTORE FAILED: {exc}"
         if failure is None:

@@ -8,11 +8,13 @@ headers are read from the head node's model snapshot (headers.py: a few KB, neve
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from ..config.inventory import Inventory
 from ..config.load import Deployment
 from ..http_api.endpoint import Endpoint
 from ..operation import Observation, OperationRefused, Reach
+from ..transport.group import Cluster, Connector
 from ..transport.node import NodeError
 from .headers import HeaderError, Headers, read_headers
 
@@ -45,16 +47,17 @@ def _serving(seen) -> object:
     return state.serving
 
 
-def serving_now(inv: Inventory):
+def serving_now(inv: Inventory, connector: Connector | None = None):
     """The release serving on the inventory's cluster now (releases.record.Release), or None."""
     try:
-        with Observation(inv, reach=Reach.ALL, what="bench (finding the serving release)") as seen:
+        with Observation(inv, reach=Reach.ALL, what="bench (finding the serving release)",
+                         cluster_factory=partial(Cluster, connector=connector)) as seen:
             return _serving(seen)
     except (OperationRefused, NodeError) as exc:
         raise TargetError(str(exc)) from None
 
 
-def of_recipe(dep: Deployment, want_headers: bool = True) -> Target:
+def of_recipe(dep: Deployment, want_headers: bool = True, connector: Connector | None = None) -> Target:
     recipe, inv = dep.recipe, dep.inventory
     head = inv.ranked[0]
     spec = recipe.vllm.speculative_config
@@ -62,7 +65,8 @@ def of_recipe(dep: Deployment, want_headers: bool = True) -> Target:
                     draft_budget=spec.num_speculative_tokens if spec else None,
                     nodes=recipe.vllm.tensor_parallel_size, recipe=recipe.name)
     try:
-        with Observation(inv, reach=Reach.ALL, what="bench (finding the serving release)") as seen:
+        with Observation(inv, reach=Reach.ALL, what="bench (finding the serving release)",
+                         cluster_factory=partial(Cluster, connector=connector)) as seen:
             now = _serving(seen)
             if now is None:
                 raise TargetError(f"no release serves on {inv.cluster}: deploy {recipe.name} with `spark-deploy up` "

@@ -14,6 +14,7 @@ from rich.table import Table
 from ..config.load import load_inventory
 from ..deploy import prune as prune_mod
 from ..deploy import rollback as rollback_mod
+from ..deploy.up import UpOptions
 from ..operation import AuditAction, Locking, Observation, Operation, OperationRefused, Outcome, Reach
 from ..releases import audit as audit_mod
 from ..releases import lock as lock_mod
@@ -115,8 +116,8 @@ def rollback(
                           f"image {t.image_id[:19]})")
 
         try:
-            _up_and_report(lambda: rollback_mod.roll_back(str(inventory), release, events, yes=yes,
-                                                          restore=not no_restore, ready_timeout=ready_timeout,
+            opts = UpOptions(restore=not no_restore, ready_timeout=ready_timeout)
+            _up_and_report(lambda: rollback_mod.roll_back(str(inventory), release, events, yes=yes, options=opts,
                                                           announce=announce), events, as_json)
         except rollback_mod.InventoryChanged as exc:
             raise Failed(f"{exc}; rerun with --yes to deploy it anyway") from exc

@@ -32,7 +32,7 @@ from ..releases.serving import serving_release
 from ..render.plan import Plan, build_plan
 from ..render.unit import UNIT_DIR, BootUnit, render_unit, unit_name
 from ..runner.events import Events
-from ..transport.group import Cluster, GroupError
+from ..transport.group import Cluster, Connector, GroupError
 from ..transport.node import NodeConnection, NodeError
 from . import privilege
 from .boot_undo import Journal, install, turn_off
@@ -141,11 +141,11 @@ def conflicts_for(looked: Looked, plan: Plan, ours_name: str) -> list[Conflict]:
     return found
 
 
-def enable(dep: Deployment, events: Events, *, yes: bool) -> EnableResult:
+def enable(dep: Deployment, events: Events, *, yes: bool, connector: Connector | None = None) -> EnableResult:
     plan = build_plan(dep)
     inventory = dep.inventory
     name = unit_name(plan.cluster, plan.recipe)
-    cluster = Cluster(inventory)
+    cluster = Cluster(inventory, connector=connector)
     try:
         conns = _open_all(cluster, "boot enable")
         with holding_lock(cluster, inventory, events):

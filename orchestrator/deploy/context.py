@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..checks.basics import CheckResult
 from ..config.load import Deployment
@@ -72,6 +72,7 @@ class UpContext:
     replaces: Release | None = None  # the release whose containers this run stops
     reuse: dict[str, Kept] = field(default_factory=dict)  # node -> start it instead of `docker run` (rollback)
     stop_step: StopPrevious | None = None  # once planned: what it stopped is what a restore starts
+    endpoint_at: Callable[[str, int], Endpoint] = Endpoint  # (host, port) -> an API; the restore's too (tests: in memory)
 
     def conn(self, node: str):
         return self.cluster[node]

@@ -7,6 +7,7 @@ exactly what is left and where, and the command exits 1.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from ..config.inventory import Inventory
 from ..docker_cli.containers import Container, remove_container
@@ -16,7 +17,7 @@ from ..releases.record import ReleaseOutcome
 from ..render.spec import secrets_dir
 from ..runner.events import Events, Kind
 from ..transport.cancel import interrupt_reason
-from ..transport.group import GroupError
+from ..transport.group import Cluster, Connector, GroupError
 from ..transport.node import NodeConnection
 
 
@@ -50,18 +51,22 @@ def stale_secret_files(inventory: Inventory, recipe: str | None) -> dict[str, tu
     return {n.name: (secrets_dir(n), recipe or "*") for n in inventory.nodes}
 
 
+# "$1" the secrets dir, "$2" a recipe name or `*`: its env-file(s) removed, none there is fine
+_FORGET = 'for f in "$1"/$2.env; do [ -e "$f" ] && rm -f -- "$f"; done; true'
+
+
 def forget_stale_secrets(conn: NodeConnection, where: tuple[str, str]) -> None:
     """Recipe names are validated (no glob or shell characters), so only `*` ever globs here."""
-    conn.run_script('for f in "$1"/$2.env; do [ -e "$f" ] && rm -f -- "$f"; done; true', *where,
-                    timeout=30, check=True)
+    conn.run_script(_FORGET, *where, timeout=30, check=True)
 
 
-def down(inventory: Inventory, recipe: str | None, events: Events) -> DownResult:
+def down(inventory: Inventory, recipe: str | None, events: Events, *, connector: Connector | None = None) -> DownResult:
     """Under the deploy lock when the head answers; without it (said loudly) when only peers do — a peer
     left running alone holds memory for nothing, so what can be reached is removed either way."""
     result = DownResult()
     try:
-        with Operation(inventory, events, AuditAction.DOWN, reach=Reach.ANY, lock=Locking.IF_HEAD_ANSWERS) as op:
+        with Operation(inventory, events, AuditAction.DOWN, reach=Reach.ANY, lock=Locking.IF_HEAD_ANSWERS,
+                       cluster_factory=partial(Cluster, connector=connector)) as op:
             result.unreachable = dict(op.unreachable)
             _down_locked(op, recipe, events, result)
     except KeyboardInterrupt as exc:  # the operation audited it and let the lock go; say what may be left

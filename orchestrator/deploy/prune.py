@@ -9,6 +9,7 @@ spark-deploy did not create.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from ..config.inventory import Inventory
 from ..docker_cli.containers import Container, list_containers, remove_container
@@ -17,7 +18,7 @@ from ..docker_cli.images import inspect_image
 from ..operation import AuditAction, Operation, Outcome, Reach
 from ..releases.record import Release
 from ..runner.events import Events, Kind
-from ..transport.group import GroupError
+from ..transport.group import Cluster, Connector, GroupError
 from ..transport.node import NodeConnection
 
 
@@ -53,10 +54,11 @@ def to_remove(containers: list[Container], kept: list[Release], cluster: str | N
             and (cluster is None or c.ours.cluster == cluster)]
 
 
-def prune(inventory: Inventory, keep: int, events: Events) -> PruneResult:
+def prune(inventory: Inventory, keep: int, events: Events, *, connector: Connector | None = None) -> PruneResult:
     """On the nodes that answer (the head must: the lock lives there); an unreachable one is named, left as
     it is, and makes the result incomplete."""
-    with Operation(inventory, events, AuditAction.PRUNE, reach=Reach.HEAD) as op:
+    with Operation(inventory, events, AuditAction.PRUNE, reach=Reach.HEAD,
+                   cluster_factory=partial(Cluster, connector=connector)) as op:
         state = op.state
         serving = state.serving
         kept = state.kept(keep)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from ..config.load import Deployment, load_kept_recipe
 from ..docker_cli.containers import Container, inspect_container, rename_container, start_container, stop_container
-from ..http_api.endpoint import Endpoint
 from ..releases.record import Release
 from ..render.plan import build_plan
 from ..runner.events import Kind, Phase
@@ -124,7 +123,8 @@ def restore_previous(ctx: UpContext, ran: list[tuple[str, Container]]) -> Restor
     if prev_plan is None or any(l.node.name not in by_node for l in prev_plan.ranks):
         return _restart_only(ctx, ran, record)
     restore_ctx = UpContext(prev_dep, prev_plan, ctx.cluster, ctx.events, ctx.opts,
-                            Endpoint(prev_dep.inventory.ranked[0].address, prev_dep.recipe.serve.port), Monitor())
+                            ctx.endpoint_at(prev_dep.inventory.ranked[0].address, prev_dep.recipe.serve.port), Monitor(),
+                            endpoint_at=ctx.endpoint_at)
     kept = {l.node.name: Kept(l.node.name, by_node[l.node.name], by_node[l.node.name].name) for l in prev_plan.ranks}
     steps = kept_steps(restore_ctx, kept, undo_stops=False)
     for step in steps:

@@ -10,12 +10,14 @@ node they are started again (`docker start`), not re-created.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Callable
 
 from ..config.load import Deployment, load_inventory
 from ..checks.model_cache import revision_on
 from ..docker_cli.containers import list_containers
+from ..http_api.endpoint import Endpoint
 from ..operation import ClusterState, Observation, Reach
 from ..releases.record import Release
 from ..releases.serving import rollback_target
@@ -23,6 +25,7 @@ from ..render.labels import Label
 from ..render.plan import Plan, build_plan
 from ..runner.events import Events, Phase
 from ..runner.runner import StepFailed
+from ..transport.group import Cluster, Connector
 from .context import UpContext, UpOptions
 from .up import UpResult
 from .up import up as run_up
@@ -53,12 +56,14 @@ class RollbackPlan:
     changes: list[str]  # side-by-side differences when today's inventory changes the plan; [] = identical
 
 
-def prepare(inventory_path: str, wanted: int | None, state: ClusterState | None = None) -> RollbackPlan:
+def prepare(inventory_path: str, wanted: int | None, state: ClusterState | None = None, *,
+            connector: Connector | None = None) -> RollbackPlan:
     """Choose the target from the cluster's state (read now, every node, unless an enclosing operation
     passes the one it read) and rebuild its plan. Read only."""
     if state is None:
         inventory, _ = load_inventory(inventory_path)
-        with Observation(inventory, reach=Reach.ALL, what="rollback (choosing the release)") as seen:
+        with Observation(inventory, reach=Reach.ALL, what="rollback (choosing the release)",
+                         cluster_factory=partial(Cluster, connector=connector)) as seen:
             state = seen.state
     if not state.serving_known:
         raise RollbackRefused("cannot tell what serves: " + "; ".join(state.problems()))
@@ -73,22 +78,24 @@ def prepare(inventory_path: str, wanted: int | None, state: ClusterState | None 
     return RollbackPlan(target, current, dep, plan, changes)
 
 
-def roll_back(inventory_path: str, wanted: int | None, events: Events, *, yes: bool = False, restore: bool = True,
-              ready_timeout: float = 5400.0, state: ClusterState | None = None,
-              announce: Callable[[RollbackPlan], None] | None = None) -> UpResult:
+def roll_back(inventory_path: str, wanted: int | None, events: Events, *, yes: bool = False,
+              options: UpOptions | None = None, state: ClusterState | None = None,
+              announce: Callable[[RollbackPlan], None] | None = None, connector: Connector | None = None,
+              endpoint_at: Callable[[str, int], Endpoint] = Endpoint) -> UpResult:
     """THE way a recorded release is started again (`rollback`, `maintenance end`, `bench --compare`'s
     restore): the target chosen from the state, the same refusals before anything is touched (an inventory
     that changes the plan needs `yes`; `up` itself checks this machine's SSH files and secrets, the image ID
     and the model revision on every node), then `up` with `rollback_of`: kept containers started again,
-    every wait and check, a release of its own, the automatic restore if it fails.
-    `announce` sees the prepared rollback before anything is started (the CLI prints it)."""
-    prepared = prepare(inventory_path, wanted, state)
+    every wait and check, a release of its own, the automatic restore if it fails (`options.restore`).
+    `announce` sees the prepared rollback before anything is started (the CLI prints it); `connector` and
+    `endpoint_at` as in `up`; `options`: the up's other options (bounds, restore, skipped checks)."""
+    prepared = prepare(inventory_path, wanted, state, connector=connector)
     if prepared.changes and not yes:
         raise InventoryChanged(prepared)
     if announce is not None:
         announce(prepared)
-    opts = UpOptions(rollback_of=prepared.target, restore=restore, ready_timeout=ready_timeout)
-    return run_up(prepared.dep, events, opts, prepared.plan)
+    opts = replace(options or UpOptions(), rollback_of=prepared.target)
+    return run_up(prepared.dep, events, opts, prepared.plan, connector=connector, endpoint_at=endpoint_at)
 
 
 def compare(record: Release, plan: Plan) -> list[str]:

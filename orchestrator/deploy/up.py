@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..config.load import Deployment
 from ..config.local_checks import local_problems
@@ -24,7 +25,7 @@ from ..http_api.endpoint import Endpoint
 from ..render.plan import Plan, build_plan
 from ..runner.events import Events, Phase
 from ..runner.runner import Runner, StepFailed
-from ..transport.group import Cluster
+from ..transport.group import Cluster, Connector
 from ..releases.record import ReleaseOutcome
 from .context import UpContext, UpOptions
 from .current import Action
@@ -96,10 +97,12 @@ def plan_steps(ctx: UpContext) -> list:
     return steps + [CurrentState()]
 
 
-def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Plan | None = None) -> UpResult:
+def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Plan | None = None, *,
+       connector: Connector | None = None, endpoint_at: Callable[[str, int], Endpoint] = Endpoint) -> UpResult:
     """Every release starts here — `up`, `rollback`, `maintenance end`, `bench --compare`, `demo` — so its
     preconditions hold wherever a release is started: this machine's SSH files and the recipe's secrets
-    (ConfigError, exit 2, before any connection), a pinned image (UnpinnedImage)."""
+    (ConfigError, exit 2, before any connection), a pinned image (UnpinnedImage). `connector` and
+    `endpoint_at` make the nodes' connections and the head's API (default: SSH and HTTP)."""
     recipe = dep.recipe
     problems = local_problems(dep, os.environ)
     if problems:
@@ -108,8 +111,8 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
         raise UnpinnedImage(f"{dep.recipe_path}: image.id is not set: pin the verified image ID "
                             "(`spark-deploy pin RECIPE --node NODE`)")
     plan = plan or build_plan(dep)
-    ctx = UpContext(dep, plan, Cluster(dep.inventory), events, opts,
-                    Endpoint(dep.inventory.ranked[0].address, recipe.serve.port))
+    ctx = UpContext(dep, plan, Cluster(dep.inventory, connector=connector), events, opts,
+                    endpoint_at(dep.inventory.ranked[0].address, recipe.serve.port), endpoint_at=endpoint_at)
     runner: Runner[UpContext] = Runner(events, before_undo=ctx.cluster.renew_cancel)
     try:
         runner.run(plan_steps(ctx), ctx)

@@ -122,10 +122,13 @@ def rename_container(conn: NodeConnection, container_id: str, name: str) -> None
     conn.run(["docker", "rename", container_id, name], timeout=30, check=True)
 
 
+# "$1" a container ID, "$2" seconds before SIGKILL
+_REMOVE = 'docker stop --time "$2" "$1" >/dev/null 2>&1; docker rm --force "$1"'
+
+
 def remove_container(conn: NodeConnection, container_id: str, stop_timeout: int = 10) -> None:
     """Stop (SIGTERM, then SIGKILL) and remove. Raises NodeError naming the container when it is still there."""
-    result = conn.run_script('docker stop --time "$2" "$1" >/dev/null 2>&1; docker rm --force "$1"',
-                             container_id, str(stop_timeout), timeout=stop_timeout + 60)
+    result = conn.run_script(_REMOVE, container_id, str(stop_timeout), timeout=stop_timeout + 60)
     if result.ok:
         return
     if "No such container" in result.stderr:

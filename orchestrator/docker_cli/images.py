@@ -31,11 +31,14 @@ def inspect_image(conn: NodeConnection, ref: str) -> ImageIdentity | None:
     return inspect_images(conn, [ref])[0]
 
 
+# "$@" refs: one `{{json .}}` line per ref, `null` where the engine has none
+_INSPECT = ('for r in "$@"; do out=$(docker image inspect --format "{{json .}}" "$r" 2>&1) && echo "$out" && continue; '
+            'case "$out" in *"No such"*|*"no such"*) echo null ;; *) echo "$out" >&2; exit 1 ;; esac; done')
+
+
 def inspect_images(conn: NodeConnection, refs: list[str]) -> list[ImageIdentity | None]:
     """`docker image inspect` of each ref in one round trip; None where the node does not have it."""
-    script = ('for r in "$@"; do out=$(docker image inspect --format "{{json .}}" "$r" 2>&1) && echo "$out" && continue; '
-              'case "$out" in *"No such"*|*"no such"*) echo null ;; *) echo "$out" >&2; exit 1 ;; esac; done')
-    result = conn.run_script(script, *refs, timeout=30, check=True)
+    result = conn.run_script(_INSPECT, *refs, timeout=30, check=True)
     return [_identity(json.loads(line)) for line in result.stdout.splitlines() if line.strip()]
 
 

@@ -17,7 +17,7 @@ from enum import StrEnum
 
 from ..config.load import load_inventory
 from ..deploy import rollback as rollback_mod
-from ..deploy.up import DeployFailed, UpResult
+from ..deploy.up import DeployFailed, UpOptions, UpResult
 from ..operation import AuditAction, Operation, Outcome, Reach
 from ..runner.events import Events
 from ..transport.cancel import signals_interrupt
@@ -101,7 +101,8 @@ def _bring_back(v: VerifyResult, op: Operation, inventory_path: str, events: Eve
     try:
         with signals_interrupt():
             done = rollback_mod.roll_back(
-                inventory_path, base.release, events, yes=yes, ready_timeout=ready_timeout, state=op.state,
+                inventory_path, base.release, events, yes=yes, options=UpOptions(ready_timeout=ready_timeout),
+                state=op.state,
                 announce=lambda _: events.note(f"bringing back release {base.release} (plan {base.plan_hash}) by a "
                                                "rollback, every wait and check"))
     except rollback_mod.InventoryChanged as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterable, TypeVar
+from typing import Callable, Iterable, Protocol, TypeVar
 
 from ..bugs import is_bug, unexpected
 from ..config.inventory import Inventory
@@ -107,18 +107,28 @@ def _settle(changed: threading.Condition, outcomes: dict, count: int, grace: flo
             changed.wait(left)
 
 
+class Connector(Protocol):
+    """Makes one node's connection: the SSH NodeConnection by default; the unit tests pass an in-memory
+    node (tests/memnode) so every command body runs against a model of Docker state, in milliseconds."""
+
+    def __call__(self, target: SSHTarget, *, cancel: CancelToken, max_channels: int,
+                 session_retry: float) -> NodeConnection: ...
+
+
 class Cluster:
     """The connections of one inventory, in rank order (head first), opened together and reused.
 
     `cancel` is shared by every connection: set it (or Ctrl-C inside `each`) and every remote command
-    of this cluster is killed."""
+    of this cluster is killed. `connector` makes each connection (default: SSH)."""
 
     def __init__(self, inventory: Inventory, *, cancel: CancelToken | None = None,
-                 max_channels: int = DEFAULT_MAX_CHANNELS, session_retry: float = SESSION_RETRY):
+                 max_channels: int = DEFAULT_MAX_CHANNELS, session_retry: float = SESSION_RETRY,
+                 connector: Connector | None = None):
         self.inventory = inventory
         self.cancel = cancel or CancelToken()
-        self.nodes: list[NodeConnection] = [NodeConnection(SSHTarget.of(inventory, n), cancel=self.cancel,
-                                                           max_channels=max_channels, session_retry=session_retry)
+        make = connector or NodeConnection
+        self.nodes: list[NodeConnection] = [make(SSHTarget.of(inventory, n), cancel=self.cancel,
+                                                 max_channels=max_channels, session_retry=session_retry)
                                             for n in inventory.ranked]
         for conn in self.nodes:
             conn.cluster = self

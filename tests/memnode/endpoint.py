@@ -1,0 +1,43 @@
+"""The head's OpenAI-compatible API as the model serves it: the `endpoint_at` seam of `up`."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+from dataclasses import dataclass
+
+from orchestrator.http_api.endpoint import Endpoint
+
+from .model import World
+
+
+@dataclass(frozen=True)
+class MemoryEndpoint(Endpoint):
+    """Endpoint's interface (url, request, healthy, models, complete); `request` asks the model instead of
+    opening a socket: refused when no head serves on host:port, 503 until its world is ready."""
+
+    world: World | None = None
+
+    def request(self, method: str, path: str, body: dict | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
+        node = self.world.by_address(self.host)
+        head = next((c for c in (node.heads() if node else []) if c.ours.serve_port == self.port), None)
+        if head is None:
+            raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+        if not self.world.ready(head):
+            return 503, b'{"detail":"Service Unavailable"}'
+        model = head.ours.served_model
+        if (method, path) == ("GET", "/health"):
+            return 200, b""
+        if (method, path) == ("GET", "/v1/models"):
+            return 200, json.dumps({"object": "list", "data": [{"id": model, "object": "model"}]}).encode()
+        if (method, path) == ("POST", "/v1/completions"):
+            if body.get("model") != model:
+                return 404, json.dumps({"error": {"message": f"The model `{body.get('model')}` does not exist."}}).encode()
+            return 200, json.dumps({"id": "cmpl-1", "object": "text_completion", "model": model,
+                                    "choices": [{"index": 0, "text": " fast", "finish_reason": "length"}]}).encode()
+        return 404, b'{"detail":"Not Found"}'
+
+
+def endpoint_at(world: World):
+    """The `endpoint_at` for up(): (host, port) -> the API the model serves there."""
+    return lambda host, port: MemoryEndpoint(host, port, world)

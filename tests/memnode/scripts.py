@@ -1,0 +1,146 @@
+"""The product's fixed scripts, recognised by IDENTITY with the module constant that sends them
+(`script is lock._CREATE`), each answered by a Python handler over the node's model: never by reading
+the shell text.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+
+from orchestrator.checks import model_cache
+from orchestrator.docker_cli import containers, images
+from orchestrator.deploy import down
+from orchestrator.maintenance import store as window_store
+from orchestrator.operation import state
+from orchestrator.releases import audit, lock, store
+
+from orchestrator.preflight import facts
+
+from . import systemd
+from .docker import Answer, ps_ids, rm, stop, unknown
+from .model import Node
+
+
+def _cat(node: Node, path: str) -> Answer:  # '[ -f "$1" ] && cat -- "$1" || true'
+    return 0, node.files.get(path, ""), ""
+
+
+def _lock_create(node: Node, path: str, details: str) -> Answer:
+    if path in node.files:
+        return 0, "HELD\n" + node.files[path], ""
+    node.files[path] = details
+    return 0, "TAKEN\n", ""
+
+
+def _lock_set_aside(node: Node, path: str, seen: str, _token: str) -> Answer:
+    if path not in node.files:
+        return 0, "GONE\n", ""
+    if node.files[path] == seen:
+        del node.files[path]
+        return 0, "ASIDE\n", ""
+    return 0, "CHANGED\n", ""
+
+
+def _holds(node: Node, path: str, token: str) -> bool:
+    return f'"token": "{token}"' in node.files.get(path, "")
+
+
+def _lock_refresh(node: Node, path: str, token: str, details: str) -> Answer:
+    if not _holds(node, path, token):
+        return 0, "LOST\n", ""
+    node.files[path] = details
+    return 0, "OK\n", ""
+
+
+def _lock_release(node: Node, path: str, token: str) -> Answer:
+    if not _holds(node, path, token):
+        return 0, "NOT-OURS\n", ""
+    del node.files[path]
+    return 0, "RELEASED\n", ""
+
+
+def _audit_append(node: Node, path: str, text: str) -> Answer:
+    node.files[path] = node.files.get(path, "") + text + "\n"
+    return 0, "", ""
+
+
+def _records(node: Node, directory: str) -> str | None:
+    """What `for f in "$d"/*.json; do cat -- "$f"; echo; done` prints; None when the directory is absent."""
+    inside = sorted(p for p in node.files if posixpath.dirname(p) == directory)
+    if not inside and not any(p.startswith(directory + "/") for p in node.files):
+        return None
+    return "".join(node.files[p] + "\n" for p in inside if p.endswith(".json"))
+
+
+def _store_read(node: Node, directory: str) -> Answer:
+    text = _records(node, directory)
+    return 0, ("MISSING\n" if text is None else "DIR\n" + text), ""
+
+
+def _state_read(node: Node, nonce: str, managed: str, releases: str, baseline: str, lock_file: str) -> Answer:
+    m = f"@@spark-deploy-state-{nonce}"
+    out = [f"{m} containers"]
+    ids = ps_ids(node, ["--all", "--quiet", "--no-trunc", "--filter", managed])
+    out.append(json.dumps([node.containers[i].inspect() for i in ids], indent=4) if ids else "[]")
+    out.append(f"{m} releases")
+    text = _records(node, releases)
+    out.append("MISSING" if text is None else "DIR\n" + text.rstrip("\n"))
+    out.append(f"{m} window")
+    out.append(node.files[baseline] if baseline in node.files else "MISSING")
+    out.append(f"{m} lock")
+    if lock_file and lock_file in node.files:
+        out.append(node.files[lock_file])
+    out.append(f"{m} end")
+    return 0, "\n".join(out) + "\n", ""
+
+
+def _list(node: Node, *filters: str) -> Answer:
+    ids = ps_ids(node, ["--all", "--quiet", "--no-trunc", *filters])
+    return 0, (json.dumps([node.containers[i].inspect() for i in ids], indent=4) if ids else "[]") + "\n", ""
+
+
+def _remove(node: Node, container_id: str, seconds: str) -> Answer:
+    stop(node, ["--time", seconds, container_id])
+    return rm(node, ["--force", container_id])
+
+
+def _image_inspect(node: Node, *refs: str) -> Answer:
+    lines = []
+    for ref in refs:
+        image = node.image(ref)
+        lines.append(json.dumps(image.inspect()) if image else "null")
+    return 0, "".join(line + "\n" for line in lines), ""
+
+
+def _resolve(node: Node, _cache: str, repo: str, revision: str) -> Answer:
+    return 0, f"SNAPSHOT {node.commit(repo, revision)}\n", ""
+
+
+def _window_read(node: Node, path: str) -> Answer:
+    return 0, node.files[path] if path in node.files else "MISSING\n", ""
+
+
+def _forget_secrets(node: Node, directory: str, recipe: str) -> Answer:
+    for path in [p for p in node.files if posixpath.dirname(p) == directory and p.endswith(".env")
+                 and (recipe == "*" or posixpath.basename(p) == f"{recipe}.env")]:
+        del node.files[path]
+    return 0, "", ""
+
+
+# (the constant the product sends, its handler); compared with `is`, first match wins
+SCRIPTS = [
+    (lock._CREATE, _lock_create), (lock._SET_ASIDE, _lock_set_aside), (lock._REFRESH, _lock_refresh),
+    (lock._RELEASE, _lock_release), (lock._READ, _cat), (audit._APPEND, _audit_append), (audit._READ, _cat),
+    (store._READ, _store_read), (state._READ, _state_read), (containers._LIST, _list),
+    (containers._REMOVE, _remove), (images._INSPECT, _image_inspect), (model_cache._RESOLVE, _resolve),
+    (down._FORGET, _forget_secrets), (window_store._READ, _window_read), (facts._DRIVER, systemd.facts_driver),
+    *systemd.SCRIPTS,
+]
+
+
+def answer(node: Node, script: str, args: tuple[str, ...]) -> Answer:
+    for constant, handler in SCRIPTS:
+        if script is constant:
+            return handler(node, *args)
+    raise unknown(f"script {script[:60]!r}...")

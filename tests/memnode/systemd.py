@@ -1,0 +1,120 @@
+"""systemd on an in-memory node, and the facts driver for the facts the model answers.
+
+Unit files are the node's files under /etc/systemd/system (written by `put_file`, as `boot enable` does);
+`systemctl daemon-reload / enable / disable` change what is loaded and enabled. The facts driver
+(preflight/facts._DRIVER) is recognised by identity, and so is each fact's script inside it: a fact the
+model does not answer is an AssertionError naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from orchestrator.deploy import privilege
+from orchestrator.preflight import checks_boot
+from orchestrator.preflight.facts import SEP
+from orchestrator.render.unit import UNIT_DIR
+
+from .docker import Answer, unknown
+from .model import Node
+
+# what a simulated systemd node has enabled before spark-deploy (tests/unit/samples/boot_units_sim_head.txt)
+BASE_UNITS = {
+    "containerd.service": "ExecStart=/usr/bin/containerd",
+    "docker.service": "ExecStart=/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock",
+    "ssh.service": "ExecStart=/usr/sbin/sshd -D",
+    "docker.socket": "",
+}
+
+
+def _exec(value: str) -> str:
+    """systemctl show's rendering of one Exec line: its argv unquoted, in systemd 252's frame."""
+    argv = shlex.split(value.lstrip("-@+!"))
+    return (f"{{ path={argv[0]} ; argv[]={' '.join(argv)} ; ignore_errors={'yes' if value.startswith('-') else 'no'} "
+            "; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }")
+
+
+class Systemd:
+    """The unit files loaded at the last daemon-reload, and which are enabled."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[str, str] = {}  # unit name -> text
+        self.enabled: set[str] = set(BASE_UNITS)
+
+    def text(self, node: Node, name: str) -> str:
+        return BASE_UNITS.get(name, self.loaded.get(name, ""))
+
+    def reload(self, node: Node) -> None:
+        self.loaded = {p.rsplit("/", 1)[1]: t for p, t in node.files.items() if p.startswith(UNIT_DIR + "/")}
+
+    def systemctl(self, node: Node, args: list[str]) -> Answer:
+        if args == ["daemon-reload"]:
+            self.reload(node)
+            return 0, "", ""
+        if len(args) == 2 and args[0] in ("enable", "disable"):
+            name = args[1]
+            if name not in self.loaded and name not in BASE_UNITS:
+                return 1, "", f"Failed to {args[0]} unit: Unit file {name} does not exist.\n"
+            (self.enabled.add if args[0] == "enable" else self.enabled.discard)(name)
+            verb = "Created symlink" if args[0] == "enable" else "Removed"
+            return 0, "", f"{verb} /etc/systemd/system/multi-user.target.wants/{name}.\n"
+        raise unknown(f"systemctl {' '.join(args)}")
+
+    def boot_units(self, node: Node) -> Answer:
+        names = sorted(self.enabled)
+        out = ["@@enabled", *[f"{n} enabled enabled" for n in names], "@@ourfiles"]
+        out += [f"{n} {'enabled' if n in self.enabled else 'disabled'} enabled"
+                for n in sorted(self.loaded) if n.startswith(checks_boot.OUR_UNIT_PREFIX)]
+        out.append("@@show")
+        services = [n for n in names if n.endswith(".service")]
+        for name in services:
+            lines = self.text(node, name).splitlines()
+            for key in ("ExecStartPre", "ExecStart"):
+                out += [f"{key}={_exec(line.split('=', 1)[1])}" for line in lines if line.startswith(key + "=")]
+            where = "/lib/systemd/system" if name in BASE_UNITS else UNIT_DIR
+            out += [f"Id={name}", f"FragmentPath={where}/{name}", ""]
+        for name in services:
+            if name.startswith(checks_boot.OUR_UNIT_PREFIX):
+                out.append(f"@@ours {name}")
+                out += [line for line in self.text(node, name).splitlines()
+                        if line.startswith(checks_boot.UNIT_KEY_PREFIX)]
+        return 0, "\n".join(out) + "\n", ""
+
+
+def restart_policies(node: Node, fmt: str) -> Answer:
+    assert fmt == checks_boot._RESTART_FORMAT, "the restart policies are printed in the fact's own format"
+    lines = []
+    for c in node.containers.values():
+        lines.append(json.dumps({"Id": c.id, "Name": "/" + c.name, "Image": c.image, "Ref": c.image,
+                                 "State": {"Status": c.state, "ExitCode": c.exit_code},
+                                 "Restart": {"MaximumRetryCount": 0, "Name": c.restart},
+                                 "Config": {"Labels": c.labels}}, separators=(",", ":")))
+    return 0, "".join(line + "\n" for line in lines), ""
+
+
+def root_probe(node: Node) -> Answer:
+    """privilege._PROBE as the node's login user sees it: the unit tests log in as root."""
+    return 0, "root root\n", ""
+
+
+def fact_answer(node: Node, script: str, args: list[str]) -> Answer:
+    if script is checks_boot._BOOT_UNITS:
+        return node.systemd.boot_units(node)
+    if script is checks_boot._RESTART:
+        return restart_policies(node, *args)
+    raise unknown(f"fact script {script[:60]!r}...")
+
+
+def facts_driver(node: Node, *argv: str) -> Answer:
+    """facts._DRIVER: per fact (name, script, argc, args...), its framed stdout, then its stderr."""
+    out, rest = [], list(argv)
+    while rest:
+        name, script, count = rest[0], rest[1], int(rest[2])
+        args, rest = rest[3:3 + count], rest[3 + count:]
+        code, stdout, stderr = fact_answer(node, script, args)
+        out.append(f"{SEP}F {name} {code}\n{stdout.rstrip(chr(10))}\n{SEP}E\n{stderr}")
+    return 0, "".join(out), ""
+
+
+SCRIPTS = [(privilege._PROBE, root_probe)]

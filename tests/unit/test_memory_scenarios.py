@@ -1,0 +1,307 @@
+"""Issue 19, acceptance 2: the failure scenarios as unit tests on the in-memory connector (tests/memnode).
+
+Every command runs its real body — Runner, steps, undo, restore, Operation, lock, records, audit — against
+a model of each node's Docker state; the integration tests keep what only real sshd/dockerd/systemd show.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.bench import compare as compare_mod
+from orchestrator.deploy import boot
+from orchestrator.maintenance.stop import stop_release
+from orchestrator.preflight.checks_boot import BootMatch, ItemKind
+from orchestrator.operation.state import read_state
+from orchestrator.releases import audit
+from orchestrator.releases.record import Release
+from orchestrator.releases.lock import lock_path
+from orchestrator.releases.store import releases_dir
+from orchestrator.runner.events import Phase
+from orchestrator.runner.runner import StepFailed
+from orchestrator.docker_cli import containers as docker_containers
+from orchestrator.transport.group import Cluster
+
+from memnode import Fault, connector, fails, interrupt, matches_argv, matches_script
+from memnode.harness import MemCluster
+
+
+@pytest.fixture
+def mem(tmp_path):
+    cluster = MemCluster(tmp_path)
+    yield cluster
+    assert not cluster.world.unknown, f"commands the in-memory node does not know: {cluster.world.unknown}"
+
+
+def variant(seqs: int):
+    """A recipe edit that changes the plan (another vLLM arg): a new release."""
+    def edit(recipe: dict) -> None:
+        recipe["vllm"]["extra"]["max-num-seqs"] = seqs
+    return edit
+
+
+def records(mem: MemCluster, node: str = "spark-1") -> dict[int, dict]:
+    directory = releases_dir(mem.inventory, node)
+    found = {}
+    for path, text in mem.node(node).files.items():
+        if path.startswith(directory + "/"):
+            data = json.loads(text)
+            found[data["id"]] = data
+    return found
+
+
+def audit_lines(mem: MemCluster, node: str = "spark-1") -> list[dict]:
+    text = mem.node(node).files.get(audit.audit_path(mem.inventory, node), "")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def lock_free(mem: MemCluster) -> bool:
+    return lock_path(mem.inventory) not in mem.node(mem.inventory.head).files
+
+
+def serving_names(mem: MemCluster) -> dict[str, str]:
+    return {n: cs[0].name for n, cs in mem.running().items() if len(cs) == 1}
+
+
+def two_releases(mem: MemCluster):
+    """Release 1 (plan A, kept, stopped) and release 2 (plan B, serving)."""
+    first = mem.up(mem.deployment(variant(8)))
+    second = mem.up(mem.deployment(variant(10)))
+    assert (first.release, second.release) == (1, 2)
+    assert mem.serving_plan() == second.plan_hash
+    return first, second
+
+
+# ---- up fails at each phase: undo, then the previous release serves again ---------------------------
+@pytest.mark.parametrize("node, fault, phase, said", [
+    ("spark-1", Fault.DIE_AT_START, Phase.RENDEZVOUS, "exited with code 1 after logging: ERROR [core.py:711] Engine core "
+                                                "initialization failed"),
+    ("spark-2", Fault.DIE_AT_START, Phase.RENDEZVOUS, "exited with code 1 after logging: ERROR [core.py:711] Engine core "
+                                                 "initialization failed"),
+    ("spark-1", Fault.NEVER_READY, Phase.READY, "timed out after 1 s waiting for http://spark-1.local:8000/health; "
+                                                "last seen: GET /health: 503"),
+    ("spark-2", Fault.WRONG_BACKEND, Phase.LOG_CHECKS, "moe-backend: expected 'B12X', got spark-2: \"Using 'MARLIN' "
+                                                       "Mxfp4 MoE backend\""),
+])
+def test_failed_up_is_undone_and_the_previous_release_serves_again(mem, node, fault, phase, said):
+    before = mem.up(mem.deployment(variant(8)))
+    names = serving_names(mem)
+    mem.node(node).faults.append(fault)
+
+    with pytest.raises(StepFailed) as caught:
+        mem.up(mem.deployment(variant(10)), ready_timeout=1)
+
+    failure = caught.value
+    assert failure.phase is phase
+    assert said in failure.cause and node in failure.cause, failure.cause
+    assert failure.restored == before.release, failure.undo_notes
+    assert mem.serving_plan() == before.plan_hash  # the previous plan on every rank ...
+    assert serving_names(mem) == names  # ... under the names it served under
+    assert mem.world.ready(mem.running()["spark-1"][0])
+    kept = {n: [c for c in node_.containers.values()] for n, node_ in mem.world.nodes.items()}
+    assert all(len(cs) == 1 for cs in kept.values()), "the failed release's containers were removed by ID"
+    history = records(mem)
+    assert history[2]["outcome"] == "failed" and history[2]["restored"] == before.release
+    assert history[2]["failed_phase"] == str(phase)
+    assert history[1]["outcome"] == "serving"
+    assert records(mem, "spark-2") == history  # the same history on every node
+    assert audit_lines(mem)[-1]["outcome"] == "failed"
+    assert lock_free(mem)
+
+
+def test_ready_timeout_without_restore_leaves_the_previous_release_kept(mem):
+    """--no-restore: the failed release is undone, the previous one stays stopped but kept, and says so."""
+    before = mem.up(mem.deployment(variant(8)))
+    names = serving_names(mem)
+    mem.node("spark-1").faults.append(Fault.NEVER_READY)
+    with pytest.raises(StepFailed) as caught:
+        mem.up(mem.deployment(variant(10)), ready_timeout=1, restore=False)
+    assert caught.value.restored is None
+    assert any("--no-restore" in note for note in caught.value.undo_notes)
+    assert mem.running() == {"spark-1": [], "spark-2": []}
+    left = [c for n in mem.world.nodes.values() for c in n.containers.values()]
+    assert {c.ours.plan_hash for c in left} == {before.plan_hash} and len(left) == 2
+    assert {n: [c.name for c in node.containers.values()] for n, node in mem.world.nodes.items()} == \
+        {n: [name] for n, name in names.items()}, "undo gave the previous containers their names back"
+
+
+# ---- rollback --------------------------------------------------------------------------------------
+def test_rollback_whose_target_dies_as_it_starts_restores_the_serving_release(mem):
+    first, second = two_releases(mem)
+    names = serving_names(mem)
+    mem.node("spark-1").faults.append(Fault.DIE_AT_START)
+
+    with pytest.raises(StepFailed) as caught:
+        mem.rollback()
+
+    failure = caught.value
+    assert failure.phase is Phase.RENDEZVOUS  # its death is seen while waiting for its port
+    assert failure.cause.startswith("spark-1: ") and "exited with code 1" in failure.cause, failure.cause
+    assert failure.restored == second.release, failure.undo_notes
+    assert mem.serving_plan() == second.plan_hash and serving_names(mem) == names
+    target = [c for n in mem.world.nodes.values() for c in n.containers.values()
+              if c.ours.plan_hash == first.plan_hash]
+    assert len(target) == 2 and not any(c.running for c in target), "the target stays kept (stopped), not removed"
+    history = records(mem)
+    assert history[3]["rollback_of"] == 1 and history[3]["outcome"] == "failed"
+    assert history[2]["outcome"] == "serving"
+    assert audit_lines(mem)[-1]["action"] == "rollback" and audit_lines(mem)[-1]["outcome"] == "failed"
+    assert lock_free(mem)
+
+
+def test_rollback_starts_the_kept_containers_again(mem):
+    """The path the failure above leaves: without a fault the target's kept containers serve again."""
+    first, second = two_releases(mem)
+    ids = {c.id for n in mem.world.nodes.values() for c in n.containers.values() if c.ours.plan_hash == first.plan_hash}
+    result = mem.rollback()
+    assert result.release == 3 and mem.serving_plan() == first.plan_hash
+    assert {c.id for cs in mem.running().values() for c in cs} == ids  # started again, not re-created
+    assert records(mem)[2]["outcome"] == "rolled back"
+
+
+def test_interrupt_during_rollback_restores_the_serving_release(mem):
+    """Ctrl-C while the target's peer is being started: undone, and the release that served serves again."""
+    first, second = two_releases(mem)
+    names = serving_names(mem)
+    mem.node("spark-2").traps.append((matches_argv("docker", "start"), interrupt))
+
+    with pytest.raises(StepFailed) as caught:
+        mem.rollback()
+
+    failure = caught.value
+    assert failure.interrupted and failure.phase is Phase.PEERS
+    assert failure.restored == second.release, failure.undo_notes
+    assert mem.serving_plan() == second.plan_hash and serving_names(mem) == names
+    assert records(mem)[3]["outcome"] == "failed"
+    assert lock_free(mem)
+
+
+# ---- down --------------------------------------------------------------------------------------------
+def test_interrupt_during_down_is_audited_and_releases_the_lock(mem):
+    """Ctrl-C while the peer's container is being removed: the head (removed after the peers) is untouched,
+    the audit line says interrupted, the lock is released; a second `down` finishes the job."""
+    served = mem.up()
+    mem.node("spark-2").traps.append((matches_script(docker_containers._REMOVE), interrupt))
+
+    with pytest.raises(KeyboardInterrupt):
+        mem.down()
+
+    assert [c.ours.plan_hash for c in mem.running()["spark-1"]] == [served.plan_hash]
+    line = audit_lines(mem)[-1]
+    assert (line["action"], line["outcome"]) == ("down", "interrupted")
+    assert lock_free(mem)
+
+    result = mem.down()
+    assert result.ok and mem.running() == {"spark-1": [], "spark-2": []}
+    assert records(mem)[served.release]["outcome"] == "stopped"
+
+
+# ---- prune -------------------------------------------------------------------------------------------
+def test_prune_with_a_node_unreachable_names_it_and_keeps_what_serves(mem):
+    for seqs in (8, 10, 12):
+        serving = mem.up(mem.deployment(variant(seqs)))
+    before = {n: {c.id for c in node.containers.values()} for n, node in mem.world.nodes.items()}
+    mem.node("spark-2").unreachable = "connection refused"
+
+    result = mem.prune(keep=2)
+
+    assert not result.ok and "spark-2" in result.unreachable and "connection refused" in result.unreachable["spark-2"]
+    assert result.serving is None, "with a node not read, what serves is unknown, never guessed"
+    assert result.kept == [3, 2]
+    assert mem.serving_plan() == serving.plan_hash  # still serving on both; spark-2 untouched:
+    assert {c.id for c in mem.node("spark-2").containers.values()} == before["spark-2"]
+    head = {c.ours.run: c for c in mem.node("spark-1").containers.values()}
+    assert len(head) == 2 and before["spark-1"] - {c.id for c in head.values()}, "release 1's kept head is pruned"
+    runs = {r["container_run"] for r in records(mem).values() if r["id"] in (2, 3)}
+    assert set(head) == runs  # the serving and the kept release's containers stay
+    assert [c.ours.plan_hash for c in mem.running()["spark-1"]] == [serving.plan_hash]
+    line = audit_lines(mem)[-1]
+    assert (line["action"], line["outcome"]) == ("prune", "incomplete") and "spark-2" in line["nodes"]
+    assert lock_free(mem)
+
+
+# ---- bench --compare -----------------------------------------------------------------------------
+def test_compare_whose_b_dies_at_start_brings_back_what_served(mem):
+    """B's head dies as it starts (its first block): its `up` fails and is undone, and the release that
+    served before the comparison serves again; the error names B, the node and the cause."""
+    before = mem.up(mem.deployment(variant(8)))
+    names = serving_names(mem)
+    deps = {"A": mem.deployment(variant(8)), "B": mem.deployment(variant(10))}
+    mem.node("spark-1").faults.append(Fault.DIE_AT_START)
+    was = records(mem)[before.release]
+
+    with pytest.raises(compare_mod.CompareError) as caught:
+        compare_mod.compare(deps, str(mem.dep.inventory_path), "BA", lambda target: pytest.fail("no block ran"),
+                            mem.events, Release.model_validate(was), seams=mem.seams())
+
+    said = str(caught.value)
+    assert said.startswith("up sim-tiny: during rendezvous: spark-1: ") and "exited with code 1" in said, said
+    assert said.endswith(f"release {before.release}'s plan serves again (release {before.release})"), said
+    assert mem.serving_plan() == before.plan_hash and serving_names(mem) == names
+    assert records(mem)[2]["outcome"] == "failed" and records(mem)[2]["restored"] == before.release
+    assert lock_free(mem)
+
+
+# ---- maintenance begin --stop (its body: maintenance/stop.stop_release) ---------------------------------
+def test_window_stop_failing_on_the_peer_leaves_the_head_serving(mem):
+    """The peer's `docker stop` fails: the head is never stopped while a peer could not be (it still serves
+    the whole release), and the failure names the peer and the engine's words."""
+    served = mem.up()
+    mem.node("spark-2").traps.append((matches_argv("docker", "stop"),
+                                      fails(1, "Error response from daemon: cannot stop container: permission "
+                                               "denied\n")))
+    cluster = Cluster(mem.inventory, connector=connector(mem.world)).open()
+    try:
+        state = read_state(cluster)
+        result = stop_release(cluster, mem.inventory.head, state.running(state.serving), mem.events)
+    finally:
+        cluster.close()
+
+    assert not result.ok and list(result.failed) == ["spark-2"]
+    assert "permission denied" in result.failed["spark-2"]
+    assert [s.node for s in result.stopped] == ["spark-2"], "what was attempted is said, the head was not"
+    assert mem.serving_plan() == served.plan_hash and mem.world.ready(mem.running()["spark-1"][0])
+
+
+# ---- boot enable -----------------------------------------------------------------------------------------
+def enabled_units(mem: MemCluster) -> dict[str, list[str]]:
+    return {n: sorted(u for u in node.systemd.enabled if u.startswith("spark-deploy-"))
+            for n, node in mem.world.nodes.items()}
+
+
+def test_boot_enable_installs_a_unit_per_rank(mem):
+    served = mem.up()
+    result = boot.enable(mem.dep, mem.events, yes=False, connector=connector(mem.world))
+    assert {u.node for u in result.units} == {"spark-1", "spark-2"}
+    assert all(len(units) == 1 for units in enabled_units(mem).values())
+    for node, after in result.after.items():  # read again: our unit brings back the serving plan, nothing else
+        assert after.systemd and after.engine_enabled, after
+        assert [(i.kind, str(i.match)) for i in after.items] == [(ItemKind.UNIT, str(BootMatch.SERVING))], after
+    assert mem.serving_plan() == served.plan_hash and lock_free(mem)
+
+
+def test_boot_enable_failing_on_the_second_node_is_named_and_serving_is_untouched(mem):
+    served = mem.up()
+    mem.node("spark-2").traps.append((matches_argv("systemctl", "enable"),
+                                      fails(1, "Failed to enable unit: Access denied\n")))
+
+    with pytest.raises(boot.BootRefused) as caught:
+        boot.enable(mem.dep, mem.events, yes=False, connector=connector(mem.world))
+
+    said = str(caught.value)
+    assert "spark-2" in said and "Access denied" in said and "systemctl enable" in said, said
+    assert mem.serving_plan() == served.plan_hash and lock_free(mem)
+    line = audit_lines(mem)[-1]
+    assert (line["action"], line["outcome"]) == ("boot-enable", "failed")
+
+
+def test_boot_enable_failing_on_the_second_node_enables_nothing(mem):
+    """Found on this connector (was a strict xfail): boot enable now undoes itself on failure."""
+    mem.up()
+    mem.node("spark-2").traps.append((matches_argv("systemctl", "enable"),
+                                      fails(1, "Failed to enable unit: Access denied\n")))
+    with pytest.raises(boot.BootRefused):
+        boot.enable(mem.dep, mem.events, yes=False, connector=connector(mem.world))
+    assert enabled_units(mem) == {"spark-1": [], "spark-2": []}
