@@ -228,8 +228,9 @@ def _roots(cluster: Cluster, inventory: Inventory, conns, action: str, doing: st
 def _install(conn: NodeConnection, unit: BootUnit, root: privilege.Root, scratch_dir: str, journal: Journal) -> None:
     try:
         install(conn, unit, root, scratch_dir, journal)
-    except (NodeError, OSError) as exc:
-        raise BootRefused(f"{conn.name}: could not install {unit.path}: {exc} (it needs root on the node)") from exc
+    except (NodeError, OSError) as exc:  # a NodeError: the group error names the node once
+        cause = str(exc).removeprefix(f"{conn.name}: ")
+        raise NodeError(conn.name, f"could not install {unit.path}: {cause} (it needs root on the node)") from exc
 
 
 # ---- disable ------------------------------------------------------------------------------------------

@@ -75,7 +75,16 @@ def run(node: Node, args: list[str]) -> Answer:
     return 0, container.id + "\n", ""
 
 
+_FORMATS = {"{{json .HostConfig.RestartPolicy}}": lambda data: json.dumps(data["HostConfig"]["RestartPolicy"])}
+
+
 def inspect(node: Node, refs: list[str]) -> Answer:
+    if refs[:1] == ["--format"]:  # only the templates the product sends; one line per container, as docker does
+        template, refs = refs[1], refs[2:]
+        if template not in _FORMATS:
+            raise unknown(f"docker container inspect --format {template}")
+        code, out, err = inspect(node, refs)
+        return code, "".join(_FORMATS[template](d) + "\n" for d in json.loads(out)), err
     found, missing = [], []
     for ref in refs:
         c = node.container(ref)

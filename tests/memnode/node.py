@@ -99,6 +99,10 @@ class MemoryNode:
                 for path in argv[3:] if argv[2:3] == ["--"] else argv[2:]:
                     self.model.files.pop(path, None)
                 return 0, "", ""
+            if argv[:2] == ["cat", "--"] and len(argv) == 3:  # coreutils' words for a missing file
+                if argv[2] not in self.model.files:
+                    return 1, "", f"cat: {argv[2]}: No such file or directory\n"
+                return 0, self.model.files[argv[2]], ""
             if argv[:2] == ["mkdir", "-p"]:
                 return 0, "", ""
             if argv[:2] == ["ss", "-Hltnpe"]:

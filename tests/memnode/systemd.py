@@ -59,6 +59,11 @@ class Systemd:
             (self.enabled.add if args[0] == "enable" else self.enabled.discard)(name)
             verb = "Created symlink" if args[0] == "enable" else "Removed"
             return 0, "", f"{verb} /etc/systemd/system/multi-user.target.wants/{name}.\n"
+        if len(args) == 2 and args[0] == "is-enabled":  # systemctl's words and exit codes for a unit file
+            name = args[1]
+            if name not in self.loaded and name not in BASE_UNITS:
+                return 1, "", f"Failed to get unit file state for {name}: No such file or directory\n"
+            return (0, "enabled\n", "") if name in self.enabled else (1, "disabled\n", "")
         raise unknown(f"systemctl {' '.join(args)}")
 
     def boot_units(self, node: Node) -> Answer:

@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.bench import compare as compare_mod
 from orchestrator.deploy import boot
-from orchestrator.maintenance.stop import stop_release
+from orchestrator.maintenance.stop import StopOutcome, stop_release
 from orchestrator.preflight.checks_boot import BootMatch, ItemKind
 from orchestrator.operation.state import read_state
 from orchestrator.releases import audit
@@ -185,9 +185,10 @@ def test_interrupt_during_down_is_audited_and_releases_the_lock(mem):
     served = mem.up()
     mem.node("spark-2").traps.append((matches_script(docker_containers._REMOVE), interrupt))
 
-    with pytest.raises(KeyboardInterrupt):
-        mem.down()
+    interrupted = mem.down()  # the interrupt is said as a result (exit 1), naming what may be left
 
+    assert interrupted.interrupted and not interrupted.ok
+    assert "spark-2" in interrupted.failed and "may still be there" in interrupted.failed["spark-2"], interrupted.failed
     assert [c.ours.plan_hash for c in mem.running()["spark-1"]] == [served.plan_hash]
     line = audit_lines(mem)[-1]
     assert (line["action"], line["outcome"]) == ("down", "interrupted")
@@ -237,7 +238,8 @@ def test_compare_whose_b_dies_at_start_brings_back_what_served(mem):
                             mem.events, Release.model_validate(was), seams=mem.seams())
 
     said = str(caught.value)
-    assert said.startswith("up sim-tiny: during rendezvous: spark-1: ") and "exited with code 1" in said, said
+    assert said.startswith("B (sim-tiny, ") and "up failed: during rendezvous: spark-1: " in said, said
+    assert "exited with code 1" in said, said
     assert said.endswith(f"release {before.release}'s plan serves again (release {before.release})"), said
     assert mem.serving_plan() == before.plan_hash and serving_names(mem) == names
     assert records(mem)[2]["outcome"] == "failed" and records(mem)[2]["restored"] == before.release
@@ -255,13 +257,14 @@ def test_window_stop_failing_on_the_peer_leaves_the_head_serving(mem):
     cluster = Cluster(mem.inventory, connector=connector(mem.world)).open()
     try:
         state = read_state(cluster)
-        result = stop_release(cluster, mem.inventory.head, state.running(state.serving), mem.events)
+        result = stop_release(cluster, mem.inventory.head, state.serving, state.containers, state.unread,
+                              mem.events)
     finally:
         cluster.close()
 
     assert not result.ok and list(result.failed) == ["spark-2"]
     assert "permission denied" in result.failed["spark-2"]
-    assert [s.node for s in result.stopped] == ["spark-2"], "what was attempted is said, the head was not"
+    assert result.outcome is StopOutcome.STILL_SERVING and result.stopped == [], "every container still runs"
     assert mem.serving_plan() == served.plan_hash and mem.world.ready(mem.running()["spark-1"][0])
 
 
