@@ -5,6 +5,7 @@ Read only: nothing is started or changed on any node.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from ..config.load import Deployment
@@ -57,7 +58,15 @@ def run_checks(dep: Deployment, plan: Plan, cluster: Cluster, specs: list[CheckS
         for n in nodes}, "check the address, sshd, and that the host key is in known_hosts (verify its "
                          "fingerprint first)" if failures else "")
     names = sorted({f for s in specs for f in s.facts})
-    gathered = gather(cluster, conns, dep, plan, names) if conns and names else None
+    probes = [s for s in specs if s.probe]
+    # the gather and every active check at once: the slowest sets the time, not their sum
+    pool = ThreadPoolExecutor(max(1, len(probes)), thread_name_prefix="preflight-check")
+    try:
+        probed = {s.name: pool.submit(s.probe, cluster, conns, dep, plan) for s in probes}
+        gathered = gather(cluster, conns, dep, plan, names) if conns and names else None
+        wait(probed.values())
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     per_node = gathered.per_node if gathered else {}
     unreachable = {**{n: str(e) for n, e in failures.items()}, **(gathered.unreachable if gathered else {})}
     for node, why in (gathered.unreachable if gathered else {}).items():
@@ -65,7 +74,7 @@ def run_checks(dep: Deployment, plan: Plan, cluster: Cluster, specs: list[CheckS
     verdicts = [reach]
     for spec in specs:
         try:
-            verdict = spec.probe(cluster, conns, dep, plan) if spec.probe else spec.judge(per_node, dep)
+            verdict = probed[spec.name].result() if spec.probe else spec.judge(per_node, dep)
         except Exception as exc:  # noqa: BLE001 - a broken judge is a skip that says so, not a pass
             verdict = Verdict(spec.name, spec.scope, {n: Cell(Status.SKIP, f"the check itself failed: {exc}")
                                                       for n in per_node}, "", spec.field_note)
