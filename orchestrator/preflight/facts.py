@@ -9,13 +9,16 @@ tested on captured real outputs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..config.inventory import Node
 from ..config.load import Deployment
 from ..render.plan import Plan
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
+
+if TYPE_CHECKING:
+    from .boot_cache import BootEntry
 
 SEP = "\x1e"  # record separator: never in the output of the commands we run
 
@@ -46,6 +49,7 @@ class FactInput:
     node: Node
     dep: Deployment
     plan: Plan
+    boot: BootEntry | None = None  # what this node showed earlier on this boot (up only: boot_cache.py)
 
 
 @dataclass(frozen=True)
@@ -130,12 +134,15 @@ class Gathered:
     unreachable: dict[str, str] = field(default_factory=dict)
 
 
-def gather(cluster: Cluster, conns: list[NodeConnection], dep: Deployment, plan: Plan, names: list[str]) -> Gathered:
-    """Every fact on every node in parallel, one SSH command per node."""
+def gather(cluster: Cluster, conns: list[NodeConnection], dep: Deployment, plan: Plan, names: list[str],
+           boot: dict[str, BootEntry | None] | None = None) -> Gathered:
+    """Every fact on every node in parallel, one SSH command per node (`boot`: what each node showed
+    earlier on its current boot, which its per-boot facts then print instead of asking again)."""
     out = Gathered()
 
     def one(conn: NodeConnection) -> dict[str, Observed]:
-        return gather_node(conn, names, FactInput(dep.inventory.node(conn.name), dep, plan))
+        return gather_node(conn, names, FactInput(dep.inventory.node(conn.name), dep, plan,
+                                                  (boot or {}).get(conn.name)))
 
     try:
         out.per_node = cluster.each(one, conns)
