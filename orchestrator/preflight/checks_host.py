@@ -59,7 +59,7 @@ def _mhz(text: str) -> int | None:
     return None if text.startswith("[") else int(float(text))  # "[N/A]", "[Not Supported]"
 
 
-@fact("kernel", boot_cache.SAME_BOOT_SH + "uname -r", args=lambda i: boot_cache.remembered(i, "kernel"))
+@fact("kernel", "uname -r")
 def parse_kernel(stdout: str) -> str:
     value = stdout.strip()
     if not value:

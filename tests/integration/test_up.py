@@ -76,21 +76,20 @@ def test_up_moves_the_image_serves_and_down_removes_everything(bare_peer, tmp_pa
 
     # what only a reboot changes is remembered per node under the boot id the node reported (boot_cache.py)
     boot_id = cluster.exec(1, ["cat", "/proc/sys/kernel/random/boot_id"]).stdout.strip()
-    kernel = cluster.exec(1, ["uname", "-r"]).stdout.strip()
+    cuda = cluster.exec(1, ["sh", "-c", "nvidia-smi | grep -oE 'CUDA (UMD )?Version: [0-9.]+'"]).stdout.strip()
     [remembered] = (tmp_path / "cache" / "spark-deploy" / "boot-facts").glob("*/spark-1.json")
     entry = json.loads(remembered.read_text())
-    assert entry["boot_id"] == boot_id and entry["values"]["kernel"] == kernel
-    # as if read on an earlier boot: the node's boot id differs, so it runs `uname -r` again (the stale text
-    # would fail the kernel parity check) and the entry is replaced
+    assert entry["boot_id"] == boot_id and entry["values"]["gpu_cuda"] == cuda
+    # as if read on an earlier boot: the node's boot id differs, so it reads the full report again (the stale
+    # line would fail gpu-parity against spark-2) and the entry is replaced
     remembered.write_text(json.dumps({**entry, "boot_id": "00000000-0000-4000-8000-000000000000",
-                                      "values": {"kernel": "6.0.0-stale"}}))
+                                      "values": {"gpu_cuda": "CUDA Version: 9.9"}}))
 
     before = _running_with_start_times(cluster)
     again = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path, env=cache)
     assert again.returncode == 0 and "already serving" in again.stdout, again.stdout + again.stderr
     assert _running_with_start_times(cluster) == before, "a second up of the same plan restarted something"
-    assert json.loads(remembered.read_text())["values"]["kernel"] == kernel
-    assert json.loads(remembered.read_text())["boot_id"] == boot_id
+    assert json.loads(remembered.read_text()) == entry
 
     down = spark_deploy("down", "-i", cluster.inventory_path)
     assert down.returncode == 0, down.stderr
