@@ -52,25 +52,6 @@ def _verdict(exc: BaseException) -> bool:
     return isinstance(exc, NodeError) and not isinstance(exc, (NodeUnreachable, NodeTimeout))
 
 
-def docker_answers(cluster: Cluster) -> CheckResult:
-    def probe(conn: NodeConnection):
-        r = conn.run(["docker", "version", "--format", "{{.Server.Version}}"], timeout=20)
-        return r.ok, (f"engine {r.stdout.strip()}" if r.ok else (r.stderr.strip().splitlines() or ["no answer"])[-1])
-    evidence, bad = per_node(cluster, probe)
-    return CheckResult("docker", "fail" if bad else "ok", evidence,
-                       f"start the Docker engine on {', '.join(bad)} (systemctl start docker)" if bad else "", bad)
-
-
-def gpu_visible(cluster: Cluster) -> CheckResult:
-    def probe(conn: NodeConnection):
-        r = conn.run(["nvidia-smi", "-L"], timeout=20)
-        text = r.stdout.strip() or r.stderr.strip() or f"exit {r.exit_code}"
-        return r.ok and "GPU" in r.stdout, text.splitlines()[0]
-    evidence, bad = per_node(cluster, probe)
-    return CheckResult("gpu", "fail" if bad else "ok", evidence,
-                       f"nvidia-smi sees no GPU on {', '.join(bad)}" if bad else "", bad)
-
-
 @dataclass(frozen=True)
 class Listener:
     port: int

@@ -1,19 +1,17 @@
 """The directories spark-deploy writes on a node must be writable by the login user (field: a stock DGX OS
 account is a docker-group user without passwordless sudo, so nothing may assume root).
 
-One read-only probe per node: whether the state dir (releases, lock, audit, env files, maintenance
-baselines) exists and everything in it is writable, or else whether it could be made, and who owns it.
+One read-only probe per node (preflight's `state_dir` fact, gathered with the others): whether the state
+dir (releases, lock, audit, env files, maintenance baselines) exists and everything in it is writable, or
+else whether it could be made, and who owns it.
 """
 
 from __future__ import annotations
 
-from ..config.inventory import Node
-from ..transport.group import Cluster
-from . import basics
 
 # "$1" the directory. Prints: `user NAME`, then `ok OWNER MODE`, `unwritable OWNER MODE [PATH]` (PATH: the
 # first entry inside it the user cannot write), `creatable PARENT` or `uncreatable PARENT OWNER MODE`.
-_PROBE = r'''d=$1
+PROBE = r'''d=$1
 echo "user $(id -un)"
 if [ -d "$d" ]; then
   meta=$(stat -c '%U:%G %a' -- "$d")
@@ -47,21 +45,3 @@ def parse(stdout: str, path: str) -> tuple[bool, str, str]:
         return False, f"{path} ({meta} {mode}): {where} by {user}", user
     parent, _, meta = lines.get("uncreatable", "? ?").partition(" ")
     return False, f"{path} absent, and {user} cannot create it in {parent} ({meta})", user
-
-
-def state_dir(cluster: Cluster, nodes: dict[str, Node]) -> basics.CheckResult:
-    users: dict[str, str] = {}
-
-    def probe(conn):
-        path = nodes[conn.name].state_dir
-        good, seen, users[conn.name] = parse(conn.run_script(_PROBE, path, timeout=20, check=True).stdout, path)
-        return good, seen
-
-    evidence, bad = basics.per_node(cluster, probe)
-    fix = ""
-    if bad:
-        user = users.get(bad[0], "the login user")
-        path = nodes[bad[0]].state_dir
-        fix = (f"spark-deploy keeps releases, the lock and the audit log in the state dir as the login user "
-               f"(no sudo): {owner_fix(user, path, bad)}")
-    return basics.CheckResult("state-dir", "fail" if bad else "ok", evidence, fix, bad)

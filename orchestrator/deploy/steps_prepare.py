@@ -74,7 +74,7 @@ class Preflight(NoUndo):
         names = {launch.node.name: [launch.container] for launch in plan.ranks}
         specs = preflight.select(skip=["ports", "image", *ctx.opts.skip_checks], up_subset=True)
         tasks = {
-            "registry": lambda: preflight.run_checks(ctx.dep, plan, cluster, specs, opened=True),
+            "registry": lambda: preflight.run_checks(ctx.dep, plan, cluster, specs, opened=True, per_boot=True),
             "ports": lambda: basics.ports_free(cluster, plan.ports),
             "named": lambda: cluster.each(lambda c: named(c, names[c.name])),
             "image": lambda: image_sync.survey(cluster.nodes, plan.image_id, plan.image_ref),

@@ -11,6 +11,7 @@ import hashlib
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..checks.model_cache import revision_on
@@ -37,22 +38,34 @@ class TakeLock(NoUndo):
             ctx.history = read_and_repair(ctx)
             return
         ttl = max(ctx.opts.ready_timeout, ctx.opts.listen_timeout) + 600
-        lock = DeployLock(ctx.cluster.head, ctx.dep.inventory, audit.command_line(), ttl, run_id=ctx.plan.run_id)
-        try:
-            lock.acquire()
-        except LockError as exc:
-            raise StepFailed(self.phase, str(exc), [ctx.cluster.head.name]) from None
+        head, inventory = ctx.cluster.head, ctx.dep.inventory
+        lock = DeployLock(head, inventory, audit.command_line(), ttl, run_id=ctx.plan.run_id)
+        # one round trip per node: the head reads its history copy in the lock's own script, once the lock
+        # is ours; the peers read theirs meanwhile
+        peers = [c for c in ctx.cluster.nodes if c is not head]
+        with ThreadPoolExecutor(1, thread_name_prefix="history") as pool:
+            peer_copies = pool.submit(store.read_copies, ctx.cluster, inventory, peers)
+            try:
+                lock.acquire(then=(store.READ, store.releases_dir(inventory, head.name)))
+            except LockError as exc:
+                raise StepFailed(self.phase, str(exc), [head.name]) from None
+            copies = peer_copies.result()
         ctx.lock = lock
         lock.start_refreshing()
-        stale = report_takeover(ctx.cluster, ctx.dep.inventory, ctx.events, lock)
+        stale = report_takeover(ctx.cluster, inventory, ctx.events, lock)
         if stale and stale.run_id:
             clean_orphans(ctx, stale.run_id, stale.release)
-        ctx.history = read_and_repair(ctx)
+        said = lock.then_output or ""
+        if stale or said.rstrip("\n").rpartition("\n")[2].startswith("@then-failed"):
+            ctx.history = read_and_repair(ctx)  # orphans cleaned (records changed), or the head's read failed
+        else:
+            ctx.history = read_and_repair(ctx, store.reconcile([store.parse_copy(head.name, said), *copies]))
 
 
-def read_and_repair(ctx: UpContext) -> store.History:
-    """The history, reconciled; a node whose copy is missing or older gets the newest copies back."""
-    history = store.read_history(ctx.cluster, ctx.dep.inventory)
+def read_and_repair(ctx: UpContext, history: store.History | None = None) -> store.History:
+    """The history (read here unless given), reconciled; a node whose copy is missing or older gets the
+    newest copies back."""
+    history = history or store.read_history(ctx.cluster, ctx.dep.inventory)
     for node, notes in history.disagreements.items():
         ctx.events.warn("release history: " + "; ".join(notes), node)
     for line in store.repair(ctx.cluster, ctx.dep.inventory, history):
@@ -93,8 +106,12 @@ class OpenRelease(NoUndo):
         dep, plan = ctx.dep, ctx.plan
         history = ctx.history
         ctx.replaces = _replaced_release(history, ctx)
-        seen = ctx.cluster.each(lambda conn: revision_on(
-            conn, dep.inventory.node(conn.name).hf_cache, dep.recipe.model.repo, dep.recipe.model.revision))
+        with ThreadPoolExecutor(1, thread_name_prefix="lock-note") as pool:  # the lock's note beside the reads
+            noted = pool.submit(ctx.lock.note, release=history.next_id) if ctx.lock else None
+            seen = ctx.cluster.each(lambda conn: revision_on(
+                conn, dep.inventory.node(conn.name).hf_cache, dep.recipe.model.repo, dep.recipe.model.revision))
+            if noted:
+                noted.result()
         source = ctx.look.image.source
         now = time.time()
         record = Release(
@@ -110,8 +127,6 @@ class OpenRelease(NoUndo):
             replaced=ctx.replaces.id if ctx.replaces else None)
         store.write_release(ctx.cluster, dep.inventory, record)
         ctx.release = record
-        if ctx.lock:
-            ctx.lock.note(release=record.id)
         verb = f"rollback to release {ctx.opts.rollback_of.id}: release" if ctx.opts.rollback_of else "release"
         if ctx.replaces:
             ctx.events.note(f"{verb} {record.id}: plan {plan.plan_hash} replaces release {ctx.replaces.id} "
@@ -197,18 +212,25 @@ def _answering(ctx: UpContext, within: float = 3.0) -> list:
 def _finish(ctx: UpContext, outcome: ReleaseOutcome | str, **fields) -> None:
     targets = _answering(ctx)
     detail = str(outcome)
+    records: list[Release] = []
     if ctx.release is not None and isinstance(outcome, ReleaseOutcome):
         ctx.release = ctx.release.touch(outcome=outcome, finished_at=time.time(), **fields)
-        _write(ctx, ctx.release, targets)
+        records.append(ctx.release)
         if outcome is ReleaseOutcome.SERVING and ctx.replaces is not None:
             ended = ReleaseOutcome.ROLLED_BACK if ctx.opts.rollback_of else ReleaseOutcome.SUPERSEDED
-            _write(ctx, ctx.replaces.touch(outcome=ended, replaced_by=ctx.release.id), targets)
+            records.append(ctx.replaces.touch(outcome=ended, replaced_by=ctx.release.id))
         detail = ctx.release.outcome_text()
     elif fields.get("failed_phase"):
         detail = f"failed in {fields['failed_phase']} before a release was recorded: {fields.get('cause', '')}"
-    missed = audit.append(ctx.cluster, ctx.dep.inventory, audit.entry(
-        "rollback" if ctx.opts.rollback_of else "up", str(outcome), release=ctx.release.id if ctx.release else None, detail=detail,
-        plan_hash=ctx.plan.plan_hash, recipe=ctx.dep.recipe.name), targets)
+    line = audit.entry("rollback" if ctx.opts.rollback_of else "up", str(outcome),
+                       release=ctx.release.id if ctx.release else None, detail=detail,
+                       plan_hash=ctx.plan.plan_hash, recipe=ctx.dep.recipe.name)
+    # the records and the audit line are separate files: written at once, each to every answering node
+    with ThreadPoolExecutor(len(records) + 1, thread_name_prefix="finish") as pool:
+        writes = [pool.submit(_write, ctx, record, targets) for record in records]
+        missed = audit.append(ctx.cluster, ctx.dep.inventory, line, targets)
+        for write in writes:
+            write.result()
     for node, why in missed.items():
         ctx.events.warn(f"audit line not written: {why}", node)
 

@@ -1,15 +1,19 @@
-"""The checks `up` always ran (docker, GPU, JIT cache, ports, image), as registry entries.
+"""The checks `up` always ran (docker, GPU, state dir, JIT cache, ports, image), as registry entries.
 
-They reuse checks/basics.py and docker_cli/image_sync.py, so `up` and `preflight` judge alike.
+docker, gpu and state-dir are facts now, gathered in the one round trip per node with every other fact
+(the same commands, judged as before); jit-cache, ports and image act to look and reuse checks/basics.py
+and docker_cli/image_sync.py, so `up` and `preflight` judge alike.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..checks import basics, writable
 from ..docker_cli import image_sync
 from ..transport.group import GroupError
-from .facts import FACTS, FactInput
-from .registry import Cell, Scope, Status, Verdict, active_check, worst
+from .facts import FACTS, FactInput, fact
+from .registry import Cell, Scope, Status, Verdict, active_check, check, missing, worst
 from .replaced import parse_replaced
 
 _STATUS = {"ok": Status.OK, "warn": Status.WARN, "fail": Status.FAIL}
@@ -37,14 +41,86 @@ def _guard(name: str, scope: Scope, probe) -> Verdict:
         return Verdict(name, scope, {n: Cell(Status.SKIP, f"could not run: {e}") for n, e in exc.failures.items()})
 
 
-@active_check("docker", Scope.NODE)
-def docker(cluster, conns, dep, plan) -> Verdict:
-    return _guard("docker", Scope.NODE, lambda: _verdict("docker", Scope.NODE, basics.docker_answers(cluster)))
+# "$@" a command: prints its exit code, then what it printed (stdout and stderr, in order).
+_RAN = 'out=$("$@" 2>&1); rc=$?; printf \'%s\\n%s\\n\' "$rc" "$out"'
 
 
-@active_check("gpu", Scope.NODE)
-def gpu(cluster, conns, dep, plan) -> Verdict:
-    return _guard("gpu", Scope.NODE, lambda: _verdict("gpu", Scope.NODE, basics.gpu_visible(cluster)))
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    output: str
+
+    def first_line(self) -> str:
+        return (self.output.strip() or f"exit {self.code}").splitlines()[0]
+
+    def last_line(self) -> str:
+        return (self.output.strip().splitlines() or ["no answer"])[-1]
+
+
+@fact("docker_version", _RAN, args=lambda _i: ["docker", "version", "--format", "{{.Server.Version}}"])
+def parse_ran(stdout: str) -> Ran:
+    """The `_RAN` wrapper's output -> the command's exit code and output."""
+    code, _, output = stdout.partition("\n")
+    return Ran(int(code), output)
+
+
+fact("gpu_list", _RAN, args=lambda _i: ["nvidia-smi", "-L"])(parse_ran)
+@fact("state_dir", writable.PROBE, args=lambda i: [i.node.state_dir])
+def parse_state_dir(stdout: str) -> str:
+    """Kept as printed: the judge parses it with the node's path (writable.parse)."""
+    if not stdout.startswith("user "):
+        raise ValueError(f"not the probe's output: {stdout[:80]!r}")
+    return stdout
+
+
+def _judged(seen, facts: tuple[str, ...], probe) -> tuple[dict, list, dict]:
+    """basics.per_node over gathered facts: (evidence, bad nodes, skipped cells) for nodes where it ran."""
+    skipped = missing(seen, facts)
+    results = {node: probe(node, f) for node, f in seen.items() if node not in skipped}
+    return {n: text for n, (_, text) in results.items()}, [n for n, (good, _) in results.items() if not good], skipped
+
+
+def _with_skips(verdict: Verdict, skipped: dict) -> Verdict:
+    verdict.cells.update(skipped)
+    return verdict
+
+
+@check("docker", ("docker_version",), Scope.NODE)
+def docker(seen, dep) -> Verdict:
+    def probe(_node, f):
+        r = f["docker_version"].value
+        return r.code == 0, (f"engine {r.output.strip()}" if r.code == 0 else r.last_line())
+    evidence, bad, skipped = _judged(seen, ("docker_version",), probe)
+    return _with_skips(_verdict("docker", Scope.NODE, basics.CheckResult(
+        "docker", "fail" if bad else "ok", evidence,
+        f"start the Docker engine on {', '.join(bad)} (systemctl start docker)" if bad else "", bad)), skipped)
+
+
+@check("gpu", ("gpu_list",), Scope.NODE)
+def gpu(seen, dep) -> Verdict:
+    def probe(_node, f):
+        r = f["gpu_list"].value
+        return r.code == 0 and "GPU" in r.output, r.first_line()
+    evidence, bad, skipped = _judged(seen, ("gpu_list",), probe)
+    return _with_skips(_verdict("gpu", Scope.NODE, basics.CheckResult(
+        "gpu", "fail" if bad else "ok", evidence, f"nvidia-smi sees no GPU on {', '.join(bad)}" if bad else "",
+        bad)), skipped)
+
+
+@check("state-dir", ("state_dir",), Scope.NODE)
+def state_dir(seen, dep) -> Verdict:
+    users: dict[str, str] = {}
+
+    def probe(node, f):
+        good, text, users[node] = writable.parse(f["state_dir"].value, dep.inventory.node(node).state_dir)
+        return good, text
+    evidence, bad, skipped = _judged(seen, ("state_dir",), probe)
+    fix = ""
+    if bad:
+        fix = ("spark-deploy keeps releases, the lock and the audit log in the state dir as the login user "
+               f"(no sudo): {writable.owner_fix(users[bad[0]], dep.inventory.node(bad[0]).state_dir, bad)}")
+    return _with_skips(_verdict("state-dir", Scope.NODE, basics.CheckResult(
+        "state-dir", "fail" if bad else "ok", evidence, fix, bad)), skipped)
 
 
 @active_check("jit-cache", Scope.NODE, field_note=2)
@@ -52,13 +128,6 @@ def jit_cache(cluster, conns, dep, plan) -> Verdict:
     nodes = {n.name: n for n in dep.inventory.nodes}
     return _guard("jit-cache", Scope.NODE,
                   lambda: _verdict("jit-cache", Scope.NODE, basics.jit_cache_local(cluster, nodes), 2))
-
-
-@active_check("state-dir", Scope.NODE)
-def state_dir(cluster, conns, dep, plan) -> Verdict:
-    nodes = {n.name: n for n in dep.inventory.nodes}
-    return _guard("state-dir", Scope.NODE,
-                  lambda: _verdict("state-dir", Scope.NODE, writable.state_dir(cluster, nodes)))
 
 
 @active_check("ports", Scope.HEAD)

@@ -6,6 +6,7 @@ import json
 import re
 
 from ..config.load import Deployment
+from . import boot_cache
 from .facts import Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing, parity
 
@@ -27,11 +28,13 @@ GPU_QUERY = ("name,driver_version,clocks.sm,clocks.max.sm,clocks_event_reasons.g
              "clocks_event_reasons.applications_clocks_setting")
 
 
-GPU_SCRIPT = (f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits "
-              "&& nvidia-smi | grep -oE 'CUDA (UMD )?Version: [0-9.]+'")
+# The query is live (clocks); the CUDA line comes from the full report, which only a reboot changes: on
+# the boot `up` remembered it on, "$2" is printed instead (boot_cache.py).
+GPU_SCRIPT = (f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits || exit\n"
+              + boot_cache.SAME_BOOT_SH + "nvidia-smi | grep -oE 'CUDA (UMD )?Version: [0-9.]+'")
 
 
-@fact("gpu", GPU_SCRIPT)
+@fact("gpu", GPU_SCRIPT, args=lambda i: boot_cache.remembered(i, "gpu_cuda"))
 def parse_gpu(stdout: str) -> dict:
     """The first GPU's name, driver, SM clock and its max (MHz, None where nvidia-smi says [N/A]), why the
     clock is held down (idle, or an application-clock lock), and the CUDA version the driver offers."""

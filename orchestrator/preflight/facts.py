@@ -1,15 +1,15 @@
 """Facts: a command run on a node plus a pure parser of what it printed (pyinfra's model).
 
 Every fact a preflight needs is gathered in ONE SSH round trip per node: a constant driver script runs
-each fact's constant script in turn, its variable parts passed as positional arguments (never spliced
-into the script), and frames each fact's stdout, stderr and exit code. Parsers are pure functions, unit
+every fact's constant script, its variable parts passed as positional arguments (never spliced
+into the script), all at once, and frames each fact's stdout, stderr and exit code. Parsers are pure functions, unit
 tested on captured real outputs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..config.inventory import Node
 from ..config.load import Deployment
@@ -17,17 +17,29 @@ from ..render.plan import Plan
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
 
+if TYPE_CHECKING:
+    from .boot_cache import BootEntry
+
 SEP = "\x1e"  # record separator: never in the output of the commands we run
 
-# "$@" = (name, script, argc, args...)*; per fact: a header line, stdout, a stderr marker, stderr.
-_DRIVER = r'''e=$(mktemp) || exit 1
+# "$@" = (name, script, argc, args...)*; every fact runs at once (each its own process, its output in its
+# own files), then each is printed in the order given: a header line, stdout, a stderr marker, stderr. The
+# node's time is the slowest fact's, not their sum (docker and nvidia-smi calls mostly wait).
+_DRIVER = r'''d=$(mktemp -d) || exit 1
+names=(); i=0
 while [ $# -gt 0 ]; do
   name=$1; script=$2; n=$3; shift 3
   args=("${@:1:$n}"); shift "$n"
-  out=$(bash -c "$script" fact "${args[@]}" 2>"$e"); rc=$?
-  printf '\036F %s %s\n%s\n\036E\n' "$name" "$rc" "$out"; cat -- "$e"; : > "$e"
+  names+=("$name")
+  ( bash -c "$script" fact "${args[@]}" >"$d/$i.out" 2>"$d/$i.err" </dev/null; echo $? >"$d/$i.rc" ) &
+  i=$((i + 1))
 done
-rm -f -- "$e"'''
+wait
+for ((k = 0; k < i; k++)); do
+  out=$(cat -- "$d/$k.out"); rc=$(cat -- "$d/$k.rc" 2>/dev/null || echo -1)
+  printf '\036F %s %s\n%s\n\036E\n' "${names[$k]}" "$rc" "$out"; cat -- "$d/$k.err"
+done
+rm -rf -- "$d"'''
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,7 @@ class FactInput:
     node: Node
     dep: Deployment
     plan: Plan
+    boot: BootEntry | None = None  # what this node showed earlier on this boot (up only: boot_cache.py)
 
 
 @dataclass(frozen=True)
@@ -121,12 +134,15 @@ class Gathered:
     unreachable: dict[str, str] = field(default_factory=dict)
 
 
-def gather(cluster: Cluster, conns: list[NodeConnection], dep: Deployment, plan: Plan, names: list[str]) -> Gathered:
-    """Every fact on every node in parallel, one SSH command per node."""
+def gather(cluster: Cluster, conns: list[NodeConnection], dep: Deployment, plan: Plan, names: list[str],
+           boot: dict[str, BootEntry | None] | None = None) -> Gathered:
+    """Every fact on every node in parallel, one SSH command per node (`boot`: what each node showed
+    earlier on its current boot, which its per-boot facts then print instead of asking again)."""
     out = Gathered()
 
     def one(conn: NodeConnection) -> dict[str, Observed]:
-        return gather_node(conn, names, FactInput(dep.inventory.node(conn.name), dep, plan))
+        return gather_node(conn, names, FactInput(dep.inventory.node(conn.name), dep, plan,
+                                                  (boot or {}).get(conn.name)))
 
     try:
         out.per_node = cluster.each(one, conns)

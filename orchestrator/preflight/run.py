@@ -5,11 +5,13 @@ Read only: nothing is started or changed on any node.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from ..config.load import Deployment
 from ..render.plan import Plan
 from ..transport.group import Cluster
+from . import boot_cache
 from .facts import gather
 from .registry import CHECKS, Cell, CheckSpec, Scope, Status, Verdict, missing
 
@@ -47,25 +49,39 @@ class Report:
         return {"ok": self.ok(), "nodes": self.nodes, "checks": [v.as_dict() for v in self.verdicts]}
 
 
-def run_checks(dep: Deployment, plan: Plan, cluster: Cluster, specs: list[CheckSpec], opened: bool = False) -> Report:
+def run_checks(dep: Deployment, plan: Plan, cluster: Cluster, specs: list[CheckSpec], opened: bool = False,
+               per_boot: bool = False) -> Report:
     """`cluster` is opened here as far as it goes (unless `opened`: `up` connected already): an unreachable
-    node is the first failed check."""
+    node is the first failed check. `per_boot` (`up`): what cannot change without a reboot is read from
+    the controller's cache while the node's boot id is the one it was read on (boot_cache.py)."""
     conns, failures = (list(cluster.nodes), {}) if opened else cluster.open_reachable()
     nodes = [n.name for n in dep.inventory.ranked]
     reach = Verdict("reachable", Scope.NODE, {
         n: Cell(Status.FAIL, str(failures[n])) if n in failures else Cell(Status.OK, "SSH, host key verified")
         for n in nodes}, "check the address, sshd, and that the host key is in known_hosts (verify its "
                          "fingerprint first)" if failures else "")
-    names = sorted({f for s in specs for f in s.facts})
-    gathered = gather(cluster, conns, dep, plan, names) if conns and names else None
+    names = sorted({f for s in specs for f in s.facts} | ({"boot_id"} if per_boot else set()))
+    cluster_name = dep.inventory.cluster
+    boot = {c.name: boot_cache.load(cluster_name, c.name) for c in conns} if per_boot else None
+    probes = [s for s in specs if s.probe]
+    # the gather and every active check at once: the slowest sets the time, not their sum
+    pool = ThreadPoolExecutor(max(1, len(probes)), thread_name_prefix="preflight-check")
+    try:
+        probed = {s.name: pool.submit(s.probe, cluster, conns, dep, plan) for s in probes}
+        gathered = gather(cluster, conns, dep, plan, names, boot) if conns and names else None
+        wait(probed.values())
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     per_node = gathered.per_node if gathered else {}
+    if boot is not None:
+        boot_cache.remember(cluster_name, {n.name: n.address for n in dep.inventory.nodes}, per_node, boot)
     unreachable = {**{n: str(e) for n, e in failures.items()}, **(gathered.unreachable if gathered else {})}
     for node, why in (gathered.unreachable if gathered else {}).items():
         reach.cells[node] = Cell(Status.FAIL, f"gathering facts failed: {why}")
     verdicts = [reach]
     for spec in specs:
         try:
-            verdict = spec.probe(cluster, conns, dep, plan) if spec.probe else spec.judge(per_node, dep)
+            verdict = probed[spec.name].result() if spec.probe else spec.judge(per_node, dep)
         except Exception as exc:  # noqa: BLE001 - a broken judge is a skip that says so, not a pass
             verdict = Verdict(spec.name, spec.scope, {n: Cell(Status.SKIP, f"the check itself failed: {exc}")
                                                       for n in per_node}, "", spec.field_note)

@@ -24,14 +24,20 @@ from ..transport.node import NodeConnection
 from .record import who
 
 # "$1" lock path, "$2" our details. Hard-linking a complete temp file is the atomic create: the lock
-# appears whole or not at all, and `ln` refuses when it exists.
+# appears whole or not at all, and `ln` refuses when it exists. Optionally "$3" a read-only script and
+# "$4".. its args, run once the lock is ours, its output after TAKEN: what the holder reads first (the
+# release history) comes back in the same round trip, read under the lock.
 # A state dir the login user cannot write is said as such (UNWRITABLE and the shell's words), not taken
 # for a lock someone holds.
 _CREATE = r'''set -u
 err=$(mkdir -p -- "$(dirname -- "$1")" 2>&1) || { echo UNWRITABLE; printf '%s\n' "$err"; exit 0; }
 tmp="$1.new-$$"
 err=$( { printf '%s' "$2" > "$tmp" && sync -- "$tmp"; } 2>&1) || { rm -f -- "$tmp"; echo UNWRITABLE; printf '%s\n' "$err"; exit 0; }
-if ln -- "$tmp" "$1" 2>/dev/null; then rm -f -- "$tmp"; echo TAKEN; exit 0; fi
+if ln -- "$tmp" "$1" 2>/dev/null; then
+  rm -f -- "$tmp"; echo TAKEN
+  if [ $# -gt 2 ]; then s=$3; shift 3; bash -c "$s" then "$@" || echo "@then-failed $?"; fi
+  exit 0
+fi
 rm -f -- "$tmp"; echo HELD; cat -- "$1" 2>/dev/null || true'''
 
 # "$1" lock path, "$2" the stale details we saw, "$3" a token. Moving the lock aside is atomic: of two
@@ -150,17 +156,22 @@ class DeployLock:
                                    pid_start=_start_time(os.getpid()), command=command, started_at=time.time(),
                                    expires_at=time.time() + ttl, token=secrets.token_hex(8), run_id=run_id)
         self.taken_over: tuple[LockDetails | None, str] | None = None  # (stale details, why) when we took over
+        self.then_output: str | None = None  # what acquire's `then` script printed (None: it did not run)
         self._stop = threading.Event()
         self._refresher: threading.Thread | None = None
         self.held = False
         self.lost: str | None = None  # why, once a refresh found the lock taken from us
 
-    def acquire(self) -> "DeployLock":
+    def acquire(self, then: tuple[str, ...] = ()) -> "DeployLock":
+        """`then` = (script, *args): run on the lock's node right after the lock is taken, in the same
+        round trip; its output is `then_output` ("@then-failed CODE" last when it failed)."""
         for _attempt in range(3):
-            result = self._script(_CREATE, self.details.to_text())
+            result = self._script(_CREATE, self.details.to_text(), *then)
             lines = result.stdout.splitlines()
             if lines and lines[0] == "TAKEN":
                 self.held = True
+                if then:
+                    self.then_output = result.stdout.partition("\n")[2]
                 return self
             if lines and lines[0] == "UNWRITABLE":
                 raise StateDirUnwritable(self.conn.name, self.conn.target.user, self.path, "\n".join(lines[1:]))

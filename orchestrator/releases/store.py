@@ -19,11 +19,20 @@ from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
 from .record import Release
 
-_READ = r'''shopt -s nullglob
+READ = r'''shopt -s nullglob  # "$1" the releases dir
 d="$1"
 if [ ! -d "$d" ]; then echo "MISSING"; exit 0; fi
 echo "DIR"
 for f in "$d"/*.json; do cat -- "$f"; echo; done'''
+
+
+# "$1" the record's path, "$2" its text: the same atomic, durable replace as NodeConnection.put_file (written
+# beside it, fsynced, renamed over it, the directory fsynced) in ONE round trip instead of three.
+_WRITE = r'''dir=$(dirname -- "$1"); tmp="$1.tmp-$$"
+mkdir -p -- "$dir" || exit 1
+{ printf '%s' "$2" > "$tmp" && chmod 644 -- "$tmp" && sync -- "$tmp" && mv -f -- "$tmp" "$1" && sync -- "$dir"; } ||
+  { rm -f -- "$tmp"; exit 1; }'''
+INLINE_MAX = 64 * 1024  # a record passed as an argument stays far below Linux's 128 KiB per argument
 
 
 def releases_dir(inventory: Inventory, node: str) -> str:
@@ -64,7 +73,7 @@ def parse_copy(node: str, stdout: str) -> NodeCopy:
 
 
 def read_copy(conn: NodeConnection, inventory: Inventory) -> NodeCopy:
-    result = conn.run_script(_READ, releases_dir(inventory, conn.name), timeout=60)
+    result = conn.run_script(READ, releases_dir(inventory, conn.name), timeout=60)
     if not result.ok:
         return NodeCopy(conn.name, error=f"cannot read {releases_dir(inventory, conn.name)}: "
                                           f"{result.stderr.strip() or f'exit {result.exit_code}'}")
@@ -121,24 +130,36 @@ def reconcile(copies: list[NodeCopy]) -> History:
     return history
 
 
-def read_history(cluster: Cluster, inventory: Inventory, conns: list[NodeConnection] | None = None) -> History:
-    """Every reachable node's copy, reconciled. Unreachable nodes are named in `disagreements`."""
-    conns = conns if conns is not None else cluster.nodes
+def read_copies(cluster: Cluster, inventory: Inventory, conns: list[NodeConnection]) -> list[NodeCopy]:
+    """Each node's copy, read in parallel; a node that could not be read is a copy with its error."""
     try:
         found = cluster.each(lambda conn: read_copy(conn, inventory), conns)
-        copies = [found[c.name] for c in conns]
+        return [found[c.name] for c in conns]
     except GroupError as exc:
-        copies = [exc.results[c.name] if c.name in exc.results else NodeCopy(c.name, error=str(exc.failures[c.name]))
-                  for c in conns]
-    return reconcile(copies)
+        return [exc.results[c.name] if c.name in exc.results else NodeCopy(c.name, error=str(exc.failures[c.name]))
+                for c in conns]
+
+
+def read_history(cluster: Cluster, inventory: Inventory, conns: list[NodeConnection] | None = None) -> History:
+    """Every reachable node's copy, reconciled. Unreachable nodes are named in `disagreements`."""
+    return reconcile(read_copies(cluster, inventory, conns if conns is not None else cluster.nodes))
 
 
 def write_release(cluster: Cluster, inventory: Inventory, release: Release,
                   conns: list[NodeConnection] | None = None) -> None:
     """The record on every node (atomic, durable); GroupError names the nodes where it could not be written."""
     text = json.dumps(release.model_dump(mode="json"), sort_keys=True, separators=(",", ":")) + "\n"
-    cluster.each(lambda conn: conn.put_file(record_path(inventory, conn.name, release.id), text),
+    cluster.each(lambda conn: put_record(conn, record_path(inventory, conn.name, release.id), text),
                  conns if conns is not None else cluster.nodes)
+
+
+def put_record(conn: NodeConnection, path: str, text: str) -> None:
+    """One round trip for a record (no secret is ever in one: it may travel as an argument); a record too
+    large for an argument goes through SFTP (three round trips)."""
+    if len(text.encode()) > INLINE_MAX:
+        conn.put_file(path, text)
+        return
+    conn.run_script(_WRITE, path, text, timeout=30, check=True)
 
 
 def repair(cluster: Cluster, inventory: Inventory, history: History) -> list[str]:

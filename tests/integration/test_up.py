@@ -38,13 +38,14 @@ def _running_with_start_times(cluster) -> dict[str, list[str]]:
     return found
 
 
-def test_up_moves_the_image_serves_and_down_removes_everything(bare_peer):
+def test_up_moves_the_image_serves_and_down_removes_everything(bare_peer, tmp_path):
     cluster = bare_peer
     image_id = pinned_id(cluster)
     assert image_inspect(cluster, 1, image_id) is not None
     assert image_inspect(cluster, 2, image_id) is None, "the stand-in image must start on node 1 only"
 
-    result = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path, "--json")
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    result = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path, "--json", env=cache)
     assert result.returncode == 0, result.stderr + result.stdout
     events = [json.loads(line) for line in result.stdout.splitlines()]
     final = events[-1]
@@ -73,10 +74,22 @@ def test_up_moves_the_image_serves_and_down_removes_everything(bare_peer):
         ("spark-1", "0", "running"), ("spark-2", "1", "running")]
     assert report["endpoints"][0]["healthy"] and report["endpoints"][0]["models"] == ["tiny"]
 
+    # what only a reboot changes is remembered per node under the boot id the node reported (boot_cache.py)
+    boot_id = cluster.exec(1, ["cat", "/proc/sys/kernel/random/boot_id"]).stdout.strip()
+    cuda = cluster.exec(1, ["sh", "-c", "nvidia-smi | grep -oE 'CUDA (UMD )?Version: [0-9.]+'"]).stdout.strip()
+    [remembered] = (tmp_path / "cache" / "spark-deploy" / "boot-facts").glob("*/spark-1.json")
+    entry = json.loads(remembered.read_text())
+    assert entry["boot_id"] == boot_id and entry["values"]["gpu_cuda"] == cuda
+    # as if read on an earlier boot: the node's boot id differs, so it reads the full report again (the stale
+    # line would fail gpu-parity against spark-2) and the entry is replaced
+    remembered.write_text(json.dumps({**entry, "boot_id": "00000000-0000-4000-8000-000000000000",
+                                      "values": {"gpu_cuda": "CUDA Version: 9.9"}}))
+
     before = _running_with_start_times(cluster)
-    again = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
-    assert again.returncode == 0 and "already serving" in again.stdout
+    again = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path, env=cache)
+    assert again.returncode == 0 and "already serving" in again.stdout, again.stdout + again.stderr
     assert _running_with_start_times(cluster) == before, "a second up of the same plan restarted something"
+    assert json.loads(remembered.read_text()) == entry
 
     down = spark_deploy("down", "-i", cluster.inventory_path)
     assert down.returncode == 0, down.stderr

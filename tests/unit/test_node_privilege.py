@@ -43,7 +43,7 @@ def test_state_dir_probe_parsed():
 def test_state_dir_probe_under_sh(tmp_path):
     ok = tmp_path / "state"
     ok.mkdir()
-    run = lambda path: subprocess.run(["sh", "-c", writable._PROBE, "sh", str(path)], capture_output=True,
+    run = lambda path: subprocess.run(["sh", "-c", writable.PROBE, "sh", str(path)], capture_output=True,
                                       text=True, check=True).stdout
     assert writable.parse(run(ok), str(ok))[0]
     assert "creatable" in run(tmp_path / "new" / "deeper")
