@@ -61,7 +61,7 @@ class Failure:
 
 class FailureSeen(Exception):
     def __init__(self, failure: Failure):
-        self.failure = failure
+        self.failure, self.node = failure, failure.node  # `node`: the runner names it in StepFailed.nodes
         super().__init__(str(failure))
 
 

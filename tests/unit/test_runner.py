@@ -162,3 +162,13 @@ def test_an_undo_that_failed_ends_the_undo_phase_failed():
                                                                undo_fail=NodeError("spark-1", "rm failed"))))
     assert events.phases[-1].phase is Phase.UNDO
     assert events.phases[-1].outcome is Outcome.FAILED
+
+
+def test_a_failure_seen_in_a_wait_names_its_node():
+    """A container that dies during a wait (the monitor's FailureSeen) is named in StepFailed.nodes, as a
+    NodeError would be: the audit line and --json carry the node, not only the message text."""
+    from orchestrator.deploy.watch import Failure, FailureSeen
+    from orchestrator.runner.runner import classify
+
+    error = classify(Phase.RENDEZVOUS, FailureSeen(Failure("spark-2", "sd-x-r1 exited with code 1", "")))
+    assert error.nodes == ["spark-2"] and error.cause.startswith("spark-2: sd-x-r1 exited with code 1")
