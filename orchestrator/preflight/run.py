@@ -8,6 +8,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from ..bugs import is_bug, unexpected
 from ..config.load import Deployment
 from ..render.plan import Plan
 from ..transport.group import Cluster
@@ -82,14 +83,26 @@ def run_checks(dep: Deployment, plan: Plan, cluster: Cluster, specs: list[CheckS
     for spec in specs:
         try:
             verdict = probed[spec.name].result() if spec.probe else spec.judge(per_node, dep)
-        except Exception as exc:  # noqa: BLE001 - a broken judge is a skip that says so, not a pass
-            verdict = Verdict(spec.name, spec.scope, {n: Cell(Status.SKIP, f"the check itself failed: {exc}")
-                                                      for n in per_node}, "", spec.field_note)
+        except Exception as exc:  # noqa: BLE001 - never a pass: a crashed judge fails, a probe that could not run skips
+            verdict = _broken(spec, exc, per_node)
         for node in unreachable:
             verdict.cells.setdefault(node, Cell(Status.SKIP, "unreachable"))
         verdict.cells = {n: verdict.cells[n] for n in nodes if n in verdict.cells}
         verdicts.append(verdict)
     return Report(verdicts, nodes, unreachable)
+
+
+def _broken(spec: CheckSpec, exc: Exception, per_node: dict) -> Verdict:
+    """A judge or probe that raised. A bug (KeyError, TypeError...) is an error, so it FAILS, named as a bug
+    with the way around it; anything else (a node that stopped answering mid-probe) means the check could
+    not run: a skip that says why."""
+    if is_bug(exc):
+        return Verdict(spec.name, spec.scope, {n: Cell(Status.FAIL, f"the check itself failed: {unexpected(exc)}")
+                                               for n in per_node},
+                       f"a bug in spark-deploy's {spec.name} check: report it; `--skip-check {spec.name}` goes on "
+                       "without it", spec.field_note)
+    return Verdict(spec.name, spec.scope, {n: Cell(Status.SKIP, f"the check could not run: {exc}") for n in per_node},
+                   "", spec.field_note)
 
 
 __all__ = ["Report", "UnknownCheck", "missing", "run_checks", "select"]

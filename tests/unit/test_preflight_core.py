@@ -140,3 +140,18 @@ def test_select_refuses_an_unknown_name_and_the_up_subset_keeps_an_explicit_one(
 def test_every_registered_check_has_a_scope_and_known_facts():
     for spec in CHECKS.values():
         assert isinstance(spec.scope, Scope)
+
+
+def test_a_judge_that_crashes_fails_as_a_bug_and_a_probe_that_cannot_run_skips():
+    """Issue 19: a crashed judge is an error, never a silent skip (a skip would let `up` go on unchecked)."""
+    from orchestrator.preflight.registry import CheckSpec, Scope, Status
+    from orchestrator.preflight.run import _broken
+    from orchestrator.transport.node import NodeError
+
+    spec = CheckSpec("some-check", (), Scope.NODE, judge=lambda seen, dep: None)
+    crashed = _broken(spec, KeyError("driver"), {"spark-1": {}, "spark-2": {}})
+    assert {c.status for c in crashed.cells.values()} == {Status.FAIL}
+    assert "unexpected KeyError" in crashed.cells["spark-1"].value and "--skip-check some-check" in crashed.fix
+    lost = _broken(spec, NodeError("spark-2", "the SSH connection is closed"), {"spark-1": {}, "spark-2": {}})
+    assert {c.status for c in lost.cells.values()} == {Status.SKIP}
+    assert "could not run: spark-2: the SSH connection is closed" in lost.cells["spark-2"].value
