@@ -165,7 +165,8 @@ def begin(
                 out.print(f"[bold red]preflight {escape(v.name)}[/] ({', '.join(v.failed_nodes())}): {escape(v.fix)}")
             if result.stop:
                 for s in result.stop.stopped:
-                    out.print(f"stopped {escape(s.node)}: {escape(s.name)} ({s.id[:12]}), kept as {escape(s.kept)}")
+                    kept = f", kept as {escape(s.kept)}" if s.kept != s.name else ", kept"
+                    out.print(f"stopped {escape(s.node)}: {escape(s.name)} ({s.id[:12]}){kept}")
                 if result.stop.stopped and result.stop.ok:
                     out.print(f"release {base.release} is stopped: `spark-deploy maintenance end` brings it back")
             written = [n for n in base.nodes if n not in result.not_written]

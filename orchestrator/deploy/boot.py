@@ -152,11 +152,11 @@ def enable(dep: Deployment, events: Events, *, yes: bool, connector: Connector |
             looked = look(cluster, inventory, conns)
             if looked.unreachable:
                 raise BootRefused("; ".join(f"{n}: {why}" for n, why in looked.unreachable.items()))
-            release = _serving_matches(looked, plan)
+            release, names = _serving_matches(looked, plan)
             _no_systemd(looked)
             roots = _roots(cluster, inventory, conns, "boot-enable", f"boot enable (it installs {UNIT_DIR}/{name} "
                                                                      "and runs systemctl enable)", release.id)
-            units = [render_unit(plan, launch, release.id) for launch in plan.ranks]
+            units = [render_unit(plan, launch, release.id, container=names[launch.node.name]) for launch in plan.ranks]
             conflicts = conflicts_for(looked, plan, name)
             result = EnableResult(release, units, conflicts)
             if conflicts and not yes:
@@ -197,7 +197,9 @@ def enable(dep: Deployment, events: Events, *, yes: bool, connector: Connector |
         cluster.close()
 
 
-def _serving_matches(looked: Looked, plan: Plan) -> Release:
+def _serving_matches(looked: Looked, plan: Plan) -> tuple[Release, dict[str, str]]:
+    """The serving release, and per node the name of the container that serves its rank (found by its
+    labels: the unit starts it by that name, which never changes)."""
     serving = looked.serving
     if serving is None:
         raise BootRefused(f"nothing serves on {plan.cluster}: `boot enable` makes the serving release come back "
@@ -206,13 +208,16 @@ def _serving_matches(looked: Looked, plan: Plan) -> Release:
         raise BootRefused(f"the recipe {plan.recipe} renders plan {plan.plan_hash}, but release {serving.id} "
                           f"({serving.recipe}, plan {serving.plan_hash}) is what serves: pass the recipe of the "
                           "serving release, or `up` this one first")
+    names = {}
     for launch in plan.ranks:
         running = [c for c in looked.containers.get(launch.node.name, [])
-                   if c.running and c.ours and c.ours.plan_hash == plan.plan_hash]
-        if not any(c.name == launch.container for c in running):
-            raise BootRefused(f"{launch.node.name}: the serving container is not named {launch.container} "
-                              f"({', '.join(c.name for c in running) or 'none running'})")
-    return serving
+                   if c.running and c.ours and c.ours.plan_hash == plan.plan_hash and c.ours.rank == launch.rank]
+        if len(running) != 1:
+            raise BootRefused(f"{launch.node.name}: {len(running)} running containers serve rank {launch.rank} of "
+                              f"plan {plan.plan_hash} ({', '.join(c.name for c in running) or 'none'}): one is "
+                              "needed for the unit to start")
+        names[launch.node.name] = running[0].name
+    return serving, names
 
 
 def _roots(cluster: Cluster, inventory: Inventory, conns, action: str, doing: str, release: int | None = None):

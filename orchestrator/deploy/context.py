@@ -47,7 +47,7 @@ class UpOptions:
 class Look:
     """What preflight saw on every node, read in parallel before anything is changed."""
 
-    named: dict[str, list[Container]]  # node -> containers holding the plan's names (ours or not)
+    found: dict[str, list[Container]]  # node -> ours of this recipe (by label), and any holding the plan's names
     ports: CheckResult
     image: SyncPlan
 

@@ -8,7 +8,7 @@ from typing import Callable
 
 from ..transport.group import Cluster
 from ..transport.node import NodeConnection
-from ..docker_cli.containers import ours as ours_on
+from ..docker_cli.containers import current_of, ours as ours_on
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z) ?(.*)$")
 
@@ -45,7 +45,7 @@ def merged(cluster: Cluster, nodes: list[NodeConnection], recipe: str | None, si
 
 def current(cluster: Cluster, nodes: list[NodeConnection], recipe: str | None) -> dict[str, list[str]]:
     """Names of our current containers per node (not the previous ones `up` keeps stopped)."""
-    return cluster.each(lambda c: [x.name for x in ours_on(c, recipe) if not x.kept], nodes)
+    return cluster.each(lambda c: [x.name for x in current_of(ours_on(c, recipe))], nodes)
 
 
 def _sortable(stamp: str) -> str:

@@ -1,8 +1,8 @@
 """Starting kept containers again — for the automatic restore after a failed `up`, and for `rollback`.
 
-A kept container is started with `docker start` (never re-created), head first, then the peers, and is
-held to the same waits as a new one: rendezvous, peers joined, ready, the recipe's log checks, with its
-log read from its new start only.
+A kept container is started with `docker start` (never re-created, never renamed: its name carries its
+plan), head first, then the peers, and is held to the same waits as a new one: rendezvous, peers joined,
+ready, the recipe's log checks, with its log read from its new start only.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.load import Deployment, load_kept_recipe
-from ..docker_cli.containers import Container, inspect_container, rename_container, start_container, stop_container
+from ..docker_cli.containers import Container, inspect_container, start_container, stop_container
 from ..releases.record import Release
 from ..render.plan import build_plan
 from ..runner.events import Kind, Phase
@@ -24,21 +24,23 @@ from .watch import Monitor
 @dataclass
 class Kept:
     node: str
-    container: Container  # as inspected before anything was done to it
-    name: str  # the name it serves under
+    container: Container  # as inspected before anything was done to it (found by its labels)
+
+    @property
+    def name(self) -> str:
+        return self.container.name
 
 
 class StartKept:
-    """`docker start` kept containers (renamed to the serving name first) and watch their new logs.
+    """`docker start` kept containers, by ID, under the names they always had, and watch their new logs.
 
-    `undo_stops`: for a rollback, undo stops them and puts their kept names back, so the release that
-    served before can be restored; for a restore there is nothing earlier to go back to, so undo leaves
-    them as they are (and says so)."""
+    `undo_stops`: for a rollback, undo stops them again, so the release that served before can be
+    restored; for a restore there is nothing earlier to go back to, so undo leaves them as they are (and
+    says so)."""
 
     def __init__(self, phase: Phase, kept: list[Kept], undo_stops: bool):
         self.phase, self.kept, self.undo_stops = phase, kept, undo_stops
-        self.detail = ", ".join(f"{k.node}: docker start {k.container.id[:12]} as {k.name}" for k in kept)
-        self.renamed: list[tuple[Kept, str]] = []  # with the name it had when this step found it
+        self.detail = ", ".join(f"{k.node}: docker start {k.name} ({k.container.id[:12]})" for k in kept)
         self.started: list[Kept] = []
 
     def run(self, ctx: UpContext) -> None:
@@ -47,13 +49,6 @@ class StartKept:
 
     def _start(self, ctx: UpContext, kept: Kept) -> None:
         conn = ctx.conn(kept.node)
-        # its name NOW, not when it was looked at: a release stopped under its serving names (a reboot) was
-        # renamed to a kept name by StopPrevious since; it must serve under the plan's name again
-        found = inspect_container(conn, kept.container.id)
-        name = found.name if found else kept.container.name
-        if name != kept.name:
-            self.renamed.append((kept, name))
-            rename_container(conn, kept.container.id, kept.name)
         self.started.append(kept)
         start_container(conn, kept.container.id)
         now = inspect_container(conn, kept.container.id)
@@ -68,10 +63,6 @@ class StartKept:
         for kept in list(self.started):
             stop_container(ctx.conn(kept.node), kept.container.id)
             self.started.remove(kept)
-        for item in list(self.renamed):
-            kept, name = item
-            rename_container(ctx.conn(kept.node), kept.container.id, name)
-            self.renamed.remove(item)
 
     def leftover(self, ctx: UpContext) -> list[str]:
         return [f"{k.node}: {k.name} ({k.container.id[:12]}) started again" for k in self.started]
@@ -106,8 +97,8 @@ class RestoreResult:
 
 
 def restore_previous(ctx: UpContext, ran: list[tuple[str, Container]]) -> RestoreResult:
-    """Start the previous release's containers again (they were stopped, and their names given back, by
-    the undo) with every wait `up` has. `ran`: (node, container) that were running before this `up`."""
+    """Start the previous release's containers again (stopped by the undo, under their own names) with
+    every wait `up` has. `ran`: (node, container) that were running before this `up`."""
     record = ctx.replaces
     if not ran:
         return RestoreResult(True, record, "nothing was serving before")
@@ -125,7 +116,7 @@ def restore_previous(ctx: UpContext, ran: list[tuple[str, Container]]) -> Restor
     restore_ctx = UpContext(prev_dep, prev_plan, ctx.cluster, ctx.events, ctx.opts,
                             ctx.endpoint_at(prev_dep.inventory.ranked[0].address, prev_dep.recipe.serve.port), Monitor(),
                             endpoint_at=ctx.endpoint_at)
-    kept = {l.node.name: Kept(l.node.name, by_node[l.node.name], by_node[l.node.name].name) for l in prev_plan.ranks}
+    kept = {l.node.name: Kept(l.node.name, by_node[l.node.name]) for l in prev_plan.ranks}
     steps = kept_steps(restore_ctx, kept, undo_stops=False)
     for step in steps:
         step.detail = f"release {record.id}: {step.detail}"

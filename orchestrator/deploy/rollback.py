@@ -16,7 +16,7 @@ from typing import Callable
 
 from ..config.load import Deployment, load_inventory
 from ..checks.model_cache import revision_on
-from ..docker_cli.containers import list_containers
+from ..docker_cli.containers import Container, list_containers
 from ..http_api.endpoint import Endpoint
 from ..operation import ClusterState, Observation, Reach
 from ..releases.record import Release
@@ -99,7 +99,8 @@ def roll_back(inventory_path: str, wanted: int | None, events: Events, *, yes: b
 
 
 def compare(record: Release, plan: Plan) -> list[str]:
-    """Per rank, the recorded argv beside today's (labels left out: they always differ by run)."""
+    """Per rank, the recorded argv beside today's (labels and names left out: they always differ by run or
+    plan)."""
     lines = [f"the inventory changed since release {record.id}: plan {record.plan_hash} (recorded) -> "
              f"{plan.plan_hash} (today)"]
     for rank in record.ranks:
@@ -119,12 +120,14 @@ def compare(record: Release, plan: Plan) -> list[str]:
 
 
 def _unlabelled(argv: list[str]) -> list[str]:
+    """The argv without its labels and its container name: both carry the run or the plan hash, so they
+    always differ between two plans and say nothing about what changed."""
     out, skip = [], False
     for arg in argv:
         if skip:
             skip = False
             continue
-        if arg == "--label":
+        if arg in ("--label", "--name"):
             skip = True
             continue
         out.append(arg)
@@ -164,10 +167,20 @@ class CheckRollback(NoUndo):
         found: dict[str, Kept] = {}
         for launch in ctx.plan.ranks:
             conn = ctx.conn(launch.node.name)
-            stopped = [c for c in list_containers(conn, [f"label={Label.PLAN_HASH}={target.plan_hash}",
-                                                         f"label={Label.RANK}={launch.rank}"]) if not c.running]
-            stopped.sort(key=lambda c: c.ours.run != target.container_run)  # the release's own first
-            if not stopped:
+            seen = list_containers(conn, [f"label={Label.PLAN_HASH}={target.plan_hash}",
+                                          f"label={Label.RANK}={launch.rank}"])
+            kept = pick_kept(seen, target, launch.rank, ctx.plan.cluster)
+            if kept is None:
                 return {}
-            found[launch.node.name] = Kept(launch.node.name, stopped[0], launch.container)
+            found[launch.node.name] = Kept(launch.node.name, kept)
         return found
+
+
+def pick_kept(containers: list[Container], target: Release, rank: int, cluster: str) -> Container | None:
+    """Pure: the stopped container of ours that runs `target`'s plan as `rank`, the release's own first. By
+    labels only, whatever its name: `sd-RECIPE-rN-HASH8`, or `sd-RECIPE-rN-RUN` as an older spark-deploy
+    renamed the containers it kept."""
+    stopped = [c for c in containers if c.ours is not None and not c.running and c.ours.plan_hash == target.plan_hash
+               and c.ours.rank == rank and c.ours.cluster in (cluster, "")]
+    stopped.sort(key=lambda c: c.ours.run != target.container_run)
+    return stopped[0] if stopped else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ..config.inventory import Inventory
-from ..docker_cli.containers import Container
+from ..docker_cli.containers import Container, current_of
 from ..http_api.endpoint import Endpoint
 from ..operation import Observation
 from ..transport.group import GroupError
@@ -71,11 +71,9 @@ class StatusReport:
 
 def _rows(conn: NodeConnection, containers: list[Container], recipe: str | None) -> list[ContainerRow]:
     rows = []
-    for c in containers:
+    for c in current_of(containers):  # not the previous releases' containers `up` keeps stopped
         if recipe is not None and c.ours.recipe != recipe:
             continue
-        if c.kept:
-            continue  # a previous deployment's container, stopped by `up` and kept for undo/rollback
         labels = c.ours
         exited = c.status == "exited"
         rows.append(ContainerRow(conn.name, c.name, f"exited ({c.exit_code})" if exited else c.status,

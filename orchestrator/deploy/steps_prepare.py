@@ -1,7 +1,7 @@
 """The steps of `up` before anything serving is touched: connect, preflight, current state, image, secrets.
 
-Then the one step that touches what serves: stop the previous deployment (kept, renamed, so undo — or a
-rollback — can start it again), and the port and memory checks that can only run after it.
+Then the one step that touches what serves: stop the previous deployment (kept under the names it always
+had, so undo — or a rollback — can start it again), and the port and memory checks that can only run after it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from .. import preflight
 from ..checks import basics
 from ..docker_cli import image_sync
-from ..docker_cli.containers import Container, named, rename_container, stop_container
+from ..docker_cli.containers import Container, recipe_or_named, stop_container
 from ..runner.events import Kind, Phase
 from ..runner.runner import StepFailed
 from ..transport.group import GroupError
@@ -72,11 +72,12 @@ class Preflight(NoUndo):
     def run(self, ctx: UpContext) -> None:
         cluster, plan = ctx.cluster, ctx.plan
         names = {launch.node.name: [launch.container] for launch in plan.ranks}
+        found = lambda c: recipe_or_named(c, plan.cluster, plan.recipe, names[c.name])  # noqa: E731
         specs = preflight.select(skip=["ports", "image", *ctx.opts.skip_checks], up_subset=True)
         tasks = {
             "registry": lambda: preflight.run_checks(ctx.dep, plan, cluster, specs, opened=True, per_boot=True),
             "ports": lambda: basics.ports_free(cluster, plan.ports),
-            "named": lambda: cluster.each(lambda c: named(c, names[c.name])),
+            "found": lambda: cluster.each(found),
             "image": lambda: image_sync.survey(cluster.nodes, plan.image_id, plan.image_ref),
         }
         pool = ThreadPoolExecutor(len(tasks), thread_name_prefix="preflight")
@@ -91,26 +92,30 @@ class Preflight(NoUndo):
             raise StepFailed(self.phase, f"the checks could not run (a transport error, not a verdict on a node): "
                              f"{error}", nodes)
         judge_report(self.phase, outcome["registry"], ctx)  # a dead engine, a missing shard: before anything
-        for name in ("ports", "named", "image"):
+        for name in ("ports", "found", "image"):
             if isinstance(outcome[name], BaseException):
                 raise outcome[name]
-        ctx.look = Look(outcome["named"], outcome["ports"], outcome["image"])
+        ctx.look = Look(outcome["found"], outcome["ports"], outcome["image"])
 
 
 class CurrentState(NoUndo):
     phase, detail = Phase.CURRENT, "what runs now, by label and plan hash"
 
     def run(self, ctx: UpContext) -> None:
-        decision = decide(ctx.plan, ctx.look.named, ctx.opts.force)
+        decision = decide(ctx.plan, ctx.look.found, ctx.opts.force)
         if decision.clashes:
             shown = "; ".join(f"{node}: {c.name} ({c.id[:12]}, {c.status}, image {c.image[:19]})"
                               for node, c in decision.clashes)
             raise StepFailed(self.phase, f"a container that spark-deploy did not create holds this recipe's name: "
-                             f"{shown}. It is left untouched: rename or remove it yourself (docker rename / docker rm), "
+                             f"{shown}. It is left untouched: remove it yourself (docker rm) "
                              "or rename the recipe", [node for node, _ in decision.clashes])
         if decision.action is Action.ALREADY_SERVING and not ctx.endpoint.healthy():
             decision.action, decision.reason = Action.REPLACE, f"{ctx.endpoint.url}/health does not answer 200"
         ctx.decision = decision
+        if decision.names_taken and decision.action is not Action.ALREADY_SERVING and not ctx.reuse:
+            ctx.plan = ctx.plan.named_for_run()  # the earlier containers of this plan keep their names
+            ctx.events.note(f"plan {ctx.plan.plan_hash}'s names are held by its earlier containers (kept): this "
+                            f"run's are {', '.join(l.container for l in ctx.plan.ranks)}")
         if decision.action is Action.FRESH:
             ctx.events.note(decision.reason)
         if decision.action is not Action.ALREADY_SERVING and not decision.previous_running and not ctx.look.ports.ok:
@@ -220,19 +225,18 @@ def forget_secrets(ctx: UpContext, nodes: list[str]) -> None:
 
 @dataclass
 class Stopped:
-    """One previous container as StopPrevious left it (recorded before it is touched, updated as it goes)."""
+    """One previous container as StopPrevious found it (recorded before it is touched)."""
 
     node: str
     container: Container
-    kept: str  # the name it is kept under
-    renamed: bool = False
 
 
 @dataclass
 class StopPrevious:
-    """Stop the current containers (peers first), and rename them so the new ones can take the names.
+    """Stop the running containers (peers first). They keep their names (which carry their plan): nothing
+    is renamed, and a rollback or a restore finds them by their labels. They are never removed here.
 
-    Undo renames them back and starts them again, head first. They are never removed here."""
+    Undo stops what ran, as a whole; starting it again is the restore's job."""
 
     phase: Phase = Phase.STOP_PREVIOUS
     detail: str = "peers first, then the head; kept for undo and rollback"
@@ -247,26 +251,21 @@ class StopPrevious:
 
     def _stop_on(self, ctx: UpContext, conn: NodeConnection) -> None:
         for container in ctx.decision.previous[conn.name]:
-            kept = f"{container.name}-{(container.ours.run if container.ours else '') or container.id[:12]}"
-            entry = Stopped(conn.name, container, kept)
-            self.stopped.append(entry)
-            if container.running:
-                stop_container(conn, container.id)
-            rename_container(conn, container.id, kept)
-            entry.renamed = True
-            ctx.events.container(Kind.CONTAINER_STOPPED, conn.name, kept, container.id,
-                                 f"{container.name} ({container.id[:12]}) stopped, kept as {kept}")
+            self.stopped.append(Stopped(conn.name, container))
+            stop_container(conn, container.id)
+            ctx.events.container(Kind.CONTAINER_STOPPED, conn.name, container.name, container.id,
+                                 f"{container.name} ({container.id[:12]}) stopped, kept")
 
     @property
     def touched(self) -> bool:
         return bool(self.stopped) or bool(self.ran)
 
     def undo(self, ctx: UpContext) -> None:
-        """Give the previous deployment its names back, stopped, as a whole: ranks of one tensor-parallel
-        group cannot rejoin a running head one by one, so once any rank was touched, every rank that ran
-        is stopped (which also lets an interrupted `docker stop` finish: the engine goes on after its
-        client is killed). Starting it again, with every wait `up` has, is the restore's job
-        (deploy/restore.py), which `up` runs after this undo unless --no-restore."""
+        """Leave the previous deployment stopped as a whole: ranks of one tensor-parallel group cannot rejoin
+        a running head one by one, so once any rank was touched, every rank that ran is stopped (which also
+        lets an interrupted `docker stop` finish: the engine goes on after its client is killed). Starting it
+        again, with every wait `up` has, is the restore's job (deploy/restore.py), which `up` runs after this
+        undo unless --no-restore."""
         if not self.stopped:
             return
         head = ctx.plan.head.node.name
@@ -274,18 +273,13 @@ class StopPrevious:
                           key=lambda item: item[0] != head)
         for node, container in self.ran:
             stop_container(ctx.conn(node), container.id)
-        for entry in self.stopped:
-            if entry.renamed:
-                rename_container(ctx.conn(entry.node), entry.container.id, entry.container.name)
-                entry.renamed = False
         self.stopped = []
 
     def leftover(self, ctx: UpContext) -> list[str]:
         if not self.stopped:
             return []
-        out = [f"{e.node}: previous container {e.kept} ({e.container.id[:12]}): docker rename "
-               f"{e.container.id[:12]} {e.container.name}" for e in self.stopped if e.renamed]
-        return out + ["the previous release is stopped: `spark-deploy rollback` starts it again"]
+        return [f"{e.node}: previous container {e.container.name} ({e.container.id[:12]}) may be stopped"
+                for e in self.stopped] + ["the previous release is stopped: `spark-deploy rollback` starts it again"]
 
 
 class PortsFree(NoUndo):

@@ -137,8 +137,9 @@ class OpenRelease(NoUndo):
 
 def _ranks(ctx: UpContext) -> list[RankRecord]:
     """The argv that runs: a rollback that starts kept containers runs what they were created with."""
-    if ctx.reuse and ctx.opts.rollback_of is not None:
-        return [r.model_copy() for r in ctx.opts.rollback_of.ranks]
+    if ctx.reuse and ctx.opts.rollback_of is not None:  # under the name each one has (an old-style one too)
+        return [r.model_copy(update={"container": ctx.reuse[r.node].name} if r.node in ctx.reuse else {})
+                for r in ctx.opts.rollback_of.ranks]
     return [RankRecord(rank=l.rank, node=l.node.name, container=l.container, argv=list(l.argv))
             for l in ctx.plan.ranks]
 

@@ -36,15 +36,30 @@ class Container:
         return ContainerLabels.parse(self.labels)
 
     @property
-    def kept(self) -> bool:
-        """A previous deployment's container, stopped and renamed by `up` (`sd-RECIPE-rN-RUN`)."""
-        labels = self.ours
-        return labels is not None and self.name != f"sd-{labels.recipe}-r{labels.rank}"
-
-    @property
     def args(self) -> list[str]:
         return list(self.raw.get("Args") or [])
 
+    @property
+    def started_key(self) -> tuple[str, str]:
+        """Sortable StartedAt (RFC 3339 with its fraction padded: Docker trims trailing zeros), then the run."""
+        stamp = self.started_at.rstrip("Z")
+        whole, _, fraction = stamp.partition(".")
+        return f"{whole}.{fraction[:9]:0<9}", self.ours.run if self.ours else ""
+
+
+def current_of(containers: list[Container]) -> list[Container]:
+    """Pure: per (cluster, recipe, rank) of ours, the container that is the deployment now — the running
+    one(s), else the one started last — leaving out the previous releases' containers `up` keeps stopped.
+    By labels and start times only: a name (old-style `sd-RECIPE-rN-RUN` included) says nothing here."""
+    groups: dict[tuple[str, str, int], list[Container]] = {}
+    for c in containers:
+        if c.ours is not None:
+            groups.setdefault((c.ours.cluster, c.ours.recipe, c.ours.rank), []).append(c)
+    out = []
+    for group in groups.values():
+        running = [c for c in group if c.running]
+        out += running or [max(group, key=lambda c: c.started_key)]
+    return [c for c in containers if c in out]
 
 
 
@@ -93,12 +108,21 @@ def ours(conn: NodeConnection, recipe: str | None = None) -> list[Container]:
     return list_containers(conn, filters)
 
 
-def named(conn: NodeConnection, names: list[str]) -> list[Container]:
-    """Containers with exactly these names, whoever made them (repeated name filters are OR'ed by docker and
-    match as regular expressions: the result is re-checked for exact names)."""
-    if not names:
-        return []
-    return [c for c in list_containers(conn, [f"name=^/{name}$" for name in names]) if c.name in names]
+_EITHER = ('a=$(docker ps --all --quiet --no-trunc --filter "$1" --filter "$2") || exit 1; shift 2; '
+           'b=$(docker ps --all --quiet --no-trunc "$@") || exit 1; '
+           'ids=$(printf "%s\\n" $a $b | sort -u); '
+           'if [ -n "$ids" ]; then docker container inspect $ids; else echo "[]"; fi')
+
+
+def recipe_or_named(conn: NodeConnection, cluster: str, recipe: str, names: list[str]) -> list[Container]:
+    """In one round trip: our containers of this cluster's recipe (by label, any name, any state; one of a
+    spark-deploy too old to set the cluster label counts as this cluster's), and any container holding
+    exactly one of `names` (whoever made it: a foreign one is a clash)."""
+    labels = [MANAGED_FILTER, f"label={Label.RECIPE}={recipe}"]
+    argv = [arg for name in names for arg in ("--filter", f"name=^/{name}$")]
+    found = parse_inspect(conn.run_script(_EITHER, *labels, *argv, timeout=30, check=True).stdout)
+    return [c for c in found if (c.ours is not None and c.ours.cluster in (cluster, "") and c.ours.recipe == recipe)
+            or c.name in names]
 
 
 def run_container(conn: NodeConnection, argv: tuple[str, ...] | list[str]) -> str:
@@ -116,10 +140,6 @@ def stop_container(conn: NodeConnection, container_id: str, timeout: int = 10) -
 
 def start_container(conn: NodeConnection, container_id: str) -> None:
     conn.run(["docker", "start", container_id], timeout=60, check=True)
-
-
-def rename_container(conn: NodeConnection, container_id: str, name: str) -> None:
-    conn.run(["docker", "rename", container_id, name], timeout=30, check=True)
 
 
 # "$1" a container ID, "$2" seconds before SIGKILL

@@ -111,13 +111,13 @@ class NodeFacts(BaseModel):
 
 
 class StoppedContainer(BaseModel):
-    """A container `begin --stop` stopped and kept (renamed as `up` keeps a replaced release's)."""
+    """A container `begin --stop` stopped and kept (as `up` keeps a replaced release's: never renamed)."""
 
     model_config = ConfigDict(extra="forbid")
     node: str
     id: str
     name: str  # the name it served under
-    kept: str  # the name it is kept under until `end`
+    kept: str  # the name it is kept under until `end`: its own (windows opened before names carried the plan: renamed)
 
 
 class Baseline(BaseModel):

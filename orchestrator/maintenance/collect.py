@@ -46,8 +46,8 @@ def fact_names() -> list[str]:
 
 
 def _restart_line(p) -> str:
-    """A container's restart policy, keyed so that our own containers keep their key when `--stop` renames
-    them (recipe, rank, plan) and anyone else's by name."""
+    """A container's restart policy, keyed by labels for our own containers (recipe, rank, plan: an older
+    spark-deploy renamed the ones `--stop` kept) and anyone else's by name."""
     labels = p.container.ours
     who = f"spark-deploy {labels.recipe} rank {labels.rank} plan {labels.plan_hash}" if labels else p.container.name
     return f"{who}: {p.policy_text()}"

@@ -1,7 +1,7 @@
 """`begin --stop`: stop the serving release for the window, peers first, keeping its containers.
 
-They are stopped and renamed exactly as `up` keeps a release it replaces (`sd-RECIPE-rN-RUN`), so the
-way back is the normal one: `rollback` finds them by plan hash and rank and `docker start`s them, head
+They are stopped, never renamed, exactly as `up` keeps a release it replaces (their names carry their plan),
+so the way back is the normal one: `rollback` finds them by plan hash and rank and `docker start`s them, head
 first, with every wait and check. Each container is written into the result before it is touched, so a
 failure halfway still says what was stopped.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ..deploy.down import teardown_order
-from ..docker_cli.containers import Container, inspect_container, rename_container, stop_container
+from ..docker_cli.containers import Container, inspect_container, stop_container
 from ..releases.record import Release
 from ..runner.events import Events, Kind
 from ..transport.group import Cluster, GroupError
@@ -46,11 +46,6 @@ class StopResult:
             return (f"release {release} is stopped on every node that answered and recorded as stopped; once "
                     f"{', '.join(self.failed)} answer(s), `spark-deploy maintenance end` brings it back")
         return f"release {release} is stopped: `spark-deploy maintenance end` brings it back"
-
-
-def kept_name(container: Container) -> str:
-    """The name `up` keeps a replaced container under (deploy/steps_prepare.StopPrevious)."""
-    return f"{container.name}-{(container.ours.run if container.ours else '') or container.id[:12]}"
 
 
 def release_containers(release: Release, containers: dict[str, list[Container]]) -> dict[str, list[Container]]:
@@ -87,12 +82,11 @@ def stop_release(cluster: Cluster, head: str, release: Release, containers: dict
 
     def on(conn) -> None:
         for c in targets[conn.name]:
-            entry = StoppedContainer(node=conn.name, id=c.id, name=c.name, kept=kept_name(c))
+            entry = StoppedContainer(node=conn.name, id=c.id, name=c.name, kept=c.name)
             result.stopped.append(entry)  # before it is touched: a failure halfway still names it
             stop_container(conn, c.id)
-            rename_container(conn, c.id, entry.kept)
-            events.container(Kind.CONTAINER_STOPPED, conn.name, entry.kept, c.id,
-                             f"{c.name} ({c.id[:12]}) stopped for the maintenance window, kept as {entry.kept}")
+            events.container(Kind.CONTAINER_STOPPED, conn.name, c.name, c.id,
+                             f"{c.name} ({c.id[:12]}) stopped for the maintenance window, kept")
 
     groups = teardown_order(list(targets), head)
     for i, group in enumerate(groups):

@@ -4,6 +4,10 @@ The plan hash is the identity of "this exact launch": it covers everything that 
 ID, every rank's argv — env, mounts, env-file paths, vLLM args included) and nothing that does not (the
 recipe's description, log-expectation patterns, the hash label itself, the run ID). "Already serving" means
 the running containers carry this plan hash; the recipe digest stays on them as provenance.
+
+A container's name carries its plan (`sd-RECIPE-rN-HASH8`, render/spec.container_name), so the hash is
+computed over the argv with the plan-free base name `sd-RECIPE-rN` in its place: the hashes of releases
+deployed before names carried their plan are unchanged.
 """
 
 from __future__ import annotations
@@ -13,12 +17,12 @@ import json
 import secrets
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..config.load import Deployment
 from ..config.inventory import Node
 from .labels import ContainerLabels
-from .spec import LaunchSpec, build_spec, docker_run_argv
+from .spec import LaunchSpec, build_spec, container_name, docker_run_argv
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,13 @@ class Plan:
     def peers(self) -> tuple[RankLaunch, ...]:
         return self.ranks[1:]
 
+    def named_for_run(self) -> "Plan":
+        """The same plan with every name suffixed by the run ID: for an `up` whose plan's names are already
+        held by earlier containers of this same plan (kept for undo and rollback, never renamed)."""
+        ranks = tuple(_launch(replace(l.spec, container=container_name(self.recipe, l.rank, self.plan_hash,
+                                                                       self.run_id)), l.labels) for l in self.ranks)
+        return replace(self, ranks=ranks)
+
     def on(self, node: str) -> RankLaunch:
         for launch in self.ranks:
             if launch.node.name == node:
@@ -91,7 +102,8 @@ def new_run_id() -> str:
 
 
 def plan_hash(specs: list[LaunchSpec], image_id: str) -> str:
-    """sha256 over the image ID and each rank's argv rendered with no labels (so no hash, run or digest)."""
+    """sha256 over the image ID and each rank's argv rendered with no labels (so no hash, run or digest) and
+    the base name `sd-RECIPE-rN` (the specs as build_spec makes them, before the name takes the hash)."""
     canonical = json.dumps({"image": image_id, "ranks": [list(docker_run_argv(s, [])) for s in specs]},
                            separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
@@ -109,9 +121,13 @@ def build_plan(dep: Deployment, run_id: str | None = None) -> Plan:
             cluster=inventory.cluster, recipe=recipe.name, recipe_digest=recipe.digest(), plan_hash=digest,
             run=run, rank=spec.rank, world=spec.world, node=spec.node.name, serve_port=spec.serve_port,
             master_port=spec.master_port, served_model=recipe.served_name)
-        ranks.append(RankLaunch(spec, labels, docker_run_argv(spec, labels.pairs())))
+        ranks.append(_launch(replace(spec, container=container_name(recipe.name, spec.rank, digest)), labels))
     return Plan(recipe=recipe.name, cluster=inventory.cluster, image_id=image_id, image_ref=recipe.image.ref,
                 plan_hash=digest, recipe_digest=recipe.digest(), run_id=run, ranks=tuple(ranks))
+
+
+def _launch(spec: LaunchSpec, labels: ContainerLabels) -> RankLaunch:
+    return RankLaunch(spec, labels, docker_run_argv(spec, labels.pairs()))
 
 
 PREVIEW_RUN = "preview"  # the run label `render` shows; `up` puts a fresh run ID there

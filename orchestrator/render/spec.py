@@ -51,8 +51,18 @@ class LaunchSpec:
         return self.rank == 0
 
 
-def container_name(recipe: Recipe, rank: int) -> str:
-    return f"sd-{recipe.name}-r{rank}"
+def base_name(recipe: str, rank: int) -> str:
+    """`sd-RECIPE-rN`: what the plan hash is computed over (the name itself carries the hash) and the whole
+    name containers had before names carried their plan."""
+    return f"sd-{recipe}-r{rank}"
+
+
+def container_name(recipe: str, rank: int, plan_hash: str, run: str | None = None) -> str:
+    """`sd-RECIPE-rN-HASH8`: the plan is readable from the name, and two plans of one recipe never share a
+    name, so a kept container is never renamed. `run` only when that name is already held on the node by an
+    earlier container of the same plan (`up --force`, or an `up` of a plan kept from before)."""
+    name = f"{base_name(recipe, rank)}-{plan_hash[:8]}"
+    return f"{name}-{run}" if run else name
 
 
 def secrets_dir(node: Node) -> str:
@@ -111,7 +121,7 @@ def build_spec(dep: Deployment, node: Node, rank: int) -> LaunchSpec:
     )
     restart = recipe.docker.restart
     return LaunchSpec(
-        node=node, rank=rank, world=len(inventory.nodes), container=container_name(recipe, rank),
+        node=node, rank=rank, world=len(inventory.nodes), container=base_name(recipe.name, rank),
         image_id=recipe.image.id or recipe.image.ref, serve_entrypoint=recipe.image.serve_entrypoint,
         model=recipe.model.repo, serve_args=tuple(serve_args), env=_merged_env(recipe, inventory, node),
         env_file=secrets_env_file(recipe, node), mounts=_mounts(recipe, node),

@@ -1,7 +1,8 @@
 """One systemd unit per node that brings its rank of the serving release back on boot.
 
 Rendered from the same Plan as `up`: the unit starts the very container `up` created (`docker start
---attach`), which keeps its env and env-file, so nothing secret is ever written into a unit. The peer's
+--attach`, by its name, which carries its plan and never changes), which keeps its env and env-file, so
+nothing secret is ever written into a unit. The peer's
 unit first waits, bounded and logged to the journal, until the head's rendezvous port listens. Restarts
 are systemd's, bounded by StartLimitBurst; the container's own Docker restart policy is set to `no` by
 ExecStartPre so the two never fight (a recipe's `docker.restart: on-failure:N` becomes the burst N).
@@ -117,11 +118,13 @@ def restart_burst(launch: RankLaunch) -> int:
     return DEFAULT_RETRIES + 1
 
 
-def render_unit(plan: Plan, launch: RankLaunch, release: int, *, peer_wait: int = PEER_WAIT_SECONDS,
-                stop_seconds: int = STOP_SECONDS) -> BootUnit:
-    """Pure: the unit for `launch`'s node. The head's unit starts its container; a peer's waits first."""
+def render_unit(plan: Plan, launch: RankLaunch, release: int, *, container: str | None = None,
+                peer_wait: int = PEER_WAIT_SECONDS, stop_seconds: int = STOP_SECONDS) -> BootUnit:
+    """Pure: the unit for `launch`'s node. The head's unit starts its container; a peer's waits first.
+    `container`: the name of the container that serves the rank (`boot enable` finds it by its labels),
+    by default the plan's own name for it."""
     name = unit_name(plan.cluster, plan.recipe)
-    container = launch.container
+    container = container or launch.container
     pre = [command_line(["docker", "update", "--restart", "no", container])]
     start_timeout = 120
     if not launch.is_head:

@@ -22,6 +22,7 @@ from ruamel.yaml import YAML
 from orchestrator.config.load import Deployment, load_deployment
 from orchestrator.docker_cli.containers import Container, container_of
 from orchestrator.render.plan import Plan
+from orchestrator.render.spec import base_name, container_name
 from orchestrator.transport.node import NodeError, Result
 
 SIM_RECIPE = Path(__file__).resolve().parents[2] / "orchestrator" / "sim" / "recipes" / "sim-tiny.yaml"
@@ -76,7 +77,8 @@ def deployment(directory: Path, recipe: Callable[[dict], None] | None = None,
 
 # ---- containers --------------------------------------------------------------------------------
 def container_inspect(name: str, labels: dict[str, str] | None, *, status: str = "running", exit_code: int = 0,
-                      container_id: str | None = None, image: str = IMAGE_ID, args: list[str] | None = None) -> dict:
+                      container_id: str | None = None, image: str = IMAGE_ID, args: list[str] | None = None,
+                      started_at: str = "2026-12-01T09:53:57.66486584Z") -> dict:
     """One element of `docker container inspect`, with the fields captured from a simulated node."""
     return {
         "Id": container_id or secrets.token_hex(32),
@@ -86,7 +88,7 @@ def container_inspect(name: str, labels: dict[str, str] | None, *, status: str =
         "State": {"Status": status, "Running": status == "running", "Paused": False,
                   "Restarting": status == "restarting", "OOMKilled": False, "Dead": False,
                   "Pid": 644 if status == "running" else 0, "ExitCode": exit_code, "Error": "",
-                  "StartedAt": "2026-12-01T09:53:57.66486584Z",
+                  "StartedAt": started_at,
                   "FinishedAt": "0001-01-01T00:00:00Z" if status == "running" else "2026-12-01T09:55:01.1Z"},
         "Image": image,
         "Name": f"/{name}",
@@ -97,12 +99,16 @@ def container_inspect(name: str, labels: dict[str, str] | None, *, status: str =
 
 
 def ours(plan: Plan, rank: int, *, plan_hash: str | None = None, status: str = "running",
-         exit_code: int = 0, run: str = "20261201T095357Z-422264") -> Container:
-    """The container `up` started for `rank` of `plan` (or of another plan, with `plan_hash`), as inspected."""
+         exit_code: int = 0, run: str = "20261201T095357Z-422264", name: str | None = None,
+         started_at: str = "2026-12-01T09:53:57.66486584Z", **labels_changed) -> Container:
+    """The container `up` started for `rank` of `plan` (or of another plan, with `plan_hash`), as inspected,
+    named as `up` names it (`name`: as something else did, e.g. an older spark-deploy)."""
     launch = plan.ranks[rank]
-    labels = replace(launch.labels, run=run, plan_hash=plan.plan_hash if plan_hash is None else plan_hash)
-    return container_of(container_inspect(launch.container, dict(labels.pairs()), status=status,
-                                          exit_code=exit_code))
+    hashed = plan.plan_hash if plan_hash is None else plan_hash
+    labels = replace(launch.labels, run=run, plan_hash=hashed, **labels_changed)
+    return container_of(container_inspect(name or (container_name(labels.recipe, rank, hashed) if hashed else base_name(labels.recipe, rank)),
+                                          dict(labels.pairs()),
+                                          status=status, exit_code=exit_code, started_at=started_at))
 
 
 def foreign(name: str, status: str = "running") -> Container:

@@ -59,7 +59,8 @@ def test_conflicts_name_other_stacks_not_our_own_unit(plan):
 def test_serving_must_be_this_recipes_plan(plan, tmp_path):
     text = (SAMPLES / "boot_units_engine_disabled.txt").read_text()
     units = {"spark-1": text, "spark-2": text}
-    assert _serving_matches(looked(plan, units, our_lines(plan)), plan).id == 3
+    release_seen, names = _serving_matches(looked(plan, units, our_lines(plan)), plan)
+    assert release_seen.id == 3 and names == {l.node.name: l.container for l in plan.ranks}
     with pytest.raises(BootRefused, match="nothing serves on unit-pair"):
         _serving_matches(looked(plan, units, our_lines(plan), serving=False), plan)
 
@@ -71,12 +72,14 @@ def test_serving_must_be_this_recipes_plan(plan, tmp_path):
         _serving_matches(looked(plan, units, our_lines(plan)), other_plan)
 
 
-def test_serving_container_must_hold_the_plans_name(plan):
+def test_the_serving_container_is_found_by_its_labels_not_its_name(plan):
     text = (SAMPLES / "boot_units_engine_disabled.txt").read_text()
     view = looked(plan, {"spark-1": text, "spark-2": text}, our_lines(plan))
-    view.containers["spark-2"] = [foreign("sd-sim-tiny-r1")]
-    with pytest.raises(BootRefused, match="spark-2: the serving container is not named sd-sim-tiny-r1"):
+    view.containers["spark-2"] = [foreign(plan.ranks[1].container)]
+    with pytest.raises(BootRefused, match="spark-2: 0 running containers serve rank 1"):
         _serving_matches(view, plan)
+    view.containers["spark-2"] = [ours(plan, 1, name="sd-sim-tiny-r1")]  # as an older spark-deploy named it
+    assert _serving_matches(view, plan)[1]["spark-2"] == "sd-sim-tiny-r1"
 
 
 def test_our_units_by_cluster_and_recipe():

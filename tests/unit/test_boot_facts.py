@@ -44,14 +44,17 @@ def policy_line(name: str, labels: dict, *, policy: str = "no", retries: int = 0
                        "Restart": {"MaximumRetryCount": retries, "Name": policy}, "Config": {"Labels": labels}})
 
 
-def our_lines(plan, *, policy: str = "no", retries: int = 0, plan_hash: str | None = None, status="running"):
-    """Per node, the lines for `plan`'s containers (with our labels)."""
+def our_lines(plan, *, policy: str = "no", retries: int = 0, plan_hash: str | None = None, status="running",
+              old_names: bool = False):
+    """Per node, the lines for `plan`'s containers (with our labels). `old_names`: named `sd-RECIPE-rN`, as
+    an older spark-deploy named them (the captured units start them by those names)."""
     out = {}
     for launch in plan.ranks:
         labels = dict(launch.labels.pairs())
         if plan_hash:
             labels["spark-deploy.plan-hash"] = plan_hash
-        out[launch.node.name] = [policy_line(launch.container, labels, policy=policy, retries=retries, status=status)]
+        name = f"sd-{plan.recipe}-r{launch.rank}" if old_names else launch.container
+        out[launch.node.name] = [policy_line(name, labels, policy=policy, retries=retries, status=status)]
     return out
 
 
@@ -136,7 +139,7 @@ def plan(tmp_path):
 
 def test_other_stack_fails_and_names_unit_and_container(plan):
     """Acceptance 1's shape: another stack's unit and an unless-stopped container on spark-2."""
-    lines = our_lines(plan)
+    lines = our_lines(plan, old_names=True)  # the captured unit starts sd-sim-tiny-r1: never renamed, it still is
     lines["spark-2"].append(policy_line("legacy", {}, policy="unless-stopped", ref="other/vllm:old"))
     obs = seen_of({"spark-2": sample("boot_units_systemd252.txt")}, lines)
     items = boot_items(obs["spark-2"], plan.plan_hash)
@@ -170,7 +173,7 @@ def test_check_verdict_per_node(plan, tmp_path):
 def test_serving_comes_back_is_ok(plan, tmp_path):
     dep = deployment(tmp_path)
     text = sample("boot_units_rendered_peer.txt")
-    seen = seen_of({"spark-1": text, "spark-2": text}, our_lines(plan))  # the unit starts sd-sim-tiny-r1 (rank 1)
+    seen = seen_of({"spark-1": text, "spark-2": text}, our_lines(plan, old_names=True))  # starts sd-sim-tiny-r1
     nb = node_boot(seen["spark-2"], {plan.plan_hash})
     assert serving_comes_back(nb.items)
     v = boot(seen, dep)

@@ -47,9 +47,11 @@ def test_head_starts_its_container_and_records_the_plan(plan):
     head = render_unit(plan, plan.head, 4)
     k = keys(head.text)
     assert head.name == "spark-deploy-unit-pair-sim-tiny.service" and head.path == f"/etc/systemd/system/{head.name}"
-    assert k["ExecStart"] == ['"docker" "start" "--attach" "sd-sim-tiny-r0"']
-    assert k["ExecStop"] == ['"docker" "stop" "--time" "30" "sd-sim-tiny-r0"']
-    assert k["ExecStartPre"] == ['"docker" "update" "--restart" "no" "sd-sim-tiny-r0"']  # no wait on the head
+    name = f"sd-sim-tiny-r0-{plan.plan_hash[:8]}"  # the plan's name for it, which never changes
+    assert k["ExecStart"] == [f'"docker" "start" "--attach" "{name}"']
+    assert k["ExecStop"] == [f'"docker" "stop" "--time" "30" "{name}"']
+    assert k["ExecStartPre"] == [f'"docker" "update" "--restart" "no" "{name}"']  # no wait on the head
+    assert k["X-SparkDeploy-Container"] == [name] and head.container == name
     assert k["X-SparkDeploy-PlanHash"] == [plan.plan_hash] and k["X-SparkDeploy-Release"] == ["4"]
     assert k["Requires"] == ["docker.service"] and "docker.service" in k["After"][0]
     assert k["Restart"] == ["on-failure"] and k["StartLimitIntervalSec"] == ["infinity"]
@@ -65,7 +67,16 @@ def test_peer_waits_bounded_for_the_heads_rendezvous(plan):
     assert pre[1].endswith(f'"wait-for-head" "{head.node.fabric_ip}" "{head.spec.master_port}" "300"')
     assert "$$SECONDS" in pre[1] and "%%" in pre[1]  # systemd would expand $ and % otherwise
     assert keys(peer.text)["TimeoutStartSec"] == ["420"]  # the wait's own bound, plus room: never endless
-    assert keys(peer.text)["ExecStart"] == ['"docker" "start" "--attach" "sd-sim-tiny-r1"']
+    assert keys(peer.text)["ExecStart"] == [f'"docker" "start" "--attach" "sd-sim-tiny-r1-{plan.plan_hash[:8]}"']
+
+
+def test_the_unit_starts_the_container_boot_enable_found_by_its_labels(plan):
+    """`up --force` of the same plan, or a container an older spark-deploy named: the name is the one found."""
+    for found in (f"sd-sim-tiny-r1-{plan.plan_hash[:8]}-20261201T000000Z-abc123", "sd-sim-tiny-r1"):
+        peer = render_unit(plan, plan.ranks[1], 4, container=found)
+        k = keys(peer.text)
+        assert k["ExecStart"] == [f'"docker" "start" "--attach" "{found}"'] and k["X-SparkDeploy-Container"] == [found]
+        assert peer.container == found and k["X-SparkDeploy-PlanHash"] == [plan.plan_hash]
 
 
 def test_wait_script_is_one_line_and_valid_bash(plan):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from fakes import IMAGE_ID, OTHER_ID, container_inspect, deployment
-from orchestrator.docker_cli.containers import container_of
+from orchestrator.docker_cli.containers import container_of, current_of
 from orchestrator.render.labels import ContainerLabels, Label
 from orchestrator.render.plan import build_plan
 
@@ -135,7 +135,7 @@ def test_labels_survive_a_round_trip_through_inspect(base):
     labels = dict(base.head.labels.pairs()) | {"org.opencontainers.image.title": "vllm", "spark-deploy.sim.kind": "vllm"}
     found = container_of(container_inspect(base.head.container, labels))
     assert found.ours == base.head.labels
-    assert found.name == base.head.container and found.running and not found.kept
+    assert found.name == base.head.container and found.running and current_of([found]) == [found]
 
 
 @pytest.mark.parametrize("labels", [None, {}, {"maintainer": "ops"}, {str(Label.MANAGED): "false"},
@@ -149,9 +149,3 @@ def test_a_container_of_an_older_spark_deploy_parses_with_empty_values():
     old = ContainerLabels.parse({str(Label.MANAGED): "true", str(Label.RECIPE): "sim-tiny", str(Label.RANK): "0"})
     assert old is not None and old.recipe == "sim-tiny" and old.rank == 0
     assert old.plan_hash == "" and old.run == "" and old.serve_port == -1
-
-
-def test_a_kept_container_is_recognised_by_its_name(base):
-    kept = container_of(container_inspect(f"{base.head.container}-run-a", dict(base.head.labels.pairs()),
-                                          status="exited"))
-    assert kept.kept and not kept.running

@@ -478,7 +478,7 @@ def test_parse_revision(stdout, commit):
 
 def test_unlabelled_drops_label_pairs_only():
     argv = ["docker", "run", "--label", "a=b", "--name", "x", "--label", "spark-deploy.run=r1", "--env", "K=v", "img"]
-    assert _unlabelled(argv) == ["docker", "run", "--name", "x", "--env", "K=v", "img"]
+    assert _unlabelled(argv) == ["docker", "run", "--env", "K=v", "img"]  # the name carries the plan hash
     assert _unlabelled([]) == []
 
 

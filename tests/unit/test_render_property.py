@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -286,7 +287,9 @@ HASH_LABELS = ("spark-deploy.recipe-hash=", "spark-deploy.plan-hash=")  # every 
 
 
 def _masked(argv) -> list[str]:
-    return [t.split("=", 1)[0] + "=<masked>" if t.startswith(HASH_LABELS) else t for t in argv]
+    """Hash labels and the container name's plan-hash part masked (the name carries the plan hash)."""
+    out = [t.split("=", 1)[0] + "=<masked>" if t.startswith(HASH_LABELS) else t for t in argv]
+    return [re.sub(r"-[0-9a-f]{8}$", "-<hash>", t) if i and out[i - 1] == "--name" else t for i, t in enumerate(out)]
 
 
 class Harness:

@@ -175,7 +175,7 @@ def test_head_command_holds_the_whole_report_command_and_adds_only_the_tool_part
     secrets_file = f"{head.state_dir}/secrets/{recipe.name}.env"
     assert ours.options - report.options == Counter({
         ("--detach", None): 1,
-        ("--name", f"sd-{recipe.name}-r0"): 1,
+        ("--name", f"sd-{recipe.name}-r0-{plan_hash[:8]}"): 1,  # the plan is readable from the name
         ("--label", "spark-deploy.managed=true"): 1,
         ("--label", f"spark-deploy.cluster={inventory.cluster}"): 1,
         ("--label", f"spark-deploy.recipe={recipe.name}"): 1,
@@ -197,6 +197,10 @@ def test_head_command_holds_the_whole_report_command_and_adds_only_the_tool_part
     assert ours.vllm - report.vllm == Counter(), "ours adds vLLM arguments the report does not have"
 
 
+def plan_of(argv: list[str]) -> str:
+    return next(t.split("=", 1)[1] for t in argv if t.startswith("spark-deploy.plan-hash="))
+
+
 def test_peer_differs_from_head_only_by_rank_parts(cli_render, recipe):
     commands = printed_commands(cli_render.stdout)
     head, peer = shlex.split(commands["spark-1"]), shlex.split(commands["spark-2"])
@@ -204,7 +208,7 @@ def test_peer_differs_from_head_only_by_rank_parts(cli_render, recipe):
                for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, head, peer, autojunk=False).get_opcodes()
                if tag != "equal"]
     assert changes == [
-        ("replace", "--name", [f"sd-{recipe.name}-r0"], [f"sd-{recipe.name}-r1"]),
+        ("replace", "--name", [f"sd-{recipe.name}-r0-{plan_of(head)[:8]}"], [f"sd-{recipe.name}-r1-{plan_of(head)[:8]}"]),
         ("replace", "--label", ["spark-deploy.rank=0"], ["spark-deploy.rank=1"]),
         ("replace", "--label", ["spark-deploy.node=spark-1"], ["spark-deploy.node=spark-2"]),
         ("replace", "--node-rank", ["0"], ["1"]),
@@ -232,7 +236,7 @@ def test_peer_per_node_values_are_the_only_other_differences(tmp_path, recipe):
                for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, head, peer_argv, autojunk=False).get_opcodes()
                if tag != "equal"]
     assert changes == [
-        ([f"sd-{recipe.name}-r0"], [f"sd-{recipe.name}-r1"]),
+        ([f"sd-{recipe.name}-r0-{plan_of(head)[:8]}"], [f"sd-{recipe.name}-r1-{plan_of(head)[:8]}"]),
         (["spark-deploy.rank=0"], ["spark-deploy.rank=1"]),
         (["spark-deploy.node=spark-1"], ["spark-deploy.node=spark-2"]),
         (["/home/spark/.cache/huggingface:/cache/huggingface"], ["/data/hf:/cache/huggingface"]),
