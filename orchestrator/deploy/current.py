@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ..docker_cli.containers import Container
+from ..docker_cli.containers import Container, current_of
 from ..render.plan import Plan
 
 
@@ -60,7 +60,9 @@ def decide(plan: Plan, found: dict[str, list[Container]], force: bool) -> Decisi
     if same:
         reason = "--force"
     else:
-        reason = "; ".join(_why(plan, rank, c) for rank, c in per_rank.items() if _why(plan, rank, c))
+        last = {l.rank: next((c for c in current_of(mine.get(l.node.name, [])) if c.ours.rank == l.rank), None)
+                for l in plan.ranks}
+        reason = "; ".join(w for w in (_why(plan, rank, c, last[rank]) for rank, c in per_rank.items()) if w)
     return Decision(Action.REPLACE, reason, current, names_taken=taken)
 
 
@@ -75,9 +77,11 @@ def _holder(current: dict[str, list[Container]], node: str, rank: int, plan_hash
     return next((c for c in ranked if c.ours.plan_hash == plan_hash), ranked[0] if ranked else None)
 
 
-def _why(plan: Plan, rank: int, found: Container | None) -> str:
+def _why(plan: Plan, rank: int, found: Container | None, last: Container | None) -> str:
+    """Why the rank is not this plan running: `found` runs there; `last` is the container of ours that ran
+    there last, when none runs (an exited one)."""
     if found is None:
-        return f"rank {rank} ({plan.ranks[rank].container}) not running"
+        return f"rank {rank} {last.status}" if last is not None else f"rank {rank} ({plan.ranks[rank].container}) missing"
     if found.ours.plan_hash != plan.plan_hash:
         return f"rank {rank} runs plan {found.ours.plan_hash or 'unknown'}"
     return ""

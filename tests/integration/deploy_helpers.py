@@ -57,6 +57,16 @@ def node_docker(cluster: SimCluster, node: int | str, *argv: str, check: bool = 
     return cluster.exec(node, ["docker", *argv], check=check)
 
 
+def plan_names(cluster: SimCluster, recipe: str | Path | None = None, inventory: str | None = None) -> dict[int, str]:
+    """Node index -> the container name `up` gives that node's rank of the recipe's plan (`sd-RECIPE-rN-HASH8`)."""
+    from orchestrator.config.load import load_deployment
+    from orchestrator.render.plan import build_plan
+
+    plan = build_plan(load_deployment(str(recipe or cluster.recipe_path), str(inventory or cluster.inventory_path)))
+    index = {info.name: info.index for info in cluster.nodes()}
+    return {index[l.node.name]: l.container for l in plan.ranks}
+
+
 def our_containers(cluster: SimCluster) -> dict[str, list[str]]:
     """Every spark-deploy container on every node, running or not."""
     found = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from orchestrator.sim.cluster import SimCluster
@@ -21,7 +23,8 @@ def test_demo_brings_up_deploys_and_serves(docker_client, sim_images, sim_home):
             assert step in out
         assert "moe-backend: ok" in out and "cuda-graph-profile: ok" in out
         assert "(24 tokens)" in out
-        assert "spark-1: sd-sim-tiny-r0 running, rank 0" in out and "spark-2: sd-sim-tiny-r1 running, rank 1" in out
+        assert re.search(r"spark-1: sd-sim-tiny-r0-[0-9a-f]{8} running, rank 0", out), out
+        assert re.search(r"spark-2: sd-sim-tiny-r1-[0-9a-f]{8} running, rank 1", out), out
         again = spark_deploy("demo", "--name", name, timeout=600)
         assert again.returncode == 0 and "already up, reusing it" in again.stdout and "already serving" in again.stdout
         cluster = SimCluster(name, client=docker_client)

@@ -23,11 +23,16 @@ from ruamel.yaml import YAML
 from orchestrator.config.load import load_inventory
 
 from background import up_json
-from deploy_helpers import assert_nothing_left, node_docker, recipe_variant, spark_deploy
+from deploy_helpers import assert_nothing_left, node_docker, plan_names, recipe_variant, spark_deploy
 
 pytestmark = pytest.mark.integration
 
 NODES = ("spark-1", "spark-2")
+
+
+def named(cluster, recipe=None) -> dict[str, list[str]]:
+    """Per node, the one container `up` of the recipe's plan runs there (its name carries the plan)."""
+    return {node: [name] for node, name in zip(NODES, plan_names(cluster, recipe).values())}
 
 
 UpRun = up_json  # `up --json` in the background (background.py)
@@ -116,7 +121,7 @@ def test_no_docker_logs_of_ours_outlives_up_ok_or_failed(clean, tmp_path):
     bad = recipe_variant(cluster, tmp_path / "auto.yaml", vllm={"moe_backend": "auto"})
     failed = spark_deploy("up", bad, "-i", cluster.inventory_path, "--keep-on-failure")
     assert failed.returncode == 1 and "moe-backend" in failed.stderr, failed.stderr + failed.stdout
-    assert running_ranks(cluster) == {"spark-1": ["sd-sim-tiny-r0"], "spark-2": ["sd-sim-tiny-r1"]}
+    assert running_ranks(cluster) == named(cluster, bad)
     assert docker_logs_processes(cluster) == {n: [] for n in NODES}, "a failed up left its log watchers running"
 
 
@@ -178,7 +183,7 @@ def test_secrets_env_file_is_gone_during_the_ready_wait_and_down_removes_a_stale
     # A normal up: by the ready wait, Docker has read the env-file and no node keeps it.
     run = runs(recipe, cluster.inventory_path, env=env)
     run.wait_for(phase_start("ready"))
-    for node, name in zip(NODES, ("sd-sim-tiny-r0", "sd-sim-tiny-r1")):
+    for node, name in zip(NODES, plan_names(cluster, recipe).values()):
         env_now = node_docker(cluster, node, "inspect", "--format", "{{json .Config.Env}}", name, check=True).stdout
         assert f"SD_TEST_TOKEN={marker}" in json.loads(env_now), f"{node}: the container did not get the secret"
     assert env_files(cluster, marker) == {n: [] for n in NODES}, "the env-file outlives the last docker run"
@@ -211,7 +216,7 @@ def test_a_stalled_load_shows_heartbeats_and_warns_once(clean, tmp_path, runs):
     run.wait_for(phase_start("ready"))
     warning = run.wait_for(lambda e: e["event"] == "warning", timeout=60)
     logged = "".join(r.stdout + r.stderr for r in (node_docker(cluster, n, "logs", name)
-                                                   for n, name in zip(NODES, ("sd-sim-tiny-r0", "sd-sim-tiny-r1"))))
+                                                   for n, name in zip(NODES, plan_names(cluster, recipe).values())))
     run.wait_for(lambda e: e["event"] == "waiting" and e.get("phase") == "ready", timeout=30)  # still alive after
     run.proc.send_signal(signal.SIGINT)
     assert run.finish() == 1
@@ -242,7 +247,7 @@ def test_status_fails_on_a_dead_rank_and_on_an_endpoint_that_cannot_generate(cle
     healthy = spark_deploy("status", "-i", cluster.inventory_path)
     assert healthy.returncode == 0 and "generates" in healthy.stdout, healthy.stdout + healthy.stderr
 
-    node_docker(cluster, 2, "kill", "sd-sim-tiny-r1", check=True)
+    node_docker(cluster, 2, "kill", plan_names(cluster)[2], check=True)
     dead = spark_deploy("status", "-i", cluster.inventory_path, "--json")
     assert dead.returncode == 1, dead.stdout + dead.stderr
     report = json.loads(dead.stdout)
@@ -266,7 +271,7 @@ def test_status_fails_on_a_dead_rank_and_on_an_endpoint_that_cannot_generate(cle
         time.sleep(0.2)
     run.proc.send_signal(signal.SIGINT)
     assert run.finish() == 1
-    assert running_ranks(cluster) == {"spark-1": ["sd-sim-tiny-r0"], "spark-2": ["sd-sim-tiny-r1"]}
+    assert running_ranks(cluster) == named(cluster, recipe)
 
     short = ("--probe-timeout", "3")  # the completion that never finishes: bounded by the option, not 15 s
     stuck = spark_deploy("status", "-i", cluster.inventory_path, "--json", *short)
@@ -303,12 +308,13 @@ def test_down_with_the_peer_unreachable_removes_the_head_and_names_the_peer(clea
         assert down.returncode == 1, down.stdout + down.stderr
         assert "spark-2" in down.stderr and "unreachable" in down.stderr, down.stderr
         assert "spark-1" not in down.stderr, f"only the peer failed:\n{down.stderr}"
-        assert "spark-1: removed sd-sim-tiny-r0" in down.stdout, down.stdout
+        names = plan_names(cluster)
+        assert f"spark-1: removed {names[1]}" in down.stdout, down.stdout
         left = containers_with_ids(cluster)
-        assert {(n, name) for n, name, _ in left} == {("spark-2", "sd-sim-tiny-r1")}, left
+        assert {(n, name) for n, name, _ in left} == {("spark-2", names[2])}, left
     finally:
         cluster.fault(2, "start-sshd")
     again = spark_deploy("down", "-i", cluster.inventory_path)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "spark-2: removed sd-sim-tiny-r1" in again.stdout
+    assert f"spark-2: removed {plan_names(cluster)[2]}" in again.stdout
     assert_nothing_left(cluster)

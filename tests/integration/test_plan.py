@@ -19,7 +19,7 @@ import pytest
 from ruamel.yaml import YAML
 
 
-from deploy_helpers import CLI, assert_nothing_left, node_docker, spark_deploy
+from deploy_helpers import CLI, assert_nothing_left, node_docker, plan_names, spark_deploy
 
 pytestmark = pytest.mark.integration
 
@@ -84,19 +84,20 @@ def test_peer_only_inventory_change_redeploys_and_a_description_edit_does_not(cl
 def test_a_foreign_container_with_our_name_survives_a_failed_up(clean):
     cluster = clean
     image = node_docker(cluster, 1, "image", "inspect", "--format", "{{.Id}}", "vllm-sim:latest", check=True).stdout.strip()
-    node_docker(cluster, 1, "run", "-d", "--name", "sd-sim-tiny-r0", "--entrypoint", "sleep", image, "600", check=True)
+    ours = plan_names(cluster)[1]  # the plan's own name for the head's container
+    node_docker(cluster, 1, "run", "-d", "--name", ours, "--entrypoint", "sleep", image, "600", check=True)
     try:
-        foreign = node_docker(cluster, 1, "inspect", "--format", "{{.Id}} {{.State.Status}}", "sd-sim-tiny-r0",
+        foreign = node_docker(cluster, 1, "inspect", "--format", "{{.Id}} {{.State.Status}}", ours,
                               check=True).stdout.split()
         result = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
         assert result.returncode == 1
-        assert "spark-1" in result.stderr and "sd-sim-tiny-r0" in result.stderr and "did not create" in result.stderr
-        still = node_docker(cluster, 1, "inspect", "--format", "{{.Id}} {{.State.Status}}", "sd-sim-tiny-r0",
+        assert "spark-1" in result.stderr and ours in result.stderr and "did not create" in result.stderr
+        still = node_docker(cluster, 1, "inspect", "--format", "{{.Id}} {{.State.Status}}", ours,
                             check=True).stdout.split()
         assert still == foreign == [foreign[0], "running"], "the foreign container must be left exactly as it was"
         assert_nothing_left(cluster)
     finally:
-        node_docker(cluster, 1, "rm", "-f", "sd-sim-tiny-r0")
+        node_docker(cluster, 1, "rm", "-f", ours)
 
 
 def test_a_failing_docker_rm_makes_down_exit_1_naming_node_and_container(clean):
@@ -108,8 +109,9 @@ def test_a_failing_docker_rm_makes_down_exit_1_naming_node_and_container(clean):
     try:
         result = spark_deploy("down", "-i", cluster.inventory_path)
         assert result.returncode == 1, result.stdout + result.stderr
-        assert "spark-2" in result.stderr and "sd-sim-tiny-r1" in result.stderr
-        assert "spark-1: removed sd-sim-tiny-r0" in result.stdout, "the reachable head is still removed"
+        names = plan_names(cluster)
+        assert "spark-2" in result.stderr and names[2] in result.stderr
+        assert f"spark-1: removed {names[1]}" in result.stdout, "the reachable head is still removed"
     finally:
         cluster.exec(2, ["chattr", "-i", directory], check=False)
     assert spark_deploy("down", "-i", cluster.inventory_path).returncode == 0
@@ -183,7 +185,7 @@ def test_ctrl_c_while_the_previous_deployment_stops_brings_it_back(clean, tmp_pa
     assert "interrupted" in stderr
     assert _plan_labels(cluster) == before, stderr + "\nthe previous containers must run again, the same ones"
     names = node_docker(cluster, 1, "ps", "--format", "{{.Names}}", check=True).stdout.split()
-    assert "sd-sim-tiny-r0" in names, names
+    assert plan_names(cluster)[1] in names, names
     deadline = time.monotonic() + 60  # restarted containers load again before they serve
     while not _completes(cluster):
         assert time.monotonic() < deadline, "the restored deployment does not serve"

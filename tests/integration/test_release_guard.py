@@ -23,7 +23,7 @@ from ruamel.yaml import YAML
 from orchestrator.config.load import load_inventory
 
 from background import Background
-from deploy_helpers import completion, node_docker, recipe_variant, spark_deploy
+from deploy_helpers import completion, node_docker, plan_names, recipe_variant, spark_deploy
 
 pytestmark = pytest.mark.integration
 
@@ -244,7 +244,7 @@ def test_no_secret_value_in_any_record_audit_line_or_output(clean, tmp_path):
         return result
 
     run("up", a, "-i", inv)
-    for node, name in zip(NODES, ("sd-sim-tiny-r0", "sd-sim-tiny-r1")):  # the marker is really in play
+    for node, name in zip(NODES, plan_names(cluster, a).values()):  # the marker is really in play
         env_now = node_docker(cluster, node, "inspect", "--format", "{{json .Config.Env}}", name, check=True).stdout
         assert f"HF_TOKEN={marker}" in json.loads(env_now), f"{node}: the container did not get the secret"
     run("up", b, "-i", inv, "--json")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 
@@ -125,17 +126,54 @@ def image_recipe(cluster, dest, tag: str, image_id: str, **kw):
     return path
 
 
+def names_by_id(cluster) -> dict[str, tuple[str, str]]:
+    """Container ID -> (name as `docker inspect` gives it, plan-hash label), every container of ours on both nodes."""
+    out = {}
+    for node in (1, 2):
+        ids = node_docker(cluster, node, "ps", "-aq", "--no-trunc", "--filter", "label=spark-deploy.managed=true",
+                          check=True).stdout.split()
+        for d in json.loads(node_docker(cluster, node, "inspect", *ids, check=True).stdout) if ids else []:
+            out[d["Id"]] = (d["Name"].lstrip("/"), d["Config"]["Labels"]["spark-deploy.plan-hash"])
+    return out
+
+
+def renames(cluster, since: str) -> list[str]:
+    """Every `rename` event dockerd recorded on either node since `since` (unix seconds)."""
+    until = cluster.exec(1, ["date", "+%s"]).stdout.strip()
+    return [line for node in (1, 2) for line in node_docker(
+        cluster, node, "events", "--since", since, "--until", str(int(until) + 1), "--filter", "type=container",
+        "--filter", "event=rename", "--format", "{{.Actor.Attributes.oldName}} -> {{.Actor.Attributes.name}}",
+        check=True).stdout.splitlines() if line]
+
+
+def assert_named_by_plan(seen: dict[str, tuple[str, str]]) -> None:
+    """The plan is readable from every name: `sd-sim-tiny-rN-HASH8`, a run ID after it only for a redeploy."""
+    for name, plan in seen.values():
+        assert re.fullmatch(rf"sd-sim-tiny-r[01]-{plan[:8]}(-\d{{8}}T\d{{6}}Z-[0-9a-f]{{6}})?", name), (name, plan)
+
+
 def test_rollback_serves_the_recorded_argv_and_refuses_when_a_node_lost_the_image(fresh, tmp_path):
+    """Also issue 19 acceptance 3: through up A, up B, rollback to A (the kept containers started again),
+    up C, up A again (A's names held by its kept containers: this run's carry the run ID), no container
+    is ever renamed — dockerd records no rename event, and each keeps the name it was created with."""
     cluster = fresh
+    since = cluster.exec(1, ["date", "+%s"]).stdout.strip()
     v2 = derive_image(cluster, 1, "vllm-sim:latest", "vllm-sim:rollback-v2", extra_mb=4)
     a = recipe_variant(cluster, tmp_path / "a.yaml")
     b = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
     c = image_recipe(cluster, tmp_path / "c.yaml", "vllm-sim:rollback-v2", v2, vllm={"max_model_len": 1024})
-    up_in_turn(cluster, a, b)
+    up_in_turn(cluster, a)
+    created = names_by_id(cluster)
+    up_in_turn(cluster, b)
+    created |= {i: n for i, n in names_by_id(cluster).items() if i not in created}
+    assert len(created) == 4 and len({p for _, p in created.values()}) == 2, created
+    assert_named_by_plan(created)
 
     back = spark_deploy("rollback", "1", "-i", cluster.inventory_path, timeout=600)
     assert back.returncode == 0, back.stderr + back.stdout
     assert "started again, not re-created" in back.stdout
+    assert names_by_id(cluster) == created, "every container keeps the name it was created with"
+    assert renames(cluster, since) == []
     records = {r["id"]: r for r in history(cluster)}
     assert records[3]["rollback_of"] == 1 and records[3]["serving"] is True
     assert records[3]["plan_hash"] == records[1]["plan_hash"]
@@ -151,6 +189,12 @@ def test_rollback_serves_the_recorded_argv_and_refuses_when_a_node_lost_the_imag
 
     # release 4 runs the derived image; release 5 goes back to a: release 4's containers are kept, stopped
     up_in_turn(cluster, c, a)
+    now = names_by_id(cluster)
+    assert all(now[i] == n for i, n in created.items()) and len(now) == 8, now
+    assert_named_by_plan(now)
+    again = [n for i, (n, p) in now.items() if i not in created and p == records[1]["plan_hash"]]
+    assert len(again) == 2 and all(n.count("-") > 4 for n in again), f"release 5 carries its run ID: {again}"
+    assert renames(cluster, since) == []
     kept = node_docker(cluster, 2, "ps", "-aq", "--filter", f"ancestor={v2}", check=True).stdout.split()
     assert kept, "release 4's container must be kept on node 2"
     node_docker(cluster, 2, "rm", *kept, check=True)
@@ -253,7 +297,9 @@ def test_rollback_shows_an_inventory_change_and_refuses_a_moved_model(fresh, tmp
     records = {r["id"]: r for r in history(cluster)}
     assert records[3]["rollback_of"] == 1 and records[3]["serving"]
     assert records[3]["plan_hash"] != records[1]["plan_hash"], "today's inventory makes another plan"
-    assert "NCCL_DEBUG=WARN" in json.dumps(running(cluster, 2)["sd-sim-tiny-r1"]["Config"]["Env"])
+    peer = running(cluster, 2)
+    assert list(peer) == [f"sd-sim-tiny-r1-{records[3]['plan_hash'][:8]}"], "named by today's plan"
+    assert "NCCL_DEBUG=WARN" in json.dumps(peer[f"sd-sim-tiny-r1-{records[3]['plan_hash'][:8]}"]["Config"]["Env"])
 
     ref = f"{NODE_HF_CACHE}/hub/models--sim--tiny-moe/refs/main"
     original = cluster.exec(2, ["cat", ref]).stdout
@@ -293,9 +339,9 @@ def test_a_restore_that_fails_too_says_so_loudly_with_both_causes(fresh, tmp_pat
 
 
 def test_rollback_after_a_reboot_serves_under_the_plans_names(fresh, tmp_path):
-    """Both nodes rebooted: the release's containers (no restart policy) are exited under their serving
-    names. `rollback 1` starts those same containers again under the plan's names, not the kept names
-    StopPrevious gave them on the way (found by the maintenance work: they served as sd-...-rN-RUN)."""
+    """Both nodes rebooted: the release's containers (no restart policy) are exited under their names.
+    `rollback 1` starts those same containers again under those same names, which carry the plan (found by
+    the maintenance work: an older StopPrevious renamed them, and they served as sd-...-rN-RUN)."""
     cluster = fresh
     a = recipe_variant(cluster, tmp_path / "a.yaml")
     result = up(cluster, a)

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from deploy_helpers import inventory_variant, node_docker, spark_deploy
+from deploy_helpers import inventory_variant, node_docker, plan_names, spark_deploy
 from orchestrator.sim import node_roce
 
 pytestmark = pytest.mark.integration
@@ -112,7 +112,7 @@ def test_up_on_roce_takes_net_ib_and_a_socket_fallback_fails_naming_the_nodes(ro
     final = events[-1]
     link = next(e for e in final["expectations"] if e["name"] == "nccl-transport")
     assert link["status"] == "ok" and link["per_node"] == {n: "NET/IB [0]rocep1s0f0:1/RoCE" for n in ("spark-1", "spark-2")}
-    for node, name in ((1, "sd-sim-tiny-r0"), (2, "sd-sim-tiny-r1")):
+    for node, name in plan_names(cluster, cluster.recipe_path, good).items():
         log = node_docker(cluster, node, "logs", name, check=True)
         out = log.stdout + log.stderr
         assert "NCCL INFO NET/IB : Using [0]rocep1s0f0:1/RoCE [RO]; OOB enp1s0f0np0:" in out, out[-2000:]

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from deploy_helpers import our_containers, recipe_variant, spark_deploy
+from deploy_helpers import our_containers, plan_names, recipe_variant, spark_deploy
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ def test_a_serving_release_holds_its_share_and_an_up_over_it_is_judged_after_the
     pre = spark_deploy("preflight", cluster.recipe_path, "-i", cluster.inventory_path, "--only", "ports",
                        "--only", "memory-headroom")
     assert pre.returncode == 0, pre.stdout + pre.stderr
-    assert "held by sd-sim-tiny-r0 of this recipe" in pre.stdout
+    assert f"held by {plan_names(cluster)[1]} of this recipe" in pre.stdout
     assert "held by this recipe's serving" in pre.stdout
 
     # a changed plan over the serving one: judged on the node as it will be, then measured after the stop

@@ -16,6 +16,7 @@ from deploy_helpers import (
     assert_nothing_left,
     image_inspect,
     node_docker,
+    plan_names,
     our_containers,
     pinned_id,
     recipe_variant,
@@ -56,7 +57,8 @@ def test_up_moves_the_image_serves_and_down_removes_everything(bare_peer, tmp_pa
         data = image_inspect(cluster, node, image_id)
         assert data is not None and data["Id"] == image_id
         assert data["RepoDigests"] == []
-    for node, name in ((1, "sd-sim-tiny-r0"), (2, "sd-sim-tiny-r1")):
+    names = plan_names(cluster)
+    for node, name in names.items():
         config_image = node_docker(cluster, node, "inspect", "--format", "{{.Config.Image}}", name, check=True)
         assert config_image.stdout.strip() == image_id, "containers must start by image ID"
 
@@ -93,7 +95,7 @@ def test_up_moves_the_image_serves_and_down_removes_everything(bare_peer, tmp_pa
 
     down = spark_deploy("down", "-i", cluster.inventory_path)
     assert down.returncode == 0, down.stderr
-    assert "spark-2: removed sd-sim-tiny-r1" in down.stdout
+    assert f"spark-2: removed {names[2]}" in down.stdout
     assert down.stdout.index("spark-2") < down.stdout.index("spark-1"), "peers go down before the head"
     assert_nothing_left(cluster)
 
@@ -193,7 +195,7 @@ def test_different_image_under_the_same_reference_is_refused_then_synced(clean):
         assert synced.returncode == 0, synced.stderr
         assert image_inspect(clean, 2, "vllm-sim:latest")["Id"] == pinned_id(clean)
     finally:
-        node_docker(clean, 2, "rm", "-f", "sd-sim-tiny-r1")
+        node_docker(clean, 2, "rm", "-f", plan_names(clean)[2])
 
 
 def test_ctrl_c_during_the_wait_removes_everything(clean, tmp_path):
@@ -254,7 +256,7 @@ def test_logs_and_a_half_dead_deployment_is_replaced_not_reported_as_serving(cle
     bad = spark_deploy("logs", "-i", cluster.inventory_path, "--node", "spark-9")
     assert bad.returncode == 2 and "spark-9" in bad.stderr
 
-    node_docker(cluster, 2, "kill", "sd-sim-tiny-r1", check=True)  # the peer dies; the head stays "up"
+    node_docker(cluster, 2, "kill", plan_names(cluster)[2], check=True)  # the peer dies; the head stays "up"
     status = spark_deploy("status", "-i", cluster.inventory_path, "--json")
     states = {c["node"]: c["state"] for c in json.loads(status.stdout)["containers"]}
     assert states["spark-1"] == "running" and states["spark-2"].startswith("exited")
@@ -287,7 +289,7 @@ def test_secret_reaches_the_container_by_env_file_only(clean, tmp_path):
     result = spark_deploy("up", recipe, "-i", cluster.inventory_path, "--json", env={"HF_TOKEN": token})
     assert result.returncode == 0, result.stderr
     assert token not in result.stdout + result.stderr
-    for node, name in ((1, "sd-sim-tiny-r0"), (2, "sd-sim-tiny-r1")):
+    for node, name in plan_names(cluster, recipe).items():
         args = node_docker(cluster, node, "inspect", "--format", "{{json .Args}} {{json .Path}}", name, check=True)
         assert token not in args.stdout, "a secret must never be in argv"
         env = node_docker(cluster, node, "inspect", "--format", "{{json .Config.Env}}", name, check=True)

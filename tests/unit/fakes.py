@@ -106,8 +106,8 @@ def ours(plan: Plan, rank: int, *, plan_hash: str | None = None, status: str = "
     launch = plan.ranks[rank]
     hashed = plan.plan_hash if plan_hash is None else plan_hash
     labels = replace(launch.labels, run=run, plan_hash=hashed, **labels_changed)
-    return container_of(container_inspect(name or (container_name(labels.recipe, rank, hashed) if hashed else base_name(labels.recipe, rank)),
-                                          dict(labels.pairs()),
+    name = name or (container_name(labels.recipe, rank, hashed) if hashed else base_name(labels.recipe, rank))
+    return container_of(container_inspect(name, dict(labels.pairs()),
                                           status=status, exit_code=exit_code, started_at=started_at))
 
 
