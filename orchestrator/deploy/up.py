@@ -7,7 +7,7 @@
 
 Everything that can fail without consequence (preflight, image sync, ports, secrets) happens before the
 serving release is stopped. Any failure or interrupt undoes the completed steps in reverse (this run's
-containers removed by ID, the previous ones given their names back), then the previous release is started
+containers removed by ID, the previous ones left stopped under their own names), then the previous release is started
 again with every wait `up` has (deploy/restore.py) unless --no-restore. The release's outcome is written
 to every node, and one audit line.
 """
