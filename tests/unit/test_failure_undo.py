@@ -78,7 +78,7 @@ class Node:
             self.containers[argv[-1]]["state"] = "exited"
             return ok()
         if argv[:2] == ["docker", "rename"]:
-            return ok()
+            raise AssertionError("a container is never renamed (its name carries its plan)")
         raise AssertionError(f"no answer for {argv}")
 
     def put_file(self, path: str, text: str) -> None:
@@ -197,6 +197,7 @@ def test_a_peer_lost_mid_stop_has_the_head_stopped_too_and_every_rank_kept_for_e
     assert result.outcome is StopOutcome.STOPPED and list(result.failed) == ["spark-2"]
     assert cluster["spark-1"].containers["h"]["state"] == "exited"
     assert sorted(s.node for s in result.stopped) == ["spark-1", "spark-2"]
+    assert all(s.kept == s.name for s in result.stopped), "kept under the name it served under"
     assert "once spark-2 answer(s), `spark-deploy maintenance end` brings it back" in result.summary(3)
 
 
