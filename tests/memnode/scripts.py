@@ -100,6 +100,13 @@ def _list(node: Node, *filters: str) -> Answer:
     return 0, (json.dumps([node.containers[i].inspect() for i in ids], indent=4) if ids else "[]") + "\n", ""
 
 
+def _recipe_or_named(node: Node, managed: str, recipe: str, *name_filters: str) -> Answer:
+    """containers._EITHER: ours of the recipe (two label filters) OR'ed with the name filters."""
+    ids = ps_ids(node, ["--all", "--quiet", "--no-trunc", "--filter", managed, "--filter", recipe])
+    ids += [i for i in ps_ids(node, ["--all", "--quiet", "--no-trunc", *name_filters]) if i not in ids]
+    return 0, (json.dumps([node.containers[i].inspect() for i in ids], indent=4) if ids else "[]") + "\n", ""
+
+
 def _remove(node: Node, container_id: str, seconds: str) -> Answer:
     stop(node, ["--time", seconds, container_id])
     return rm(node, ["--force", container_id])
@@ -133,7 +140,7 @@ SCRIPTS = [
     (lock._CREATE, _lock_create), (lock._SET_ASIDE, _lock_set_aside), (lock._REFRESH, _lock_refresh),
     (lock._RELEASE, _lock_release), (lock._READ, _cat), (audit._APPEND, _audit_append), (audit._READ, _cat),
     (store._READ, _store_read), (state._READ, _state_read), (containers._LIST, _list),
-    (containers._REMOVE, _remove), (images._INSPECT, _image_inspect), (model_cache._RESOLVE, _resolve),
+    (containers._EITHER, _recipe_or_named),    (containers._REMOVE, _remove), (images._INSPECT, _image_inspect), (model_cache._RESOLVE, _resolve),
     (down._FORGET, _forget_secrets), (window_store._READ, _window_read), (facts._DRIVER, systemd.facts_driver),
     *systemd.SCRIPTS,
 ]
