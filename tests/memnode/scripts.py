@@ -140,7 +140,8 @@ SCRIPTS = [
     (lock._CREATE, _lock_create), (lock._SET_ASIDE, _lock_set_aside), (lock._REFRESH, _lock_refresh),
     (lock._RELEASE, _lock_release), (lock._READ, _cat), (audit._APPEND, _audit_append), (audit._READ, _cat),
     (store._READ, _store_read), (state._READ, _state_read), (containers._LIST, _list),
-    (containers._EITHER, _recipe_or_named),    (containers._REMOVE, _remove), (images._INSPECT, _image_inspect), (model_cache._RESOLVE, _resolve),
+    (containers._EITHER, _recipe_or_named), (containers._REMOVE, _remove),
+    (images._INSPECT, _image_inspect), (model_cache._RESOLVE, _resolve),
     (down._FORGET, _forget_secrets), (window_store._READ, _window_read), (facts._DRIVER, systemd.facts_driver),
     *systemd.SCRIPTS,
 ]
