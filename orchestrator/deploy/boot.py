@@ -10,11 +10,13 @@ back, per node, through the same facts and judgement as the `boot` preflight che
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import cast
 
 from ..config.inventory import Inventory
 from ..config.load import Deployment
-from ..docker_cli.containers import Container, ours
+from ..docker_cli.containers import Container
+from ..operation import AuditAction, Observation, Operation, Outcome, Reach
 from ..preflight.checks_boot import (
     BootItem,
     BootMatch,
@@ -25,10 +27,7 @@ from ..preflight.checks_boot import (
     node_boot,
 )
 from ..preflight.facts import FactInput, Observed, gather_node
-from ..releases import audit, store
-from ..releases.guard import holding_lock
 from ..releases.record import Release
-from ..releases.serving import serving_release
 from ..render.plan import Plan, build_plan
 from ..render.unit import UNIT_DIR, BootUnit, render_unit, unit_name
 from ..runner.events import Events
@@ -77,26 +76,17 @@ def read_boot(conn: NodeConnection) -> dict[str, Observed]:
     return gather_node(conn, FACTS, cast(FactInput, None), timeout=60)
 
 
-def look(cluster: Cluster, inventory: Inventory, conns: list[NodeConnection]) -> Looked:
-    history = store.read_history(cluster, inventory, conns)
+def look(op: Operation) -> Looked:
+    """The operation's state (which release serves, our containers) and each node's boot facts, read now."""
+    state = op.state
+    readable = [c for c in op.alive if c.name in state.containers]
+    failures = {n: why for n, why in {**state.unreachable, **state.unread}.items() if n not in state.containers}
     try:
-        containers = cluster.each(ours, conns)
-        facts = cluster.each(read_boot, conns)
-        failures: dict[str, str] = {}
+        facts = op.cluster.each(read_boot, readable)
     except GroupError as exc:
-        failures = {n: str(e) for n, e in exc.failures.items()}
-        containers = cluster.each(ours, [c for c in conns if c.name not in failures])
-        facts = cluster.each(read_boot, [c for c in conns if c.name not in failures])
-    serving = serving_release(history.releases, containers, inventory.cluster)
-    return Looked(serving, containers, facts, failures)
-
-
-def _open_all(cluster: Cluster, what: str) -> list[NodeConnection]:
-    alive, failures = cluster.open_reachable()
-    if failures:
-        raise BootRefused(f"{what} needs every node: " + "; ".join(f"{n} is unreachable ({e})"
-                                                                   for n, e in failures.items()))
-    return alive
+        failures.update({n: str(e) for n, e in exc.failures.items()})
+        facts = dict(exc.results)
+    return Looked(state.serving if state.serving_known else None, dict(state.containers), facts, failures)
 
 
 def _no_systemd(looked: Looked) -> None:
@@ -142,59 +132,52 @@ def conflicts_for(looked: Looked, plan: Plan, ours_name: str) -> list[Conflict]:
 
 
 def enable(dep: Deployment, events: Events, *, yes: bool, connector: Connector | None = None) -> EnableResult:
+    """Every node must answer (a unit on some ranks only would bring back half a TP group)."""
     plan = build_plan(dep)
     inventory = dep.inventory
     name = unit_name(plan.cluster, plan.recipe)
-    cluster = Cluster(inventory, connector=connector)
-    try:
-        conns = _open_all(cluster, "boot enable")
-        with holding_lock(cluster, inventory, events):
-            looked = look(cluster, inventory, conns)
-            if looked.unreachable:
-                raise BootRefused("; ".join(f"{n}: {why}" for n, why in looked.unreachable.items()))
-            release, names = _serving_matches(looked, plan)
-            _no_systemd(looked)
-            roots = _roots(cluster, inventory, conns, "boot-enable", f"boot enable (it installs {UNIT_DIR}/{name} "
-                                                                     "and runs systemctl enable)", release.id)
-            units = [render_unit(plan, launch, release.id, container=names[launch.node.name]) for launch in plan.ranks]
-            conflicts = conflicts_for(looked, plan, name)
-            result = EnableResult(release, units, conflicts)
-            if conflicts and not yes:
-                audit.append(cluster, inventory, audit.entry(
-                    "boot-enable", "refused", release=release.id,
-                    detail="other things come back on boot: " + "; ".join(c.describe() for c in conflicts)))
-                return result
-            journal = Journal()
-            try:
-                for c in conflicts:
-                    turn_off(cluster[c.node], c.item, roots[c.node], journal)
-                    result.disabled.append(f"{c.node}: {c.item.kind} {c.item.name}")
-                    events.note(f"{c.item.kind} {c.item.name} no longer comes back on boot", c.node)
-                cluster.each(lambda conn: _install(conn, next(u for u in units if u.node == conn.name),
-                                                   roots[conn.name], inventory.node(conn.name).state_dir,
-                                                   journal), conns)
-            except (GroupError, NodeError, BootRefused) as exc:
-                undone, left = journal.roll_back()
-                for line in undone:
-                    node, _, what = line.partition(": ")
-                    events.note(what, node)
-                said = (f"put back as it was: {'; '.join(undone) or 'nothing had been changed'}" +
-                        (f"; NOT put back: {'; '.join(left)}" if left else ""))
-                audit.append(cluster, inventory, audit.entry("boot-enable", "failed", release=release.id,
-                                                             detail=f"{exc}; {said}"))
-                raise BootRefused(f"boot enable failed: {exc}; {said}") from exc
-            for u in units:
-                events.note(f"{u.name} enabled: brings back {u.container} (release {u.release}, plan "
-                            f"{u.plan_hash})", u.node)
-            again = look(cluster, inventory, conns)
-            result.after = {n: again.boot(n, {plan.plan_hash}) for n in again.facts}
-            audit.append(cluster, inventory, audit.entry(
-                "boot-enable", "ok", release=release.id,
-                detail=f"{name} on {', '.join(u.node for u in units)}; plan {plan.plan_hash}" +
-                       (f"; turned off: {'; '.join(result.disabled)}" if result.disabled else "")))
+    with Operation(inventory, events, AuditAction.BOOT_ENABLE, reach=Reach.ALL,
+                   cluster_factory=partial(Cluster, connector=connector)) as op:
+        cluster, conns = op.cluster, op.alive
+        looked = look(op)
+        if looked.unreachable:
+            raise BootRefused("; ".join(f"{n}: {why}" for n, why in looked.unreachable.items()))
+        release, names = _serving_matches(looked, plan)
+        _no_systemd(looked)
+        roots = _roots(op, f"boot enable (it installs {UNIT_DIR}/{name} and runs systemctl enable)", release.id)
+        units = [render_unit(plan, launch, release.id, container=names[launch.node.name]) for launch in plan.ranks]
+        conflicts = conflicts_for(looked, plan, name)
+        result = EnableResult(release, units, conflicts)
+        if conflicts and not yes:
+            op.done(Outcome.REFUSED, "other things come back on boot: " + "; ".join(c.describe() for c in conflicts),
+                    release=release.id)
             return result
-    finally:
-        cluster.close()
+        journal = Journal()
+        try:
+            for c in conflicts:
+                turn_off(cluster[c.node], c.item, roots[c.node], journal)
+                result.disabled.append(f"{c.node}: {c.item.kind} {c.item.name}")
+                events.note(f"{c.item.kind} {c.item.name} no longer comes back on boot", c.node)
+            cluster.each(lambda conn: _install(conn, next(u for u in units if u.node == conn.name),
+                                               roots[conn.name], inventory.node(conn.name).state_dir,
+                                               journal), conns)
+        except (GroupError, NodeError, BootRefused) as exc:
+            undone, left = journal.roll_back()
+            for line in undone:
+                node, _, what = line.partition(": ")
+                events.note(what, node)
+            said = (f"put back as it was: {'; '.join(undone) or 'nothing had been changed'}" +
+                    (f"; NOT put back: {'; '.join(left)}" if left else ""))
+            op.done(Outcome.FAILED, f"{exc}; {said}", release=release.id)
+            raise BootRefused(f"boot enable failed: {exc}; {said}") from exc
+        for u in units:
+            events.note(f"{u.name} enabled: brings back {u.container} (release {u.release}, plan "
+                        f"{u.plan_hash})", u.node)
+        again = look(op)
+        result.after = {n: again.boot(n, {plan.plan_hash}) for n in again.facts}
+        op.done(Outcome.OK, f"{name} on {', '.join(u.node for u in units)}; plan {plan.plan_hash}" +
+                (f"; turned off: {'; '.join(result.disabled)}" if result.disabled else ""), release=release.id)
+        return result
 
 
 def _serving_matches(looked: Looked, plan: Plan) -> tuple[Release, dict[str, str]]:
@@ -220,12 +203,12 @@ def _serving_matches(looked: Looked, plan: Plan) -> tuple[Release, dict[str, str
     return serving, names
 
 
-def _roots(cluster: Cluster, inventory: Inventory, conns, action: str, doing: str, release: int | None = None):
-    """Every node's way to root, or BootRefused (audited as `action`) before anything is changed."""
-    roots = privilege.find(cluster, conns)
+def _roots(op: Operation, doing: str, release: int | None = None):
+    """Every node's way to root, or BootRefused (audited as refused) before anything is changed."""
+    roots = privilege.find(op.cluster, op.alive)
     refused = privilege.refusal(roots, doing)
     if refused:
-        audit.append(cluster, inventory, audit.entry(action, "refused", release=release, detail=refused))
+        op.done(Outcome.REFUSED, refused, release=release)
         raise BootRefused(refused)
     return roots
 
@@ -255,39 +238,31 @@ def our_units(units: BootUnits | None, cluster_name: str, recipe: str | None) ->
 
 
 def disable(inventory: Inventory, recipe: str | None, events: Events) -> DisableResult:
-    cluster = Cluster(inventory)
-    try:
-        conns = _open_all(cluster, "boot disable")
-        with holding_lock(cluster, inventory, events):
-            looked = look(cluster, inventory, conns)
-            _no_systemd(looked)
-            roots = _roots(cluster, inventory, conns, "boot-disable", "boot disable (it removes units from "
-                                                                      f"{UNIT_DIR} and runs systemctl disable)")
-            result = DisableResult()
+    with Operation(inventory, events, AuditAction.BOOT_DISABLE, reach=Reach.ALL) as op:
+        looked = look(op)
+        _no_systemd(looked)
+        roots = _roots(op, f"boot disable (it removes units from {UNIT_DIR} and runs systemctl disable)")
+        result = DisableResult()
 
-            def one(conn: NodeConnection) -> list[str]:
-                names = our_units(looked.units(conn.name), inventory.cluster, recipe)
-                enabled = {u.id: u for u in (looked.units(conn.name) or BootUnits(True)).units}
-                for name in names:
-                    _remove(conn, name, enabled.get(name), roots[conn.name])
-                if names:
-                    conn.run(roots[conn.name].argv(["systemctl", "daemon-reload"]), timeout=60, check=True)
-                return names
+        def one(conn: NodeConnection) -> list[str]:
+            names = our_units(looked.units(conn.name), inventory.cluster, recipe)
+            enabled = {u.id: u for u in (looked.units(conn.name) or BootUnits(True)).units}
+            for name in names:
+                _remove(conn, name, enabled.get(name), roots[conn.name])
+            if names:
+                conn.run(roots[conn.name].argv(["systemctl", "daemon-reload"]), timeout=60, check=True)
+            return names
 
-            try:
-                result.removed = cluster.each(one, conns)
-            except GroupError as exc:
-                audit.append(cluster, inventory, audit.entry("boot-disable", "failed", detail=str(exc)))
-                raise BootRefused(f"boot disable failed: {exc}") from exc
-            for node, names in result.removed.items():
-                for name in names:
-                    events.note(f"{name} disabled and removed", node)
-            audit.append(cluster, inventory, audit.entry(
-                "boot-disable", "ok", detail="; ".join(f"{n}: {', '.join(u) or 'none'}"
-                                                       for n, u in result.removed.items())))
-            return result
-    finally:
-        cluster.close()
+        try:
+            result.removed = op.cluster.each(one, op.alive)
+        except GroupError as exc:
+            op.done(Outcome.FAILED, str(exc))
+            raise BootRefused(f"boot disable failed: {exc}") from exc
+        for node, names in result.removed.items():
+            for name in names:
+                events.note(f"{name} disabled and removed", node)
+        op.done(Outcome.OK, "; ".join(f"{n}: {', '.join(u) or 'none'}" for n, u in result.removed.items()))
+        return result
 
 
 def _remove(conn: NodeConnection, name: str, unit: UnitInfo | None, root: privilege.Root) -> None:
@@ -349,12 +324,8 @@ class StatusReport:
 
 
 def status(inventory: Inventory, recipe: str | None) -> StatusReport:
-    cluster = Cluster(inventory)
-    try:
-        conns, failures = cluster.open_reachable()
-        looked = look(cluster, inventory, conns) if conns else Looked(None, {}, {})
-    finally:
-        cluster.close()
+    with Observation(inventory, what="boot status") as seen:
+        looked = look(seen)
     plans = {looked.serving.plan_hash} if looked.serving else set()
     nodes = []
     for n in inventory.ranked:
@@ -371,5 +342,4 @@ def status(inventory: Inventory, recipe: str | None) -> StatusReport:
                                                     if info else ())))
         nodes.append(NodeStatus(n.name, looked.boot(n.name, plans), files,
                                 looked.without_systemd().get(n.name, "")))
-    unreachable = {**{n: str(e) for n, e in failures.items()}, **looked.unreachable}
-    return StatusReport(inventory.cluster, looked.serving, nodes, unreachable)
+    return StatusReport(inventory.cluster, looked.serving, nodes, dict(looked.unreachable))

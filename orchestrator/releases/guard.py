@@ -1,34 +1,13 @@
-"""Lock and audit around a mutating command that is not `up` (down, prune, pin, lock release).
-
-`up` and `rollback` take the same lock as a step of their own (deploy/steps_release.TakeLock), so the
-lock is held from before the first read that matters until the release's outcome is written.
-"""
+"""A stale deploy lock taken over: the warning and the audit line, said the same way by the Operation
+(operation/operation.py, every mutating command but `up`) and by `up`'s lock step (deploy/steps_release.py)."""
 
 from __future__ import annotations
-
-from contextlib import contextmanager
-from typing import Iterator
 
 from ..config.inventory import Inventory
 from ..runner.events import Events
 from ..transport.group import Cluster
-from . import audit, store
+from . import audit
 from .lock import DeployLock, LockDetails
-
-
-@contextmanager
-def holding_lock(cluster: Cluster, inventory: Inventory, events: Events, ttl: float = 900.0) -> Iterator[DeployLock]:
-    """Take the deploy lock on the head (LockHeld at once if someone holds a live one); a stale lock is
-    taken over with a warning and an audit line. Released on the way out, whatever happens."""
-    lock = DeployLock(cluster.head, inventory, audit.command_line(), ttl)
-    lock.acquire()
-    try:
-        report_takeover(cluster, inventory, events, lock)
-        lock.start_refreshing()
-        _repair(cluster, inventory, events)
-        yield lock
-    finally:
-        lock.release()
 
 
 def report_takeover(cluster: Cluster, inventory: Inventory, events: Events, lock: DeployLock) -> LockDetails | None:
@@ -41,13 +20,3 @@ def report_takeover(cluster: Cluster, inventory: Inventory, events: Events, lock
     audit.append(cluster, inventory, audit.entry("lock-takeover", "taken", detail=f"{why}; was held by {owner}",
                                                  release=stale.release if stale else None))
     return stale
-
-
-def _repair(cluster: Cluster, inventory: Inventory, events: Events) -> None:
-    """Under the lock, give a node whose history copy is missing or older the newest copies back."""
-    try:
-        history = store.read_history(cluster, inventory, [c for c in cluster.nodes if c.is_open])
-        for line in store.repair(cluster, inventory, history):
-            events.note(line)
-    except Exception as exc:  # noqa: BLE001 - the command itself goes on; the copy stays behind, named
-        events.warn(f"could not repair the release history: {exc}")
