@@ -14,6 +14,7 @@ from enum import StrEnum
 from ..deploy.down import teardown_order
 from ..docker_cli.containers import Container, inspect_container, stop_container
 from ..releases.record import Release
+from ..releases.serving import running_of
 from ..runner.events import Events, Kind
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeError
@@ -48,16 +49,6 @@ class StopResult:
         return f"release {release} is stopped: `spark-deploy maintenance end` brings it back"
 
 
-def release_containers(release: Release, containers: dict[str, list[Container]]) -> dict[str, list[Container]]:
-    """Pure: per node, the running containers of the release's plan."""
-    out = {}
-    for node, cs in containers.items():
-        mine = [c for c in cs if c.running and c.ours and c.ours.plan_hash == release.plan_hash]
-        if mine:
-            out[node] = mine
-    return out
-
-
 def unread_ranks(release: Release, containers: dict[str, list[Container]], why: dict[str, str]) -> dict[str, str]:
     """Pure: the release's rank nodes whose containers were not read (node -> why)."""
     return {r.node: why.get(r.node, "not read") for r in release.ranks if r.node not in containers}
@@ -70,7 +61,7 @@ def stop_release(cluster: Cluster, head: str, release: Release, containers: dict
     states: nothing stopped (every touched container still runs: still serving), or every rank that answers
     stopped — a TP release with one rank down serves nothing, so the rest is stopped too and kept for `end`."""
     result = StopResult()
-    targets = release_containers(release, containers)
+    targets = running_of(release, containers)
     missing = unread_ranks(release, containers, why_unread)
     if missing:
         result.failed = {n: f"its containers could not be read ({why}): nothing was stopped anywhere, the release "

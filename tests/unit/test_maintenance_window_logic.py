@@ -12,7 +12,7 @@ from orchestrator.maintenance import store
 from orchestrator.maintenance.baseline import Baseline, GpuSeen, NodeFacts, WindowState
 from orchestrator.maintenance.diff import compare
 from orchestrator.maintenance.end import refusal
-from orchestrator.maintenance.stop import release_containers
+from orchestrator.releases.serving import running_of
 from orchestrator.maintenance.window import VerifyResult
 from orchestrator.releases.record import ModelSeen, RankRecord, Release
 
@@ -59,7 +59,7 @@ def _release(plan: str) -> Release:
 
 def test_stop_takes_only_the_running_containers_of_the_release_and_keeps_them_as_up_does():
     r0, other, old = _container("sd-tiny-r0", "p3"), _container("sd-tiny-r1", "p9"), _container("sd-tiny-r1", "p3", "exited")
-    picked = release_containers(_release("p3"), {"spark-1": [r0], "spark-2": [other, old]})
+    picked = running_of(_release("p3"), {"spark-1": [r0], "spark-2": [other, old]})
     assert picked == {"spark-1": [r0]}
 
 
