@@ -20,6 +20,8 @@ import os
 
 import pytest
 
+from background import Background
+
 from orchestrator.sim.cluster import SimCluster
 
 _counter = itertools.count(1)
@@ -93,3 +95,18 @@ def conns(pair):
     cluster = Cluster(inventory).open()
     yield cluster
     cluster.close()
+
+
+@pytest.fixture
+def background():
+    """Every background command a test starts is killed at the end, whatever happened."""
+    started: list[Background] = []
+
+    def start(*args, **kw) -> Background:
+        run = Background(*args, **kw)
+        started.append(run)
+        return run
+
+    yield start
+    for run in started:
+        run.kill()

@@ -118,3 +118,17 @@ def completion(cluster: SimCluster, port: int = 8000) -> str:
                                      {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())["choices"][0]["text"]
+
+
+# Another stack's unit that comes back on boot (field note 9), and the sudoers drop-in a test may write.
+OLD_STACK = """[Unit]
+Description=The old vLLM stack (field note 9)
+After=docker.service
+Requires=docker.service
+[Service]
+ExecStartPre=-/usr/bin/docker rm -f old-stack
+ExecStart=/usr/bin/docker run --rm --name old-stack --entrypoint sleep other/vllm:old infinity
+[Install]
+WantedBy=multi-user.target
+"""
+SUDOERS = "/etc/sudoers.d/spark-deploy-test"

@@ -21,7 +21,7 @@ import time
 import urllib.request
 
 import pytest
-from deploy_helpers import node_docker, spark_deploy
+from deploy_helpers import OLD_STACK, SUDOERS, node_docker, spark_deploy
 
 from orchestrator.config.load import load_inventory
 from orchestrator.render.unit import command_line, unit_name
@@ -30,17 +30,6 @@ from orchestrator.sim.cluster import SimCluster
 
 pytestmark = pytest.mark.integration
 
-OLD_STACK = """[Unit]
-Description=The old vLLM stack (field note 9)
-After=docker.service
-Requires=docker.service
-[Service]
-ExecStartPre=-/usr/bin/docker rm -f old-stack
-ExecStart=/usr/bin/docker run --rm --name old-stack --entrypoint sleep other/vllm:old infinity
-[Install]
-WantedBy=multi-user.target
-"""
-SUDOERS = "/etc/sudoers.d/spark-deploy-test"
 READY_S = 180  # bound on the release serving again after a reboot (boot + the stand-in's 2 s load)
 
 

@@ -26,8 +26,7 @@ import time
 
 import pytest
 
-from background import Background
-from deploy_helpers import CLI, completion, node_docker, recipe_variant, spark_deploy
+from deploy_helpers import OLD_STACK, SUDOERS, CLI, completion, node_docker, recipe_variant, spark_deploy
 
 from orchestrator.sim.state import NODE_STATE_DIR
 
@@ -43,21 +42,6 @@ def fresh(pair):
         pair.exec(node, ["rm", "-rf", f"{NODE_STATE_DIR}/releases", f"{NODE_STATE_DIR}/audit",
                          f"{NODE_STATE_DIR}/lock"])
     return pair
-
-
-@pytest.fixture
-def background():
-    """Every background command a test starts is killed at the end, whatever happened."""
-    started: list[Background] = []
-
-    def start(*args, **kw) -> Background:
-        run = Background(*args, **kw)
-        started.append(run)
-        return run
-
-    yield start
-    for run in started:
-        run.kill()
 
 
 def up(cluster, recipe, *extra):
@@ -306,17 +290,6 @@ def test_bench_compare_whose_b_dies_at_start_names_b_and_a_serves_again(fresh, t
 
 # ---- boot enable failing on the second node -----------------------------------------------------------
 
-OLD_STACK = """[Unit]
-Description=The old vLLM stack (field note 9)
-After=docker.service
-Requires=docker.service
-[Service]
-ExecStartPre=-/usr/bin/docker rm -f old-stack
-ExecStart=/usr/bin/docker run --rm --name old-stack --entrypoint sleep other/vllm:old infinity
-[Install]
-WantedBy=multi-user.target
-"""
-SUDOERS = "/etc/sudoers.d/spark-deploy-test"
 FULL_SUDO = "spark ALL=(root) NOPASSWD: ALL\n"
 # root for writing and removing files, but not for systemctl: `sudo -n systemctl ...` asks for a password
 NO_SYSTEMCTL = "spark ALL=(root) NOPASSWD: /usr/bin/true, /usr/bin/install, /usr/bin/rm\n"

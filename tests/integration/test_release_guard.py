@@ -22,28 +22,12 @@ from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_inventory
 
-from background import Background
 from deploy_helpers import completion, node_docker, plan_names, recipe_variant, spark_deploy
 
 pytestmark = pytest.mark.integration
 
 NODES = ("spark-1", "spark-2")
 RUN_LABEL = "spark-deploy.run"
-
-
-@pytest.fixture
-def background():
-    """Every background command a test starts is killed at the end, whatever happened."""
-    started: list[Background] = []
-
-    def start(*args, **kw) -> Background:
-        run = Background(*args, **kw)
-        started.append(run)
-        return run
-
-    yield start
-    for run in started:
-        run.kill()
 
 
 def phase_start(name: str):
