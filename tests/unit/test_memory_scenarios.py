@@ -29,7 +29,8 @@ from memnode.harness import MemCluster
 
 
 @pytest.fixture
-def mem(tmp_path):
+def mem(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # up's per-boot fact cache, not ~/.cache
     cluster = MemCluster(tmp_path)
     yield cluster
     assert not cluster.world.unknown, f"commands the in-memory node does not know: {cluster.world.unknown}"
