@@ -9,12 +9,51 @@ parsers' own unit tests read. A fact the model does not answer is an AssertionEr
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Callable
 
 from orchestrator.preflight.facts import FACTS, SEP
 
 from .docker import Answer, unknown
 from .model import Node
+
+SAMPLES = Path(__file__).parent.parent / "unit" / "samples"
+KERNEL = "6.8.0-1013-nvidia-64k"  # the sim node's `uname -r` (a DGX OS kernel)
+GPU_QUERY_LINE = "NVIDIA GB10, 580.126.09, 2405, 3003, Active, Not Active"  # the query, as test_boot_cache has it
+
+
+def _sample(name: str) -> Callable[..., Answer]:
+    return lambda node, *args: (0, (SAMPLES / name).read_text(), "")
+
+
+def _kernel(node: Node) -> Answer:
+    return 0, KERNEL + "\n", ""
+
+
+def _gpu(node: Node, boot_id: str = "", text: str = "") -> Answer:
+    """GPU_SCRIPT: the live query line, then the CUDA line: remembered on this boot, else from the full
+    report (samples/nvidia-smi-gb10-580.126.09.txt, as `grep -oE` cuts it out)."""
+    if boot_id and boot_id == node.boot_id:
+        return 0, f"{GPU_QUERY_LINE}\n{text}\n", ""
+    report = (SAMPLES / "nvidia-smi-gb10-580.126.09.txt").read_text()
+    cuda = re.findall(r"CUDA (?:UMD )?Version: [0-9.]+", report)
+    return 0, GPU_QUERY_LINE + "\n" + "".join(c + "\n" for c in cuda), ""
+
+
+def _model_snapshot(node: Node, cache: str, repo: str, revision: str) -> Answer:
+    """checks_model._SCRIPT over the node's HF cache: every revision resolves to the model's commit, whose
+    snapshot directory holds no files in this model (files are not modelled)."""
+    root = f"{cache}/hub/models--{repo.replace('/', '--')}"
+    return 0, f"root\t{root}\ncommit\t{node.commit(repo, revision)}\n", ""
+
+
+def _maintenance_image(node: Node, image_id: str = "") -> Answer:  # collect._IMAGE
+    if not image_id:
+        return 0, "unpinned\n", ""
+    image = node.image(image_id)
+    return 0, (json.dumps(list(image.layers)) + "\n") if image else "absent\n", ""
 
 
 def _boot_id(node: Node) -> Answer:  # cat /proc/sys/kernel/random/boot_id
@@ -31,7 +70,10 @@ def _restart(node: Node, fmt: str) -> Answer:
 
 
 ANSWERS: dict[str, Callable[..., Answer]] = {
-    "boot_id": _boot_id, "boot_units": _boot_units, "restart_policies": _restart,
+    "boot_id": _boot_id, "boot_units": _boot_units, "restart_policies": _restart, "kernel": _kernel,
+    "gpu": _gpu, "docker_info": _sample("docker-info.json"), "os_release": _sample("os-release.txt"),
+    "meminfo": _sample("meminfo-sim-spark-idle.txt"), "model_snapshot": _model_snapshot,
+    "maintenance_image": _maintenance_image,
 }
 
 
