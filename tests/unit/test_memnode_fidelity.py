@@ -208,3 +208,24 @@ def test_the_facts_driver_frames_a_fact_as_the_real_driver_does():
     said = fake.run_script(facts._DRIVER, *argv, check=True).stdout
     assert said == real
     assert facts.parse_framed(said, {"boot_id": spec})["boot_id"].value == node.boot_id
+
+
+def test_the_gpu_fact_prints_what_the_real_script_prints_over_the_captured_nvidia_smi(tmp_path):
+    """checks_host.GPU_SCRIPT by real bash with an nvidia-smi that prints the captured GB10 report (and the
+    query line), and the in-memory node: the same stdout, with nothing remembered and on the same boot."""
+    from orchestrator.preflight import boot_cache, checks_host
+    from memnode.facts import GPU_QUERY_LINE, fact_answer
+
+    (tmp_path / "nvidia-smi").write_text(f'#!/bin/sh\nif [ -n "$1" ]; then echo "{GPU_QUERY_LINE}"; '
+                                         f'else cat {SAMPLES / "nvidia-smi-gb10-580.126.09.txt"}; fi\n')
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    world = World()
+    node = world.add("n", "n.local", "10.0.0.1")
+    node.boot_id = Path(boot_cache.BOOT_ID).read_text().strip()
+
+    def real(*args: str) -> str:
+        return subprocess.run(["bash", "-c", checks_host.GPU_SCRIPT, "fact", *args], capture_output=True, text=True,
+                              check=True, env={"PATH": f"{tmp_path}:/usr/bin:/bin"}).stdout
+
+    for args in (["", ""], [node.boot_id, "CUDA Version: 12.9"], ["00000000-0000-4000-8000-000000000000", "x"]):
+        assert fact_answer(node, "gpu", checks_host.GPU_SCRIPT, args)[1] == real(*args), args
