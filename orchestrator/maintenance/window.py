@@ -9,12 +9,14 @@ the baseline on every node and one audit line. `verify` is read only.
 from __future__ import annotations
 
 import time
+from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import preflight
 from ..config.load import Deployment, load_inventory, load_kept_recipe
 from ..deploy.restore import recorded_deployment
+from ..preflight.registry import CheckSpec
 from ..preflight.run import Report
 from ..releases import audit
 from ..releases import store as release_store
@@ -22,7 +24,7 @@ from ..releases.record import Release, ReleaseOutcome, who
 from ..render.plan import build_plan
 from ..runner.events import Events
 from ..operation import AuditAction, ClusterState, Observation, Operation, OperationRefused, Reach
-from ..transport.group import Cluster
+from ..transport.group import Cluster, Connector
 from . import collect, store
 from .baseline import Baseline, NodeFacts, said
 from .diff import Drift, compare
@@ -67,14 +69,18 @@ def _summary(report: Report) -> list[str]:
             for v in report.failed()]
 
 
-def begin(dep: Deployment, events: Events, reason: str = "", stop: bool = False, force: bool = False) -> BeginResult:
+def begin(dep: Deployment, events: Events, reason: str = "", stop: bool = False, force: bool = False, *,
+          connector: Connector | None = None, checks: list[CheckSpec] | None = None) -> BeginResult:
     """The head must answer (the lock and the baseline's newest copy); an unreachable peer is named in the
-    baseline's facts, not a refusal: a window is often opened because a node is in trouble."""
-    with Operation(dep.inventory, events, AuditAction.MAINTENANCE_BEGIN, reach=Reach.HEAD) as op:
-        return _begin_locked(dep, op, reason, stop, force)
+    baseline's facts, not a refusal: a window is often opened because a node is in trouble. `connector`
+    and `checks` (default: every registered check) are the seams the in-memory unit tests use."""
+    with Operation(dep.inventory, events, AuditAction.MAINTENANCE_BEGIN, reach=Reach.HEAD,
+                   cluster_factory=partial(Cluster, connector=connector)) as op:
+        return _begin_locked(dep, op, reason, stop, force, preflight.select() if checks is None else checks)
 
 
-def _begin_locked(dep: Deployment, op: Operation, reason: str, stop: bool, force: bool) -> BeginResult:
+def _begin_locked(dep: Deployment, op: Operation, reason: str, stop: bool, force: bool,
+                  checks: list[CheckSpec]) -> BeginResult:
     inventory, cluster, conns, unreachable, events = dep.inventory, op.cluster, op.alive, op.unreachable, op.events
     state = op.state
     open_window = state.window
@@ -96,7 +102,7 @@ def _begin_locked(dep: Deployment, op: Operation, reason: str, stop: bool, force
     # every check runs: the serving release's own ports and memory count as what `up` would free first
     # (preflight/replaced.py), so nothing is skipped while it serves
     skipped: dict[str, str] = {}
-    report = preflight.run_checks(fact_dep, plan, cluster, preflight.select(skip=list(skipped)))
+    report = preflight.run_checks(fact_dep, plan, cluster, [c for c in checks if c.name not in skipped])
     serving_plan = serving.plan_hash if serving else None
     facts = collect.collect(cluster, conns, unreachable, fact_dep, plan, serving_plan)
     stopped = None

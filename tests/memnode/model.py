@@ -11,6 +11,7 @@ import enum
 import secrets
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from orchestrator.render.labels import ContainerLabels
@@ -115,6 +116,7 @@ class Node:
     traps: list = field(default_factory=list)  # (matches(command), action) run when a command arrives
     commits: dict[tuple[str, str], str] = field(default_factory=dict)  # (repo, revision) -> commit
     systemd: object = None  # memnode.systemd.Systemd, set by World.add
+    boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))  # /proc/sys/kernel/random/boot_id
 
     # ---- lookups ------------------------------------------------------------------------------
     def container(self, ref: str) -> Container | None:

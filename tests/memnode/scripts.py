@@ -18,6 +18,7 @@ from orchestrator.releases import audit, lock, store
 from orchestrator.preflight import facts
 
 from . import systemd
+from .facts import driver as fact_driver
 from .docker import Answer, ps_ids, rm, stop, unknown
 from .model import Node
 
@@ -26,11 +27,16 @@ def _cat(node: Node, path: str) -> Answer:  # '[ -f "$1" ] && cat -- "$1" || tru
     return 0, node.files.get(path, ""), ""
 
 
-def _lock_create(node: Node, path: str, details: str) -> Answer:
+def _lock_create(node: Node, path: str, details: str, *then: str) -> Answer:
+    """TAKEN, then what the optional read-only `then` script ("$3", its args "$4"..) prints under the lock
+    (answered by identity too), with "@then-failed CODE" when it failed; or HELD and the holder's text."""
     if path in node.files:
         return 0, "HELD\n" + node.files[path], ""
     node.files[path] = details
-    return 0, "TAKEN\n", ""
+    if not then:
+        return 0, "TAKEN\n", ""
+    code, out, _err = answer(node, then[0], tuple(then[1:]))
+    return 0, "TAKEN\n" + out + (f"@then-failed {code}\n" if code else ""), ""
 
 
 def _lock_set_aside(node: Node, path: str, seen: str, _token: str) -> Answer:
@@ -71,6 +77,11 @@ def _records(node: Node, directory: str) -> str | None:
     if not inside and not any(p.startswith(directory + "/") for p in node.files):
         return None
     return "".join(node.files[p] + "\n" for p in inside if p.endswith(".json"))
+
+
+def _store_write(node: Node, path: str, text: str) -> Answer:  # printf '%s' "$2", then mv over "$1"
+    node.files[path] = text
+    return 0, "", ""
 
 
 def _store_read(node: Node, directory: str) -> Answer:
@@ -139,10 +150,10 @@ def _forget_secrets(node: Node, directory: str, recipe: str) -> Answer:
 SCRIPTS = [
     (lock._CREATE, _lock_create), (lock._SET_ASIDE, _lock_set_aside), (lock._REFRESH, _lock_refresh),
     (lock._RELEASE, _lock_release), (lock._READ, _cat), (audit._APPEND, _audit_append), (audit._READ, _cat),
-    (store._READ, _store_read), (state._READ, _state_read), (containers._LIST, _list),
+    (store.READ, _store_read), (store._WRITE, _store_write), (state._READ, _state_read), (containers._LIST, _list),
     (containers._EITHER, _recipe_or_named), (containers._REMOVE, _remove),
     (images._INSPECT, _image_inspect), (model_cache._RESOLVE, _resolve),
-    (down._FORGET, _forget_secrets), (window_store._READ, _window_read), (facts._DRIVER, systemd.facts_driver),
+    (down._FORGET, _forget_secrets), (window_store._READ, _window_read), (facts._DRIVER, fact_driver),
     *systemd.SCRIPTS,
 ]
 

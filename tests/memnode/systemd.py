@@ -1,9 +1,7 @@
-"""systemd on an in-memory node, and the facts driver for the facts the model answers.
+"""systemd on an in-memory node: its boot facts (boot_units, restart_policies) for memnode/facts.py.
 
 Unit files are the node's files under /etc/systemd/system (written by `put_file`, as `boot enable` does);
-`systemctl daemon-reload / enable / disable` change what is loaded and enabled. The facts driver
-(preflight/facts._DRIVER) is recognised by identity, and so is each fact's script inside it: a fact the
-model does not answer is an AssertionError naming it.
+`systemctl daemon-reload / enable / disable` change what is loaded and enabled.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ import shlex
 
 from orchestrator.deploy import privilege
 from orchestrator.preflight import checks_boot
-from orchestrator.preflight.facts import SEP
 from orchestrator.render.unit import UNIT_DIR
 
 from .docker import Answer, unknown
@@ -101,25 +98,6 @@ def restart_policies(node: Node, fmt: str) -> Answer:
 def root_probe(node: Node) -> Answer:
     """privilege._PROBE as the node's login user sees it: the unit tests log in as root."""
     return 0, "root root\n", ""
-
-
-def fact_answer(node: Node, script: str, args: list[str]) -> Answer:
-    if script is checks_boot._BOOT_UNITS:
-        return node.systemd.boot_units(node)
-    if script is checks_boot._RESTART:
-        return restart_policies(node, *args)
-    raise unknown(f"fact script {script[:60]!r}...")
-
-
-def facts_driver(node: Node, *argv: str) -> Answer:
-    """facts._DRIVER: per fact (name, script, argc, args...), its framed stdout, then its stderr."""
-    out, rest = [], list(argv)
-    while rest:
-        name, script, count = rest[0], rest[1], int(rest[2])
-        args, rest = rest[3:3 + count], rest[3 + count:]
-        code, stdout, stderr = fact_answer(node, script, args)
-        out.append(f"{SEP}F {name} {code}\n{stdout.rstrip(chr(10))}\n{SEP}E\n{stderr}")
-    return 0, "".join(out), ""
 
 
 SCRIPTS = [(privilege._PROBE, root_probe)]

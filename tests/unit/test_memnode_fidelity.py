@@ -4,8 +4,9 @@
   docker 20.10.24);
 - a container `docker run` by the plan, as inspected: the name, label keys and Args a simulated head showed
   (samples/replaced-sim-head.txt, captured on a simulated node), in fakes.container_inspect's shape;
-- the state-dir scripts (lock, release records, audit, stale secrets, revision resolver): the same stdout as
-  the real script run by real bash over the same files.
+- the state-dir scripts (lock, its create reading the history under it, release records written in one round
+  trip and read, audit, stale secrets, revision resolver): the same stdout as the real script run by real
+  bash over the same files.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ SAMPLES = Path(__file__).parent / "samples"
 
 
 @pytest.fixture
-def mem(tmp_path):
+def mem(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # up's per-boot fact cache, not ~/.cache
     return MemCluster(tmp_path)
 
 
@@ -94,11 +96,12 @@ def test_state_dir_scripts_print_what_real_bash_prints(tmp_path):
     root.mkdir()
     fake = MemoryNode(world, SSHTarget("n", "n.local", "u", 22, None, "/dev/null")).open()
 
-    def both(script: str, *paths_then_args: str, paths: int = 1) -> tuple[str, str]:
-        real_args = [str(root / a.lstrip("/")) if i < paths else a for i, a in enumerate(paths_then_args)]
-        return fake.run_script(script, *paths_then_args, check=True).stdout, bash(script, *real_args, cwd=root)
+    def both(script: str, *args: str, paths: tuple[int, ...] = (0,)) -> tuple[str, str]:
+        real_args = [str(root / a.lstrip("/")) if i in paths else a for i, a in enumerate(args)]
+        return fake.run_script(script, *args, check=True).stdout, bash(script, *real_args, cwd=root)
 
     path = "/state/lock/c.json"
+    releases = "/state/releases/c"
     details = json.dumps({"token": "abc", "owner": "me"}, sort_keys=True)
     steps = [
         (lock._READ, (path,)),
@@ -110,19 +113,29 @@ def test_state_dir_scripts_print_what_real_bash_prints(tmp_path):
         (lock._RELEASE, (path, "nope")),
         (lock._RELEASE, (path, "abc")),
         (lock._SET_ASIDE, (path, details, "t1")),
-        (store._READ, ("/state/releases/c",)),
+        (store.READ, (releases,)),
+        (lock._CREATE, (path, details, store.READ, releases), (0, 3)),  # taken; no history yet: MISSING
+        (lock._RELEASE, (path, "abc")),
+        (store._WRITE, (f"{releases}/000001.json", json.dumps({"id": 1}) + "\n")),
+        (store._WRITE, (f"{releases}/000002.json", json.dumps({"id": 2}) + "\n")),
+        (store._WRITE, (f"{releases}/000002.json", json.dumps({"id": 2, "outcome": "failed"}) + "\n")),
+        (store.READ, (releases,)),
+        (lock._CREATE, (path, details, store.READ, releases), (0, 3)),  # taken, and the history read under it
+        (lock._CREATE, (path, '{"token": "other"}', store.READ, releases), (0, 3)),  # held: nothing read
         (audit._APPEND, ("/state/audit/c.jsonl", '{"id": "1"}')),
         (audit._APPEND, ("/state/audit/c.jsonl", '{"id": "2"}')),
         (audit._READ, ("/state/audit/c.jsonl",)),
     ]
-    for script, args in steps:
-        said, real = both(script, *args)
+    for script, args, *paths in steps:
+        said, real = both(script, *args, paths=paths[0] if paths else (0,))
         assert said == real, (script[:40], args)
-    for rid in (1, 2):
-        node.files[f"/state/releases/c/{rid:06d}.json"] = json.dumps({"id": rid}) + "\n"
+    assert said and "DIR" in both(store.READ, releases)[0]
+    assert sorted(p.name for p in (root / "state/releases/c").iterdir()) == ["000001.json", "000002.json"]
+    for rid in (3, 4):
+        node.files[f"{releases}/{rid:06d}.json"] = json.dumps({"id": rid}) + "\n"
     mirror(node, root)
-    said, real = both(store._READ, "/state/releases/c")
-    assert said == real and said.startswith("DIR\n")
+    said, real = both(store.READ, releases)
+    assert said == real and said.startswith("DIR\n") and '"outcome": "failed"' in said
     node.files["/secrets/sim-tiny.env"] = "TOKEN=x\n"
     node.files["/secrets/other.env"] = "TOKEN=y\n"
     mirror(node, root)
@@ -178,3 +191,41 @@ def test_boot_units_of_an_enabled_unit_read_like_the_captured_systemd_node(mem):
     parsed = parse_boot_units(said)
     assert [u.started_container() for u in parsed.units if u.ours] == [unit.container]
     assert parsed.engine_enabled
+
+
+def test_the_facts_driver_frames_a_fact_as_the_real_driver_does():
+    """The real preflight/facts._DRIVER run by real bash over this machine's boot id, and the in-memory
+    node holding the same boot id: the same framed bytes (header, stdout, stderr marker)."""
+    from orchestrator.preflight import boot_cache, facts
+
+    world = World()
+    node = world.add("n", "n.local", "10.0.0.1")
+    node.boot_id = Path(boot_cache.BOOT_ID).read_text().strip()
+    fake = MemoryNode(world, SSHTarget("n", "n.local", "u", 22, None, "/dev/null")).open()
+    spec = facts.FACTS["boot_id"]
+    argv = facts.driver_args([spec, spec], None)
+    real = bash(facts._DRIVER, *argv, cwd=Path("/"))
+    said = fake.run_script(facts._DRIVER, *argv, check=True).stdout
+    assert said == real
+    assert facts.parse_framed(said, {"boot_id": spec})["boot_id"].value == node.boot_id
+
+
+def test_the_gpu_fact_prints_what_the_real_script_prints_over_the_captured_nvidia_smi(tmp_path):
+    """checks_host.GPU_SCRIPT by real bash with an nvidia-smi that prints the captured GB10 report (and the
+    query line), and the in-memory node: the same stdout, with nothing remembered and on the same boot."""
+    from orchestrator.preflight import boot_cache, checks_host
+    from memnode.facts import GPU_QUERY_LINE, fact_answer
+
+    (tmp_path / "nvidia-smi").write_text(f'#!/bin/sh\nif [ -n "$1" ]; then echo "{GPU_QUERY_LINE}"; '
+                                         f'else cat {SAMPLES / "nvidia-smi-gb10-580.126.09.txt"}; fi\n')
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    world = World()
+    node = world.add("n", "n.local", "10.0.0.1")
+    node.boot_id = Path(boot_cache.BOOT_ID).read_text().strip()
+
+    def real(*args: str) -> str:
+        return subprocess.run(["bash", "-c", checks_host.GPU_SCRIPT, "fact", *args], capture_output=True, text=True,
+                              check=True, env={"PATH": f"{tmp_path}:/usr/bin:/bin"}).stdout
+
+    for args in (["", ""], [node.boot_id, "CUDA Version: 12.9"], ["00000000-0000-4000-8000-000000000000", "x"]):
+        assert fact_answer(node, "gpu", checks_host.GPU_SCRIPT, args)[1] == real(*args), args

@@ -29,7 +29,8 @@ from memnode.harness import MemCluster
 
 
 @pytest.fixture
-def mem(tmp_path):
+def mem(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # up's per-boot fact cache, not ~/.cache
     cluster = MemCluster(tmp_path)
     yield cluster
     assert not cluster.world.unknown, f"commands the in-memory node does not know: {cluster.world.unknown}"
@@ -266,6 +267,39 @@ def test_window_stop_failing_on_the_peer_leaves_the_head_serving(mem):
     assert "permission denied" in result.failed["spark-2"]
     assert result.outcome is StopOutcome.STILL_SERVING and result.stopped == [], "every container still runs"
     assert mem.serving_plan() == served.plan_hash and mem.world.ready(mem.running()["spark-1"][0])
+
+
+def test_begin_stop_failing_on_the_peer_opens_the_window_with_every_container_still_serving(mem):
+    """The whole `maintenance begin --stop` (maintenance/window.begin): the lock, the state read, the
+    baseline's facts gathered through the facts driver, the stop, the boot facts read again, the baseline
+    and the audit line. The peer's `docker stop` fails: nothing is recorded as stopped, every container
+    still serves, the window opens "with problems" naming the peer, and the lock is released.
+    (Preflight's registry checks are not run here (`checks=[]`): their probes are unit-tested on captures.)"""
+    from orchestrator.maintenance import window
+    from orchestrator.maintenance.store import baseline_path
+
+    served = mem.up()
+    mem.node("spark-2").traps.append((matches_argv("docker", "stop"),
+                                      fails(1, "Error response from daemon: cannot stop container: permission "
+                                               "denied\n")))
+
+    result = window.begin(mem.dep, mem.events, "firmware", stop=True, connector=connector(mem.world), checks=[])
+
+    assert result.stop is not None and result.stop.outcome is StopOutcome.STILL_SERVING
+    assert list(result.stop.failed) == ["spark-2"] and "permission denied" in result.stop.failed["spark-2"]
+    assert result.stop.stopped == [] and result.baseline.stopped == []
+    assert mem.serving_plan() == served.plan_hash and mem.world.ready(mem.running()["spark-1"][0])
+    assert records(mem)[served.release]["outcome"] == "serving", "nothing recorded as stopped"
+    facts = result.baseline.nodes
+    assert set(facts) == {"spark-1", "spark-2"} and not any(f.errors for f in facts.values()), facts
+    assert facts["spark-2"].gpu.name == "NVIDIA GB10" and facts["spark-2"].gpu.cuda == "13.0"
+    assert facts["spark-1"].image.present and facts["spark-1"].model.commit
+    for node in ("spark-1", "spark-2"):
+        assert baseline_path(mem.inventory, node) in mem.node(node).files
+    line = audit_lines(mem)[-1]
+    assert (line["action"], line["outcome"]) == ("maintenance-begin", "opened with problems"), line
+    assert "permission denied" in line["nodes"]["spark-2"], line
+    assert lock_free(mem)
 
 
 # ---- boot enable -----------------------------------------------------------------------------------------
