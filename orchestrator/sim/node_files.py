@@ -346,6 +346,10 @@ set -eu
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # a (re)boot starts with an empty /run, as its tmpfs would be: no stale pidfiles or sockets
 find /run -mindepth 1 -maxdepth 1 ! -name lock -exec rm -rf -- {} +
+# a container shares the host kernel's boot_id, a real reboot makes a new one: give each boot its own (what
+# up's per-boot fact cache keys on), as sim-init does for a systemd node
+cat /proc/sys/kernel/random/uuid >/run/sim-boot-id
+mount --bind /run/sim-boot-id /proc/sys/kernel/random/boot_id || echo "sim-entrypoint: boot_id stays the host's" >&2
 ssh-keygen -A  # makes only the host keys that are missing: kept across reboots
 mkdir -p /run/sshd /run/lock /root/.ssh /var/log
 chmod 700 /root/.ssh

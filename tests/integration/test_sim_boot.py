@@ -8,6 +8,7 @@ another engineer's maintenance code will drive it.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from collections.abc import Callable
 
 import pytest
@@ -187,11 +188,15 @@ def test_the_docker_init_node_reboots_too(sim_cluster_factory):
     cluster.exec(1, ["docker", "run", "-d", "--name", "keeps", "--restart", "unless-stopped",
                      "--stop-timeout", "2", *SLEEPER])
     cluster.fault(1, "fill-disk", free="8m")
+    boot_id = "/proc/sys/kernel/random/boot_id"
+    boot_before = cluster.exec(1, ["cat", boot_id]).stdout.strip()
+    assert boot_before != Path(boot_id).read_text().strip(), "a node's boot is its own, not the host kernel's"
     line = cluster.fault(1, "reboot")[0]
     assert "spark-1: rebooted (orderly shutdown" in line and "docker-init" in line
     assert cluster.known_hosts_path.read_text() == key
     with ssh(cluster) as conns:
         assert out(conns, "spark-1", "ps", "-p", "1", "-o", "comm=") == "docker-init"
+        assert out(conns, "spark-1", "cat", boot_id) not in ("", boot_before), "a reboot makes a new boot id"
         wait_for("the unless-stopped container back", lambda: "keeps" in running(conns, "spark-1"))
         assert "MemTotal:       125519872 kB" in out(conns, "spark-1", "cat", "/proc/meminfo")
         # the full disk stayed full (its tmpfs is mounted again at boot)
