@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the steps import this module: their types are named here, n
     from ..releases.lock import DeployLock
     from ..releases.record import Release
     from ..releases.store import History
+    from ..runner.runner import StepFailed
     from ..docker_cli.containers import Container
     from .expectations import ExpectationResult
     from .restore import Kept
@@ -72,6 +73,7 @@ class UpContext:
     replaces: Release | None = None  # the release whose containers this run stops
     reuse: dict[str, Kept] = field(default_factory=dict)  # node -> start it instead of `docker run` (rollback)
     stop_step: StopPrevious | None = None  # once planned: what it stopped is what a restore starts
+    failure: StepFailed | None = None  # once the run failed: its nodes and causes go into the audit line
     endpoint_at: Callable[[str, int], Endpoint] = Endpoint  # (host, port) -> an API; the restore's too (tests: in memory)
 
     def conn(self, node: str):

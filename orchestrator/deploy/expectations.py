@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from ..config.recipe import Recipe
@@ -20,6 +20,7 @@ class ExpectationResult:
     status: Status
     per_node: dict[str, str | None]  # the line (or value) each node printed, None when absent
     detail: str
+    nodes: list[str] = field(default_factory=list)  # the nodes that fail it (named in the error and the audit)
 
     @property
     def ok(self) -> bool:
@@ -50,11 +51,12 @@ def evaluate(recipe: Recipe, logs: dict[str, list[str]], final: bool) -> list[Ex
         wrong = [node for node, m in seen.items() if m is not None and line.contains and line.contains not in _value(m)]
         if wrong:
             shown = "; ".join(f"{n}: {per_node[n]!r}" for n in wrong)
-            results.append(ExpectationResult(line.name, "failed", per_node, f"expected {line.contains!r}, got {shown}"))
+            results.append(ExpectationResult(line.name, "failed", per_node, f"expected {line.contains!r}, got {shown}",
+                                             wrong))
         elif missing:
             status: Status = "failed" if final else "waiting"
             results.append(ExpectationResult(line.name, status, per_node,
-                                             f"no line matching {line.pattern!r} on {', '.join(missing)}"))
+                                             f"no line matching {line.pattern!r} on {', '.join(missing)}", missing))
         else:
             want = f" containing {line.contains!r}" if line.contains else ""
             results.append(ExpectationResult(line.name, "ok", per_node, f"seen on every node{want}"))
@@ -68,12 +70,13 @@ def evaluate(recipe: Recipe, logs: dict[str, list[str]], final: bool) -> list[Ex
                                              "--enforce-eager: no CUDA graphs, so no line to compare"))
         elif len(set(present.values())) > 1:
             shown = "; ".join(f"{n}: {v!r}" for n, v in per_node.items())
-            results.append(ExpectationResult(same.name, "failed", per_node, f"nodes disagree: {shown}"))
+            results.append(ExpectationResult(same.name, "failed", per_node, f"nodes disagree: {shown}",
+                                             list(per_node)))
         elif len(present) < len(per_node):
             missing = [n for n, v in per_node.items() if v is None]
             status = "failed" if final else "waiting"
             results.append(ExpectationResult(same.name, status, per_node,
-                                             f"no line matching {same.pattern!r} on {', '.join(missing)}"))
+                                             f"no line matching {same.pattern!r} on {', '.join(missing)}", missing))
         else:
             results.append(ExpectationResult(same.name, "ok", per_node, "identical on every node"))
     return results
@@ -105,7 +108,7 @@ def transport(profile: str, debug: dict[str, str], logs: dict[str, list[str]]) -
         return ExpectationResult("nccl-transport", "failed", per_node,
                                  f"profile roce, but NCCL fell back to sockets on {', '.join(fell_back)} ({shown}): "
                                  "check NCCL_IB_HCA against the node's HCA (preflight roce-hca) and that the "
-                                 "container gets /dev/infiniband")
+                                 "container gets /dev/infiniband", fell_back)
     if missing:  # NCCL prints it at init, long before the API serves: absent here is absent (a container
         # kept from before the roce profile rendered NCCL_DEBUG, a recipe's NCCL_DEBUG_SUBSYS without NET)
         return ExpectationResult("nccl-transport", "not applicable", per_node,

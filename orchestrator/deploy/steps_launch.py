@@ -224,4 +224,5 @@ class LogChecks(NoUndo):
             ctx.events.check(r.name, r.status, r.per_node, r.detail)
         failed = [r for r in ctx.expectations if not r.ok]
         if failed:
-            raise StepFailed(self.phase, "; ".join(f"{r.name}: {r.detail}" for r in failed))
+            raise StepFailed(self.phase, "; ".join(f"{r.name}: {r.detail}" for r in failed),
+                             sorted({n for r in failed for n in r.nodes}))

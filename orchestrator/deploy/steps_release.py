@@ -19,7 +19,7 @@ from ..docker_cli.containers import list_containers, remove_container
 from ..releases import audit, store
 from ..releases.guard import report_takeover
 from ..releases.lock import DeployLock, LockError
-from ..operation.operation import held_lock
+from ..operation.operation import cause_chain, held_lock, node_reasons
 from ..releases.record import ModelSeen, RankRecord, Release, ReleaseOutcome, who
 from ..render.labels import Label
 from ..runner.events import Kind, Phase
@@ -223,9 +223,12 @@ def _finish(ctx: UpContext, outcome: ReleaseOutcome | str, **fields) -> None:
         detail = ctx.release.outcome_text()
     elif fields.get("failed_phase"):
         detail = f"failed in {fields['failed_phase']} before a release was recorded: {fields.get('cause', '')}"
+    said = {}
+    if ctx.failure is not None:  # per node why, and the causes behind it (as an Operation's line carries them)
+        said = {"nodes": node_reasons(ctx.failure), "causes": cause_chain(ctx.failure)}
     line = audit.entry("rollback" if ctx.opts.rollback_of else "up", str(outcome),
                        release=ctx.release.id if ctx.release else None, detail=detail,
-                       plan_hash=ctx.plan.plan_hash, recipe=ctx.dep.recipe.name)
+                       plan_hash=ctx.plan.plan_hash, recipe=ctx.dep.recipe.name, **said)
     # the records and the audit line are separate files: written at once, each to every answering node
     with ThreadPoolExecutor(len(records) + 1, thread_name_prefix="finish") as pool:
         writes = [pool.submit(_write, ctx, record, targets) for record in records]

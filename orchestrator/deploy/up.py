@@ -144,6 +144,7 @@ def _check(result) -> dict:
 
 def _after_failure(ctx: UpContext, failure: StepFailed) -> None:
     """The new release is undone; start the previous one again (unless --no-restore) and record both."""
+    ctx.failure = failure
     stop = ctx.stop_step
     fields = {"failed_phase": str(failure.phase) if failure.phase else None, "cause": failure.cause}
     if stop is None or not stop.touched:

@@ -93,12 +93,20 @@ def held_lock(inventory: Inventory) -> DeployLock | None:
     return lock if lock is not None and lock.held else None
 
 
-def cause_chain(exc: BaseException) -> list[str]:
-    """The exception and what caused it, outermost first, each in words (a bug named as one)."""
+SAID_MAX = 300  # characters of one cause or one node's reason in an audit line (a line stays < PIPE_BUF)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= SAID_MAX else text[:SAID_MAX - 6] + " [cut]"
+
+
+def cause_chain(exc: BaseException, most: int = 5) -> list[str]:
+    """The exception and what caused it, outermost first, each in words (a bug named as one), each cut to
+    SAID_MAX: an audit line must stay one short write."""
     chain, seen = [], set()
-    while exc is not None and id(exc) not in seen:
+    while exc is not None and id(exc) not in seen and len(chain) < most:
         seen.add(id(exc))
-        chain.append(unexpected(exc) if is_bug(exc) else (str(exc) or type(exc).__name__))
+        chain.append(_short(unexpected(exc) if is_bug(exc) else (str(exc) or type(exc).__name__)))
         exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
     return chain
 
@@ -107,11 +115,11 @@ def node_reasons(exc: BaseException) -> dict[str, str]:
     """Per node, why it failed, from the errors that carry nodes (GroupError, NodeError, StepFailed)."""
     while exc is not None:
         if isinstance(exc, GroupError):
-            return {n: (unexpected(e) if is_bug(e) else str(e)) for n, e in exc.failures.items()}
+            return {n: _short(unexpected(e) if is_bug(e) else str(e)) for n, e in exc.failures.items()}
         if isinstance(exc, NodeError):
-            return {exc.node: str(exc)}
+            return {exc.node: _short(str(exc))}
         if isinstance(exc, (StepFailed, OperationRefused)) and exc.nodes:
-            return {n: str(exc).splitlines()[0] for n in exc.nodes}
+            return {n: _short(str(exc).splitlines()[0]) for n in exc.nodes}
         exc = exc.__cause__
     return {}
 

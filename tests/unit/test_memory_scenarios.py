@@ -108,7 +108,10 @@ def test_failed_up_is_undone_and_the_previous_release_serves_again(mem, node, fa
     assert history[2]["failed_phase"] == str(phase)
     assert history[1]["outcome"] == "serving"
     assert records(mem, "spark-2") == history  # the same history on every node
-    assert audit_lines(mem)[-1]["outcome"] == "failed"
+    line = audit_lines(mem)[-1]
+    assert line["outcome"] == "failed" and line["causes"][0].startswith(f"during {phase}"), line
+    assert failure.nodes == [node]  # named where it failed: in StepFailed, and so in the audit line
+    assert list(line["nodes"]) == [node], line
     assert lock_free(mem)
 
 
