@@ -16,7 +16,7 @@ from typing import cast
 from ..config.inventory import Inventory
 from ..config.load import Deployment
 from ..docker_cli.containers import Container
-from ..operation import AuditAction, Observation, Operation, Outcome, Reach
+from ..operation import AuditAction, Observation, Operation, OperationRefused, Outcome, Reach
 from ..preflight.checks_boot import (
     BootItem,
     BootMatch,
@@ -27,6 +27,7 @@ from ..preflight.checks_boot import (
     node_boot,
 )
 from ..preflight.facts import FactInput, Observed, gather_node
+from ..releases.lock import LockError
 from ..releases.record import Release
 from ..render.plan import Plan, build_plan
 from ..render.unit import UNIT_DIR, BootUnit, render_unit, unit_name
@@ -219,6 +220,45 @@ def _install(conn: NodeConnection, unit: BootUnit, root: privilege.Root, scratch
     except (NodeError, OSError) as exc:  # a NodeError: the group error names the node once
         cause = str(exc).removeprefix(f"{conn.name}: ")
         raise NodeError(conn.name, f"could not install {unit.path}: {cause} (it needs root on the node)") from exc
+
+
+# ---- after an `up`: the units follow the release ---------------------------------------------------------
+
+def units_behind(cluster: Cluster, inventory: Inventory, recipe: str, release: int) -> dict[str, str]:
+    """Per node, the release our enabled unit for this recipe brings back, where it is not `release` (one
+    round trip per node; a node that does not answer, or has no systemd, says nothing)."""
+    name = unit_name(inventory.cluster, recipe)
+    try:
+        facts = cluster.each(read_boot)
+    except GroupError as exc:
+        facts = dict(exc.results)
+    behind = {}
+    for node, seen in facts.items():
+        obs = seen.get("boot_units")
+        if obs is None or not obs.ok or not obs.value.systemd:
+            continue
+        info = next((u for u in obs.value.units if u.id == name), None)
+        if info is not None and info.key("Release") != str(release):
+            behind[node] = info.key("Release") or "?"
+    return behind
+
+
+def follow(dep: Deployment, events: Events, behind: dict[str, str], connector: Connector | None = None) -> None:
+    """`up`'s last word when boot was enabled for an earlier release of this recipe: a unit starts the
+    container it was enabled for, by a name that never changes, so it is pointed at the release serving now
+    (`boot enable`, without --yes) — or it is said loudly that a reboot would bring back the earlier one."""
+    was = ", ".join(f"{n}: release {r}" for n, r in behind.items())
+    events.note(f"boot was enabled for an earlier release ({was}): enabling it for the release serving now")
+    fix = f"`spark-deploy boot enable {dep.recipe_path}`"
+    try:
+        result = enable(dep, events, yes=False, connector=connector)
+    except (BootRefused, LockError, NodeError, OperationRefused, GroupError) as exc:
+        events.warn(f"a reboot would bring back the earlier release ({was}), not this one: {exc}; {fix} once "
+                    "that is fixed")
+        return
+    if result.conflicts:
+        events.warn(f"a reboot would bring back the earlier release ({was}), not this one: other things come back "
+                    "on boot too (" + "; ".join(c.describe() for c in result.conflicts) + f"): {fix} --yes")
 
 
 # ---- disable ------------------------------------------------------------------------------------------

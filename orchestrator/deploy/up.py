@@ -27,6 +27,7 @@ from ..runner.events import Events, Phase
 from ..runner.runner import Runner, StepFailed
 from ..transport.group import Cluster, Connector
 from ..releases.record import ReleaseOutcome
+from . import boot
 from .context import UpContext, UpOptions
 from .current import Action
 from .restore import StartKept, restore_previous
@@ -114,6 +115,7 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
     ctx = UpContext(dep, plan, Cluster(dep.inventory, connector=connector), events, opts,
                     endpoint_at(dep.inventory.ranked[0].address, recipe.serve.port), endpoint_at=endpoint_at)
     runner: Runner[UpContext] = Runner(events, before_undo=ctx.cluster.renew_cancel)
+    behind: dict[str, str] = {}
     try:
         runner.run(plan_steps(ctx), ctx)
         if ctx.decision.action is Action.ALREADY_SERVING:
@@ -130,12 +132,27 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
         raise
     else:
         finish(ctx, ReleaseOutcome.SERVING, log_checks=[_check(r) for r in ctx.expectations])
-        return UpResult(ctx.endpoint.url, recipe.served_name, plan.plan_hash, plan.run_id,
-                        expectations=ctx.expectations, sample=ctx.sample,
-                        release=ctx.release.id if ctx.release else None,
-                        replaced=ctx.replaces.id if ctx.replaces else None)
+        behind = _boot_behind(ctx)
+        result = UpResult(ctx.endpoint.url, recipe.served_name, plan.plan_hash, plan.run_id,
+                          expectations=ctx.expectations, sample=ctx.sample,
+                          release=ctx.release.id if ctx.release else None,
+                          replaced=ctx.replaces.id if ctx.replaces else None)
     finally:
         _close(ctx)
+    if behind:  # after the lock is let go: `boot enable` is an operation of its own
+        boot.follow(dep, events, behind, connector)
+    return result
+
+
+def _boot_behind(ctx: UpContext) -> dict[str, str]:
+    """Nodes whose boot unit of this recipe brings back an earlier release (a reboot must bring back this one)."""
+    if ctx.release is None:
+        return {}
+    try:
+        return boot.units_behind(ctx.cluster, ctx.dep.inventory, ctx.dep.recipe.name, ctx.release.id)
+    except Exception as exc:  # noqa: BLE001 - the release serves either way; what comes back on boot is said
+        ctx.events.warn(f"could not read what comes back on boot ({exc}): `spark-deploy boot status` shows it")
+        return {}
 
 
 def _check(result) -> dict:

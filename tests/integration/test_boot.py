@@ -21,7 +21,7 @@ import time
 import urllib.request
 
 import pytest
-from deploy_helpers import OLD_STACK, SUDOERS, node_docker, spark_deploy
+from deploy_helpers import OLD_STACK, SUDOERS, node_docker, recipe_variant, spark_deploy
 
 from orchestrator.config.load import load_inventory
 from orchestrator.render.unit import command_line, unit_name
@@ -229,6 +229,18 @@ def test_other_stack_is_named_then_enable_reboot_disable(sysd, tmp_path):
         assert n["our_units"][0]["plan_hash"] == plan
     r = spark_deploy("preflight", recipe, "-i", inv, "--only", "boot", "--json")
     assert r.returncode == 0, r.stdout
+
+    # ---- an `up` of another plan: the units follow the release that serves (a unit starts its container by a
+    # name that never changes, so `up` points them at the new one), and the reboots below bring back THAT one ----
+    other = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
+    r = spark_deploy("up", other, "-i", inv, timeout=600)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "boot was enabled for an earlier release" in r.stdout, r.stdout
+    assert serving_plan(cluster) != plan
+    plan = serving_plan(cluster)
+    st = status_json(cluster)
+    for n in st["nodes"]:
+        assert n["serving_comes_back"] and n["our_units"][0]["plan_hash"] == plan, n
 
     # ---- acceptance 3: reboot both together: the release serves again by itself ----
     reboot(cluster, 1, 2)
