@@ -224,14 +224,12 @@ def _install(conn: NodeConnection, unit: BootUnit, root: privilege.Root, scratch
 
 # ---- after an `up`: the units follow the release ---------------------------------------------------------
 
-def units_behind(cluster: Cluster, inventory: Inventory, recipe: str, release: int) -> dict[str, str]:
-    """Per node, the release our enabled unit for this recipe brings back, where it is not `release` (one
-    round trip per node; a node that does not answer, or has no systemd, says nothing)."""
+def units_behind(facts: dict[str, dict[str, Observed]], inventory: Inventory, recipe: str,
+                 release: int) -> dict[str, str]:
+    """Pure: per node, the release our enabled unit for this recipe brings back, where it is not `release`
+    (from the boot facts up's preflight gathered; a node whose facts are missing, or has no systemd, says
+    nothing)."""
     name = unit_name(inventory.cluster, recipe)
-    try:
-        facts = cluster.each(read_boot)
-    except GroupError as exc:
-        facts = dict(exc.results)
     behind = {}
     for node, seen in facts.items():
         obs = seen.get("boot_units")

@@ -51,6 +51,7 @@ class Look:
     found: dict[str, list[Container]]  # node -> ours of this recipe (by label), and any holding the plan's names
     ports: CheckResult
     image: SyncPlan
+    facts: dict[str, dict] = field(default_factory=dict)  # node -> fact name -> Observed (boot units among them)
 
 
 @dataclass

@@ -75,7 +75,8 @@ class Preflight(NoUndo):
         found = lambda c: recipe_or_named(c, plan.cluster, plan.recipe, names[c.name])  # noqa: E731
         specs = preflight.select(skip=["ports", "image", *ctx.opts.skip_checks], up_subset=True)
         tasks = {
-            "registry": lambda: preflight.run_checks(ctx.dep, plan, cluster, specs, opened=True, per_boot=True),
+            "registry": lambda: preflight.run_checks(ctx.dep, plan, cluster, specs, opened=True, per_boot=True,
+                                                     also=("boot_units",)),  # boot units: up's last word (boot.follow)
             "ports": lambda: basics.ports_free(cluster, plan.ports),
             "found": lambda: cluster.each(found),
             "image": lambda: image_sync.survey(cluster.nodes, plan.image_id, plan.image_ref),
@@ -95,7 +96,8 @@ class Preflight(NoUndo):
         for name in ("ports", "found", "image"):
             if isinstance(outcome[name], BaseException):
                 raise outcome[name]
-        ctx.look = Look(outcome["found"], outcome["ports"], outcome["image"])
+        ctx.look = Look(outcome["found"], outcome["ports"], outcome["image"],
+                        {n: f for n, f in outcome["registry"].facts.items()})
 
 
 class CurrentState(NoUndo):

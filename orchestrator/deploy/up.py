@@ -145,14 +145,11 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
 
 
 def _boot_behind(ctx: UpContext) -> dict[str, str]:
-    """Nodes whose boot unit of this recipe brings back an earlier release (a reboot must bring back this one)."""
-    if ctx.release is None:
+    """Nodes whose boot unit of this recipe brings back an earlier release (a reboot must bring back this one),
+    from the boot facts preflight gathered before anything changed (the units are not touched by `up`)."""
+    if ctx.release is None or ctx.look is None:
         return {}
-    try:
-        return boot.units_behind(ctx.cluster, ctx.dep.inventory, ctx.dep.recipe.name, ctx.release.id)
-    except Exception as exc:  # noqa: BLE001 - the release serves either way; what comes back on boot is said
-        ctx.events.warn(f"could not read what comes back on boot ({exc}): `spark-deploy boot status` shows it")
-        return {}
+    return boot.units_behind(ctx.look.facts, ctx.dep.inventory, ctx.dep.recipe.name, ctx.release.id)
 
 
 def _check(result) -> dict:

@@ -39,6 +39,7 @@ class Report:
     verdicts: list[Verdict]
     nodes: list[str]
     unreachable: dict[str, str] = field(default_factory=dict)
+    facts: dict[str, dict] = field(default_factory=dict)  # node -> fact name -> Observed, as gathered
 
     def failed(self, strict: bool = False) -> list[Verdict]:
         return [v for v in self.verdicts if v.failed_nodes(strict)]
@@ -51,17 +52,18 @@ class Report:
 
 
 def run_checks(dep: Deployment, plan: Plan, cluster: Cluster, specs: list[CheckSpec], opened: bool = False,
-               per_boot: bool = False) -> Report:
+               per_boot: bool = False, also: tuple[str, ...] = ()) -> Report:
     """`cluster` is opened here as far as it goes (unless `opened`: `up` connected already): an unreachable
     node is the first failed check. `per_boot` (`up`): what cannot change without a reboot is read from
-    the controller's cache while the node's boot id is the one it was read on (boot_cache.py)."""
+    the controller's cache while the node's boot id is the one it was read on (boot_cache.py). `also`: facts
+    no selected check needs, gathered in the same round trip for the caller (Report.facts)."""
     conns, failures = (list(cluster.nodes), {}) if opened else cluster.open_reachable()
     nodes = [n.name for n in dep.inventory.ranked]
     reach = Verdict("reachable", Scope.NODE, {
         n: Cell(Status.FAIL, str(failures[n])) if n in failures else Cell(Status.OK, "SSH, host key verified")
         for n in nodes}, "check the address, sshd, and that the host key is in known_hosts (verify its "
                          "fingerprint first)" if failures else "")
-    names = sorted({f for s in specs for f in s.facts} | ({"boot_id"} if per_boot else set()))
+    names = sorted({f for s in specs for f in s.facts} | ({"boot_id"} if per_boot else set()) | set(also))
     cluster_name = dep.inventory.cluster
     boot = {c.name: boot_cache.load(cluster_name, c.name) for c in conns} if per_boot else None
     probes = [s for s in specs if s.probe]
@@ -89,7 +91,7 @@ def run_checks(dep: Deployment, plan: Plan, cluster: Cluster, specs: list[CheckS
             verdict.cells.setdefault(node, Cell(Status.SKIP, "unreachable"))
         verdict.cells = {n: verdict.cells[n] for n in nodes if n in verdict.cells}
         verdicts.append(verdict)
-    return Report(verdicts, nodes, unreachable)
+    return Report(verdicts, nodes, unreachable, per_node)
 
 
 def _broken(spec: CheckSpec, exc: Exception, per_node: dict) -> Verdict:

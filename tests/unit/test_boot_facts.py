@@ -244,3 +244,16 @@ def test_sim_head_with_our_unit_enabled_is_ok(tmp_path):
     assert "sha256:c526c3081f60baff" not in items[0].starts  # an image ID is shown short
     other = boot_items({"boot_units": Observed(units), "restart_policies": Observed(containers)}, "0" * 16)
     assert [i.match for i in other] == [BootMatch.OTHER]
+
+
+def test_units_behind_names_the_nodes_whose_unit_brings_back_an_earlier_release(tmp_path):
+    """After an `up`, boot.follow re-enables boot where our unit of the recipe recorded another release
+    (captured systemd 252 node: the unit of cluster sim-bootdbg, recipe sim-tiny, release 1)."""
+    from orchestrator.deploy.boot import units_behind
+
+    dep = deployment(tmp_path, inventory=lambda i: i.update(cluster="sim-bootdbg"))
+    units = Observed(parse_boot_units(sample("boot_units_sim_head.txt")))
+    seen = {"spark-1": {"boot_units": units}, "spark-2": {"boot_units": Observed(error="unreachable")}}
+    assert units_behind(seen, dep.inventory, "sim-tiny", 2) == {"spark-1": "1"}
+    assert units_behind(seen, dep.inventory, "sim-tiny", 1) == {}  # the unit brings back the serving release
+    assert units_behind(seen, dep.inventory, "other-recipe", 2) == {}  # no unit of that recipe
