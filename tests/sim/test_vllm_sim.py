@@ -155,6 +155,20 @@ def metrics(port: int) -> dict[str, float]:
     return out
 
 
+def metrics_after(port: int, before: dict[str, float], model: str, finished: int = 1,
+                  reason: str = "length", timeout: float = 5.0) -> dict[str, float]:
+    """The first scrape that counts `finished` more finished requests than `before`: /metrics lags the engine
+    by up to SIM_METRICS_LAG steps, as vLLM's does, so a response can arrive before a scrape shows its
+    request finished. Bounded; the caller's assertions then judge the whole state that scrape showed."""
+    key = f'vllm:request_success_total{{model_name="{model}",engine="0",finished_reason="{reason}"}}'
+    deadline = time.monotonic() + timeout
+    after = metrics(port)
+    while after.get(key, 0.0) - before.get(key, 0.0) < finished and time.monotonic() < deadline:
+        time.sleep(0.02)  # polling the scrape, bounded by the deadline
+        after = metrics(port)
+    return after
+
+
 def hermetic_env(hf_home: Path, **extra: str) -> dict:
     """No inherited SIM_/VLLM_/HF_ vars; fast loading and decoding unless a test says otherwise."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SIM_", "VLLM_", "HF_"))}
@@ -526,7 +540,7 @@ def test_completion_is_counted_in_metrics(single):
     usage = out["usage"]
     assert usage["completion_tokens"] == 12 == http(port, "/tokenize", {"prompt": choice["text"]})[1]["count"]
     assert usage["prompt_tokens"] == 7 and usage["total_tokens"] == 19  # unique - a1 tell me a story
-    after = metrics(port)
+    after = metrics_after(port, before, "tiny")
     lab = 'model_name="tiny",engine="0"'
 
     def delta(key):
@@ -640,7 +654,7 @@ def test_speculative_stream_carries_several_tokens_per_chunk(spec):
     before = metrics(port)
     events = stream(port, {"prompt": "unique-f6 write a long essay about rivers", "max_tokens": 150,
                            "ignore_eos": True, "temperature": 0, "stream_options": {"include_usage": True}})
-    after = metrics(port)
+    after = metrics_after(port, before, "sim/tiny")
     content = [e for _, e in events if e != "[DONE]" and e["choices"]]
     text = "".join(e["choices"][0]["text"] for e in content)
     completion = events[-2][1]["usage"]["completion_tokens"]
@@ -664,7 +678,7 @@ def test_acceptance_depends_on_workload_profile(spec):
     def tokens_per_step(prompt):
         before = metrics(port)
         http(port, "/v1/completions", {"prompt": prompt, "max_tokens": 200, "ignore_eos": True})
-        d = spec_deltas(before, metrics(port))
+        d = spec_deltas(before, metrics_after(port, before, "sim/tiny"))
         return 1 + d["accepted"] / d["drafts"]
     code = tokens_per_step("unique-g7 def main(): import os; x = {1: 2}")
     prose = tokens_per_step("unique-g7 tell me about the sea and the wind")
