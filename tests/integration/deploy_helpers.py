@@ -14,6 +14,7 @@ from ruamel.yaml import YAML
 import cli_zygote
 from cli_zygote import run_cli
 from orchestrator.sim.cluster import SimCluster
+from orchestrator.sim.state import NODE_STATE_DIR
 
 _names = itertools.count(1)
 CLI = cli_zygote.CLI  # the command line, for tests that start it with Popen (signals, a second command)
@@ -132,3 +133,10 @@ ExecStart=/usr/bin/docker run --rm --name old-stack --entrypoint sleep other/vll
 WantedBy=multi-user.target
 """
 SUDOERS = "/etc/sudoers.d/spark-deploy-test"
+
+
+def forget_releases(cluster: SimCluster) -> None:
+    """No release history, audit or lock on either node: the next release is number 1."""
+    for node in (1, 2):
+        cluster.exec(node, ["rm", "-rf", f"{NODE_STATE_DIR}/releases", f"{NODE_STATE_DIR}/audit",
+                            f"{NODE_STATE_DIR}/lock"])

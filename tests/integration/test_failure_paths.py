@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from deploy_helpers import OLD_STACK, SUDOERS, CLI, completion, node_docker, recipe_variant, spark_deploy
+from deploy_helpers import OLD_STACK, SUDOERS, CLI, forget_releases, completion, node_docker, recipe_variant, spark_deploy
 
 from orchestrator.sim.state import NODE_STATE_DIR
 
@@ -38,9 +38,7 @@ NODES = ("spark-1", "spark-2")
 @pytest.fixture
 def fresh(pair):
     """`pair` with no release history, audit or lock on the nodes: release numbers start at 1."""
-    for node in (1, 2):
-        pair.exec(node, ["rm", "-rf", f"{NODE_STATE_DIR}/releases", f"{NODE_STATE_DIR}/audit",
-                         f"{NODE_STATE_DIR}/lock"])
+    forget_releases(pair)
     return pair
 
 
@@ -127,19 +125,23 @@ def phase_start(name: str):
     return lambda e: e.get("event") == "phase-start" and e.get("phase") == name
 
 
+def slow_release_then_another(cluster, tmp_path) -> tuple[str, str]:
+    """Release 1 (loads for 8 s: its ranks are still starting when a test acts on a rollback to it), then
+    release 2 serving another plan. Returns both plans."""
+    up(cluster, recipe_variant(cluster, tmp_path / "a.yaml", env={"SIM_LOAD_SECONDS": "8"}))
+    up(cluster, recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048}))
+    records = history(cluster)
+    plan_a, plan_b = records[1]["plan_hash"], records[2]["plan_hash"]
+    assert records[2]["serving"] and plan_a != plan_b
+    return plan_a, plan_b
+
+
 # ---- rollback whose target dies as it starts ----------------------------------------------------------
 
 
 def test_rollback_whose_target_dies_as_it_starts_serves_the_release_before(fresh, tmp_path, background):
     cluster = fresh
-    # release 1 loads slowly: its ranks are still starting when one of them dies
-    a = recipe_variant(cluster, tmp_path / "a.yaml", env={"SIM_LOAD_SECONDS": "8"})
-    b = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
-    up(cluster, a)
-    up(cluster, b)
-    records = history(cluster)
-    plan_a, plan_b = records[1]["plan_hash"], records[2]["plan_hash"]
-    assert records[2]["serving"] and plan_a != plan_b
+    plan_a, plan_b = slow_release_then_another(cluster, tmp_path)
 
     run = background("rollback", "1", "-i", cluster.inventory_path, "--json", events=True)
     run.wait_for(phase_start("rendezvous"))
@@ -160,12 +162,7 @@ def test_rollback_whose_target_dies_as_it_starts_serves_the_release_before(fresh
 def test_sigint_during_rollback_leaves_the_release_before_serving_and_a_second_rollback_works(fresh, tmp_path,
                                                                                                background):
     cluster = fresh
-    a = recipe_variant(cluster, tmp_path / "a.yaml", env={"SIM_LOAD_SECONDS": "8"})
-    b = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
-    up(cluster, a)
-    up(cluster, b)
-    records = history(cluster)
-    plan_a, plan_b = records[1]["plan_hash"], records[2]["plan_hash"]
+    plan_a, plan_b = slow_release_then_another(cluster, tmp_path)
 
     run = background("rollback", "1", "-i", cluster.inventory_path, "--json", events=True)
     run.wait_for(phase_start("ready"))  # the target's ranks run and load: the old release is stopped

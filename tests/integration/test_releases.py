@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from deploy_helpers import CLI, completion, node_docker, recipe_variant, spark_deploy
+from deploy_helpers import forget_releases, CLI, completion, node_docker, recipe_variant, spark_deploy
 from image_variants import derive_image
 
 from orchestrator.docker_cli.disk import parse_human_size
@@ -25,9 +25,7 @@ SECRET_MARKER = "hf_SECRETMARKER9f3c1d77"
 @pytest.fixture
 def fresh(clean):
     """`clean`, and no release history, audit or lock on the nodes: release numbers start at 1."""
-    for node in (1, 2):
-        clean.exec(node, ["rm", "-rf", f"{NODE_STATE_DIR}/releases", f"{NODE_STATE_DIR}/audit",
-                          f"{NODE_STATE_DIR}/lock"])
+    forget_releases(clean)
     return clean
 
 
