@@ -12,6 +12,7 @@ class Signature:
     pattern: re.Pattern
     explanation: str
     fatal: bool = True
+    wrapper: bool = False  # a line that only points at a root cause logged elsewhere ("See root cause above")
 
 
 SIGNATURES = [
@@ -25,12 +26,14 @@ SIGNATURES = [
               "a rank never joined the rendezvous: is the peer running, and is the head's master port reachable over the fabric?"),
     Signature("ringbuffer-stall", re.compile(r"No available shared memory broadcast block found"),
               "the head waits on a rank that hangs or died: the cluster is half dead (field note 2)"),
-    Signature("worker-died", re.compile(r"Worker proc \S+ died unexpectedly"), "a worker process died"),
+    Signature("worker-died", re.compile(r"Worker proc \S+ died unexpectedly"), "a worker process died",
+              wrapper=True),
     Signature("memory-taken", re.compile(r"Free memory on device \S+ \([\d.]+/[\d.]+ GiB\) on startup is less than "
                                          r"desired GPU memory utilization"),
               "less memory was free than its gpu_memory_utilization share: something else holds the unified memory "
               "(another vLLM, or a container not yet gone) (field note 8)"),
-    Signature("engine-init-failed", re.compile(r"Engine core initialization failed"), "the engine failed to start"),
+    Signature("engine-init-failed", re.compile(r"Engine core initialization failed"), "the engine failed to start",
+              wrapper=True),
     Signature("model-missing", re.compile(r"couldn't find them in the cached files|is not a local folder and is not a valid model identifier"),
               "the model is not in this node's HF cache (and the node cannot download it)"),
     Signature("cuda-oom", re.compile(r"CUDA out of memory|torch\.OutOfMemoryError"),
@@ -49,6 +52,12 @@ SIGNATURES_BY_NAME = {s.name: s for s in SIGNATURES}
 def consequence(lines: list[str]) -> bool:
     """A rank whose log shows it lost the head: its exit follows another rank's failure, not a cause."""
     return any(SIGNATURES_BY_NAME["peer-lost"].pattern.search(line) for line in lines)
+
+
+def more_telling(new: Signature, old: Signature | None) -> bool:
+    """Whether `new` explains a failure better than `old`: vLLM writes the worker's root cause and the
+    API server's "See root cause above" to different streams, so the wrapper can arrive first."""
+    return old is None or (old.wrapper and not new.wrapper)
 
 
 def match(line: str) -> Signature | None:

@@ -17,7 +17,7 @@ from typing import Callable, TypeVar
 from ..docker_cli.containers import inspect_container
 from ..transport.node import NodeConnection
 from .killers import earlyoom_note
-from .signatures import consequence, explain_exit, match
+from .signatures import Signature, consequence, explain_exit, match, more_telling
 
 T = TypeVar("T")
 MIN_RECHECK = 0.05  # a burst of log lines re-checks a condition at most this often
@@ -201,7 +201,8 @@ class ContainerWatch:
         self.name = name or container
         self.signature_at: float | None = None
         self.lines: list[str] = []  # log text without the docker timestamp
-        self.signature_line: str | None = None  # the first known failure line seen
+        self.signature_line: str | None = None  # the most telling known failure line seen (first of its kind)
+        self.signature: Signature | None = None  # ...and what it matched
         self.last_stamp: str | None = None  # docker's timestamp of the last line, to resume a broken stream
         self.last_at: float | None = None  # monotonic time the last line arrived
         self._stop = threading.Event()
@@ -228,21 +229,22 @@ class ContainerWatch:
         if self.on_line:
             self.on_line(self.conn.name, text)
         signature = match(text)
-        if signature and signature.fatal and self.signature_line is None:
-            self.signature_line = text.strip()
-            # Most failure lines are followed by the process exiting: give it a moment so the report carries
-            # the exit code too; a process that logs the line and stays up (ring-buffer stall) fails anyway.
-            self.signature_at = stamp_seconds(self.last_stamp if stamp else None) or time.time()
-            failure = Failure(self.conn.name, f"{self.name} logged: {text.strip()}", signature.explanation,
-                              at=self.signature_at)
-            timer = threading.Timer(SIGNATURE_GRACE, self._fail_with_excerpt, args=(failure,))
-            timer.daemon = True
-            timer.start()
+        if signature and signature.fatal and more_telling(signature, self.signature):
+            first = self.signature is None
+            self.signature_line, self.signature = text.strip(), signature
+            if first:
+                # Most failure lines are followed by the process exiting: give it a moment so the report carries
+                # the exit code (and a root cause logged on the other stream); a process that logs the line and
+                # stays up (ring-buffer stall) fails anyway.
+                self.signature_at = stamp_seconds(self.last_stamp if stamp else None) or time.time()
+                timer = threading.Timer(SIGNATURE_GRACE, self._fail_with_excerpt)
+                timer.daemon = True
+                timer.start()
 
-    def _fail_with_excerpt(self, failure: Failure) -> None:
-        if not self._stop.is_set():
-            failure.excerpt = self.excerpt()
-            self.monitor.fail(failure)
+    def _fail_with_excerpt(self) -> None:
+        if not self._stop.is_set() and self.signature is not None:
+            self.monitor.fail(Failure(self.conn.name, f"{self.name} logged: {self.signature_line}",
+                                      self.signature.explanation, self.excerpt(), at=self.signature_at))
 
     def _run(self) -> None:
         since: list[str] = ["--since", self.last_stamp] if self.last_stamp else []
@@ -280,9 +282,8 @@ class ContainerWatch:
             self.monitor.ending(self.conn.name, False)
 
     def _report_end(self, state, error: Exception | None) -> None:
-        # the first fatal line is the root cause ("See root cause above"); else the last known line
-        known = (match(self.signature_line) if self.signature_line else None) or next(
-            (sig for sig in map(match, reversed(self.lines)) if sig), None)
+        # the most telling fatal line is the root cause; else the last known line
+        known = self.signature or next((sig for sig in map(match, reversed(self.lines)) if sig), None)
         if state is None:
             cause = f"{self.name} is gone" + (f" ({error})" if error else "")
             why = known.explanation if known else "the container disappeared while starting"

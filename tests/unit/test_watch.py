@@ -155,3 +155,27 @@ def test_the_peer_lost_line_marks_a_consequence():
                         "SocketImpl: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote "
                         "server shutdown or crash?"])
     assert not consequence(["RuntimeError: Assertion error (x/jit/compiler.hpp:147): runtime != nullptr"])
+
+
+def test_a_root_cause_on_the_other_stream_wins_over_the_wrapper_that_arrived_first(monkeypatch):
+    """vLLM's worker writes its ValueError to stdout and the API server its "See root cause above" to stderr:
+    `docker logs` may hand over the wrapper first (seen in CI). The report names the root cause."""
+    monkeypatch.setattr(watch_mod, "inspect_container", lambda conn, name: _state(False, 1))
+    node = FakeNode([[
+        "2026-12-01T01:00:01.2Z (APIServer pid=7) RuntimeError: Engine core initialization failed. See root cause above.",
+        "2026-12-01T01:00:01.1Z (Worker pid=9) ValueError: Free memory on device cuda:0 (11.90/119.70 GiB) on startup "
+        "is less than desired GPU memory utilization (0.7, 83.79 GiB). Decrease GPU memory utilization",
+    ]])
+    monitor = Monitor()
+    monitor.watch(node, "sd-x-r1")._thread.join(5)
+    failure = monitor.failure
+    assert failure is not None and "after logging: (Worker pid=9) ValueError: Free memory" in failure.cause
+    assert failure.explanation.startswith("less memory was free than its gpu_memory_utilization share")
+
+
+def test_a_wrapper_alone_still_explains_the_failure(monkeypatch):
+    monkeypatch.setattr(watch_mod, "inspect_container", lambda conn, name: _state(False, 1))
+    node = FakeNode([["2026-12-01T01:00:01.2Z RuntimeError: Engine core initialization failed. See root cause above."]])
+    monitor = Monitor()
+    monitor.watch(node, "sd-x-r1")._thread.join(5)
+    assert monitor.failure is not None and monitor.failure.explanation == "the engine failed to start"
