@@ -69,6 +69,7 @@ class AuditAction(StrEnum):
     MAINTENANCE_END = "maintenance-end"
     BENCH_RECORD = "bench-record"
     BENCH_COMPARE = "bench-compare"
+    MODEL_PULL = "model-pull"
 
 
 class OperationRefused(Exception):
