@@ -1,0 +1,133 @@
+"""Issue 21, `model pull` on the shared 2-node sim: blobs copied node to node over the fabric, verified,
+only what a node lacks or holds damaged, resumable after Ctrl-C (bytes counted), and the failures named.
+
+The source (spark-1) holds the sim's model as `sim up` installed it; the recipe copy names its commit, so
+nothing is downloaded here (the download is tests/unit/test_model_download.py, the real huggingface_hub
+client against the Hub stand-in). Every test puts the model back with the sim's own `model-reset`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+from ruamel.yaml import YAML
+
+from deploy_helpers import CLI, spark_deploy
+from orchestrator.sim import fake_model
+
+pytestmark = pytest.mark.integration
+
+ROOT = f"{fake_model.HF_CACHE_DIR}/hub/{fake_model.CACHE_DIR_NAME}"
+META = fake_model.model_metadata()
+BLOBS = {f["blob"]: f["size"] for f in META["files"].values()}
+SHARD1 = META["files"]["model-00001-of-00003.safetensors"]["blob"]
+SHARD3 = META["files"]["model-00003-of-00003.safetensors"]["blob"]
+
+
+@pytest.fixture
+def recipe(pair, tmp_path):
+    """The sim recipe pinned to the model's commit (a branch is refused without --revision)."""
+    yaml = YAML()
+    doc = yaml.load(pair.recipe_path.read_text())
+    doc["model"]["revision"] = META["revision"]
+    path = tmp_path / "recipe.yaml"
+    with path.open("w") as handle:
+        yaml.dump(doc, handle)
+    yield path
+    for node in (1, 2):
+        pair.fault(node, "heal")
+        pair.exec(node, ["umount", f"{ROOT}/blobs"], check=False)
+        pair.fault(node, "model-reset")
+
+
+def pull(pair, recipe, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return spark_deploy("model", "pull", str(recipe), "-i", str(pair.inventory_path), "--json", *extra,
+                        timeout=timeout)
+
+
+def pulled(res) -> dict:
+    assert res.returncode == 0, res.stdout + res.stderr
+    return json.loads(res.stdout)
+
+
+def verify_blobs(pair, recipe) -> dict:
+    res = spark_deploy("preflight", str(recipe), "-i", str(pair.inventory_path), "--verify-blobs", "--only",
+                       "model-blobs", "--json", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return {n: c["status"] for n, c in json.loads(res.stdout)["checks"][0]["per_node"].items()}
+
+
+def on_disk(pair, node: int) -> dict[str, int]:
+    """name -> size of every file in the node's blobs dir (.incomplete ones included)."""
+    out = pair.exec(node, ["find", f"{ROOT}/blobs", "-maxdepth", "1", "-type", "f", "-printf", "%f %s\n"]).stdout
+    return {name: int(size) for name, size in (line.split() for line in out.splitlines())}
+
+
+def test_copies_what_is_missing_or_damaged_then_nothing(pair, recipe):
+    pair.exec(2, ["rm", "-rf", "--", ROOT])
+    first = pulled(pull(pair, recipe))
+    assert first["nodes"]["spark-2"] == {"bytes": META["total_bytes"], "blobs": sorted(BLOBS)}
+    assert first["commit"] == META["revision"] and not first["downloaded"]
+    assert verify_blobs(pair, recipe) == {"spark-1": "ok", "spark-2": "ok"}
+
+    assert pulled(pull(pair, recipe))["bytes"] == 0  # a second run moves nothing
+
+    pair.exec(2, ["rm", "--", f"{ROOT}/blobs/{SHARD1}"])
+    pair.exec(2, ["bash", "-c", 'printf x | dd of="$1" bs=1 seek=100 conv=notrunc status=none', "bash",
+                  f"{ROOT}/blobs/{SHARD3}"])  # same name and size, one byte changed
+    again = pulled(pull(pair, recipe))
+    assert again["nodes"]["spark-2"] == {"bytes": BLOBS[SHARD1] + BLOBS[SHARD3], "blobs": sorted([SHARD1, SHARD3])}
+    assert verify_blobs(pair, recipe) == {"spark-1": "ok", "spark-2": "ok"}
+
+
+def test_interrupted_copy_resumes_without_resending(pair, recipe):
+    pair.exec(2, ["rm", "-rf", "--", ROOT])
+    pair.fault(1, "throttle", rate="256kbit", net="fabric")  # ~12 s for the model: time to interrupt
+    proc = subprocess.Popen([*CLI, "model", "pull", str(recipe), "-i", str(pair.inventory_path), "--streams", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while sum(on_disk(pair, 2).values() if pair.exec(2, ["test", "-d", f"{ROOT}/blobs"], check=False).code == 0
+                  else [0]) < 20_000:
+            assert proc.poll() is None and time.monotonic() < deadline, "no bytes arrived on spark-2 within 60 s"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, err
+    arrived = on_disk(pair, 2)
+    partial = [n for n in arrived if n.endswith(".incomplete")]
+    assert partial, f"an interrupted copy leaves its partial blob as .incomplete: {arrived}"
+    assert not set(arrived) - {*BLOBS, *(b + ".incomplete" for b in BLOBS)}
+    pair.fault(1, "heal")
+    resumed = pulled(pull(pair, recipe))
+    assert resumed["bytes"] == META["total_bytes"] - sum(arrived.values())  # nothing that arrived is sent again
+    assert on_disk(pair, 2) == BLOBS  # no .incomplete left, every blob whole
+    assert verify_blobs(pair, recipe) == {"spark-1": "ok", "spark-2": "ok"}
+
+
+def test_failures_name_the_node_and_leave_no_half_blob(pair, recipe):
+    # a full disk on the target: the blobs dir is a 100 KB tmpfs
+    pair.exec(2, ["rm", "-rf", "--", ROOT])
+    pair.exec(2, ["mkdir", "-p", f"{ROOT}/blobs"])
+    pair.exec(2, ["mount", "-t", "tmpfs", "-o", "size=100k", "tmpfs", f"{ROOT}/blobs"])
+    pair.exec(2, ["chmod", "777", f"{ROOT}/blobs"])
+    full = pull(pair, recipe, "--streams", "1")
+    assert full.returncode == 1, full.stdout + full.stderr
+    assert "spark-2: " in full.stderr and "No space left on device" in full.stderr, full.stderr
+    assert not set(on_disk(pair, 2)) & set(BLOBS), "no blob may be visible under its name after ENOSPC"
+    pair.exec(2, ["umount", f"{ROOT}/blobs"])
+
+    # the fabric cut between the nodes: bounded, both named
+    pair.fault(2, "partition", net="fabric")
+    started = time.monotonic()
+    cut = pull(pair, recipe)
+    assert cut.returncode == 1, cut.stdout + cut.stderr
+    assert time.monotonic() - started < 60
+    assert "spark-1 → spark-2" in cut.stderr and "cannot SSH to spark-1" in cut.stderr, cut.stderr
