@@ -14,6 +14,7 @@ from ..model.download import DownloadFailed
 from ..model.pull import PullRefused, pull as pull_model
 from ..runner.events import Events
 from ..runner.sinks import TerminalSink
+from ..transport.group import GroupError
 from ..transport.node import NodeError
 from .common import BadInput, Failed, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
 
@@ -48,7 +49,7 @@ def pull(
                                 events=Events(TerminalSink(err if as_json else out)))
         except PullRefused as exc:
             raise BadInput(str(exc)) from exc
-        except (DownloadFailed, CopyFailed, NodeError) as exc:
+        except (DownloadFailed, CopyFailed, NodeError, GroupError) as exc:
             raise Failed(str(exc)) from exc
         if as_json:
             emit_json({"repo": spec.model.repo, "commit": result.commit, "source": result.source,

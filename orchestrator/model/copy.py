@@ -129,6 +129,8 @@ def _failure(route: Route, fails: list[list[str]], bad: list[tuple[str, str]], o
                               f"({why}); what arrived is kept as .incomplete and a rerun resumes it")
         if side == "source":
             return CopyFailed(src, f"{what}: cannot read it on {src} for {dst}: {why}")
+        if blob == "-":
+            return CopyFailed(dst, why)
         return CopyFailed(dst, f"{what}: cannot write it on {dst}: {why}; the partial file stays "
                           ".incomplete (never linked) and a rerun resumes it")
     if bad:

@@ -43,7 +43,7 @@ done'''
 COPY_SH = BLOB_DIGEST_SH + r'''
 cache=$1; repo=$2; commit=$3; srcblobs=$4; dest=$5; port=$6; streams=$7; ref=$8; shift 8
 root="$cache/hub/models--${repo//\//--}"; blobs="$root/blobs"
-mkdir -p -- "$blobs" "$root/snapshots/$commit" || { printf 'fail\t-\ttarget\tcannot create %s\n' "$blobs"; exit 1; }
+mkdir -p -- "$blobs" || { printf 'fail\t-\ttarget\tcannot create %s\n' "$blobs"; exit 1; }
 SSH=(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o Compression=no -o ConnectTimeout=10
      -o ServerAliveInterval=2 -o ServerAliveCountMax=3 -p "$port" "$dest")
 err=$("${SSH[@]}" "test -d $(printf %q "$srcblobs")" 2>&1 </dev/null); rc=$?
@@ -76,7 +76,8 @@ trap 'kill $watcher 2>/dev/null' EXIT
 links=(); failed=0; running=0
 while [ $# -ge 3 ]; do
   case $1 in
-    F) fetch "$2" "$3" & running=$((running + 1))
+    F) [ $failed = 0 ] || { shift 3; continue; }  # after a failure: no new fetch, the running ones end
+       fetch "$2" "$3" & running=$((running + 1))
        if [ $running -ge "$streams" ]; then wait -n || failed=1; running=$((running - 1)); fi ;;
     L) links+=("$2" "$3") ;;
   esac
