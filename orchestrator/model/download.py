@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from ..transport.node import NodeConnection, NodeError
 
 TRIES = 3
+BACKOFF = 2.0  # seconds; a Hub 5xx is often a moment's overload
 
-# python3 -c PROGRAM REPO REVISION CACHE TRIES
+# python3 -c PROGRAM REPO REVISION CACHE TRIES BACKOFF (seconds before retry n: BACKOFF * n)
 PROGRAM = r'''
 import json, re, sys, time
-repo, rev, cache, tries = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+repo, rev, cache, tries, backoff = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
 def say(**kw):
     print("\x1eSDPULL " + json.dumps(kw), flush=True)
 try:
@@ -47,7 +48,7 @@ for attempt in range(1, tries + 1):
                     status=getattr(getattr(exc, "response", None), "status_code", None),
                     message=str(exc).splitlines()[0])
         if attempt < tries:
-            time.sleep(attempt)
+            time.sleep(backoff * attempt)
 say(**last); sys.exit(1)
 '''
 
@@ -64,7 +65,7 @@ class Downloaded:
 
 def parse_outcome(node: str, repo: str, stdout: str) -> Downloaded:
     """Pure: the program's JSON line -> Downloaded, or DownloadFailed in words."""
-    lines = [ln.split(" ", 1)[1] for ln in stdout.splitlines() if ln.startswith("\x1eSDPULL ")]
+    lines = [ln.split(" ", 1)[1] for ln in stdout.split("\n") if ln.startswith("\x1eSDPULL ")]  # not splitlines: \x1e splits
     if not lines:
         raise DownloadFailed(node, f"the download of {repo} printed no outcome: {stdout.strip()[-300:]}")
     said = json.loads(lines[-1])
@@ -95,7 +96,7 @@ def download_on(conn: NodeConnection, *, image_id: str, hf_cache: str, repo: str
     argv = ["docker", "run", "--rm", "--network", "host", "--user", uid, "-v", f"{hf_cache}:{hf_cache}",
             "-e", "HF_HUB_DISABLE_TELEMETRY=1", "-e", "HF_HUB_DISABLE_PROGRESS_BARS=1", "-e", f"HOME={hf_cache}",
             *(["-e", f"HF_ENDPOINT={endpoint}"] if endpoint else []), *(["--env-file", env_file] if env_file else []),
-            "--entrypoint", "python3", image_id, "-c", PROGRAM, repo, revision, f"{hf_cache}/hub", str(TRIES)]
+            "--entrypoint", "python3", image_id, "-c", PROGRAM, repo, revision, f"{hf_cache}/hub", str(TRIES), str(BACKOFF)]
     try:
         result = conn.run(argv, timeout=None, idle_timeout=3600)
     finally:
