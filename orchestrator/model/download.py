@@ -94,7 +94,8 @@ def download_on(conn: NodeConnection, *, image_id: str, hf_cache: str, repo: str
         env_file = f"{hf_cache}/.spark-deploy-pull.env"
         conn.put_secret(env_file, f"HF_TOKEN={token}\n")
     argv = ["docker", "run", "--rm", "--network", "host", "--user", uid, "-v", f"{hf_cache}:{hf_cache}",
-            "-e", "HF_HUB_DISABLE_TELEMETRY=1", "-e", "HF_HUB_DISABLE_PROGRESS_BARS=1", "-e", f"HOME={hf_cache}",
+            "-e", "HF_HUB_DISABLE_TELEMETRY=1", "-e", "HF_HUB_DISABLE_PROGRESS_BARS=1", "-e", "HOME=/tmp",
+            "-e", "HF_HOME=/tmp/hf",  # the client's own state in the container; the cache is cache_dir
             *(["-e", f"HF_ENDPOINT={endpoint}"] if endpoint else []), *(["--env-file", env_file] if env_file else []),
             "--entrypoint", "python3", image_id, "-c", PROGRAM, repo, revision, f"{hf_cache}/hub", str(TRIES), str(BACKOFF)]
     try:

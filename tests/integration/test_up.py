@@ -360,7 +360,7 @@ def test_model_missing_on_the_peer(clean):
     clean.exec(2, ["mv", "/srv/hf-cache/hub", "/srv/hf-cache/hub.off"])
     try:
         result = _fails(clean, clean.recipe_path, expect=["during preflight", "model-files", "spark-2",
-                                                          "huggingface-cli download sim/tiny-moe"])
+                                                          f"spark-deploy model pull {clean.recipe_path} --revision main"])
         assert "started sd-sim-tiny" not in result.stdout
         skip = [arg for name in ("model-files", "model-shards", "model-incomplete") for arg in ("--skip-check", name)]
         _fails(clean, clean.recipe_path, expect=["spark-2", "exited with code 1", "not in this node's HF cache"],
