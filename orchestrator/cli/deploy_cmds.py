@@ -71,6 +71,9 @@ def up(
                                                                   "starting the previous release again.")] = False,
     skip_check: Annotated[Optional[list[str]], typer.Option("--skip-check", help="Leave this preflight check out "
                                                                                "(repeatable; the rare override).")] = None,
+    sync_model: Annotated[bool, typer.Option("--sync-model", help="First copy the model's missing or damaged blobs "
+                                             "to the nodes that lack them (what `model pull` does; can be "
+                                             "hundreds of GB).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Deploy a recipe: preflight, image sync, stop the previous (kept), head, wait LISTEN, peers, ready, log checks.
@@ -83,7 +86,7 @@ def up(
         opts = UpOptions(force=force, keep_on_failure=keep_on_failure, replace_image=sync_image,
                          ready_timeout=ready_timeout, join_timeout=join_timeout, heartbeat=heartbeat,
                          stall_warning=stall_warning, restore=not no_restore, skip_checks=list(skip_check or []),
-                         copy_stall_timeout=copy_stall_timeout)
+                         copy_stall_timeout=copy_stall_timeout, sync_model=sync_model)
         try:
             preflight_registry.select(skip=opts.skip_checks)
         except preflight_registry.UnknownCheck as exc:

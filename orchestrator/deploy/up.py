@@ -32,6 +32,7 @@ from .context import UpContext, UpOptions
 from .current import Action
 from .restore import StartKept, restore_previous
 from .steps_release import OpenRelease, TakeLock, finish
+from .steps_model import SyncModel
 from .steps_launch import ForgetSecrets, LogChecks, PeersJoined, Ready, Rendezvous, StartRanks
 from .steps_prepare import (Connect, CurrentState, MemoryFree, Preflight, PortsFree, StopPrevious, SyncImage,
                             WriteSecrets)
@@ -91,7 +92,7 @@ def launch_steps(ctx: UpContext) -> list:
 
 def plan_steps(ctx: UpContext) -> list:
     """The steps every `up` starts with, read-only (the lock aside): they decide what the rest will be."""
-    steps = [Connect(), TakeLock(), Preflight()]
+    steps = [Connect(), TakeLock(), *([SyncModel()] if ctx.opts.sync_model else []), Preflight()]
     if ctx.opts.rollback_of is not None:
         from .rollback import CheckRollback  # rollback's own refusals, before anything is stopped
         steps.append(CheckRollback())

@@ -104,35 +104,64 @@ def _reporter(events: Events) -> Callable[[str, int, int, float], None]:
     return report
 
 
+def holder(conns: dict[str, NodeConnection], inventory: Inventory, repo: str, revision: str,
+           prefer: str) -> tuple[str, str] | None:
+    """(node, commit) of a node whose cache resolves `revision` to a snapshot: `prefer` first, then rank order."""
+    order = [prefer] + [n.name for n in inventory.ranked if n.name != prefer]
+    for name in order:
+        if name in conns:
+            commit = revision_on(conns[name], inventory.node(name).hf_cache, repo, revision)
+            if commit:
+                return name, commit
+    return None
+
+
+def download(conn: NodeConnection, inventory: Inventory, recipe: Recipe, revision: str, events: Events,
+             endpoint: str | None = None) -> str:
+    """The download on `conn`'s node, in the pinned image, as the login user; returns the commit."""
+    image = recipe.image.id or recipe.image.ref
+    uid = f"{conn.run(['id', '-u'], check=True).stdout.strip()}:{conn.run(['id', '-g'], check=True).stdout.strip()}"
+    events.note(f"downloading {recipe.model.repo}@{revision} with huggingface_hub in {image[:19]}", conn.name)
+    got = download_on(conn, image_id=image, hf_cache=inventory.node(conn.name).hf_cache, repo=recipe.model.repo,
+                      revision=revision, endpoint=endpoint or os.environ.get("HF_ENDPOINT"),
+                      token=os.environ.get("HF_TOKEN"), uid=uid)
+    return got.commit
+
+
+def pull_on(cluster: Cluster, conns: dict[str, NodeConnection], inventory: Inventory, recipe: Recipe,
+            events: Events, *, source: str, revision: str | None, streams: int = 2,
+            endpoint: str | None = None) -> PullResult:
+    """Download on `source` unless it already holds the commit (an explicit branch is always resolved by
+    the Hub: it may have moved), then copy to every other node."""
+    want = wanted_revision(recipe, revision)
+    repo = recipe.model.repo
+    commit = revision_on(conns[source], inventory.node(source).hf_cache, repo, want) if _COMMIT.match(want) else ""
+    downloaded = not commit
+    if not commit:
+        commit = download(conns[source], inventory, recipe, want, events, endpoint)
+    result = PullResult(commit, source, downloaded)
+    ref = "" if _COMMIT.match(want) else want
+    result.copies = sync_model(cluster, conns, inventory, repo, commit, source, events, streams=streams, ref=ref)
+    return result
+
+
 def pull(recipe_path: str | Path, recipe: Recipe, inventory: Inventory, *, node: str | None = None,
          revision: str | None = None, streams: int = 2, endpoint: str | None = None,
          events: Events | None = None) -> PullResult:
-    """The command: every node must answer (a node left out would serve another model or none)."""
+    """The command: every node must answer (a node left out would serve another model or none). The
+    deploy lock is not taken: a pull of hundreds of GB must not block `status`/`down` for an hour, and it
+    never touches what serves (a blob is renamed into place only whole and verified)."""
     events = events or Events()
-    want = wanted_revision(recipe, revision)
+    wanted_revision(recipe, revision)  # refused before any connection
     source = node or inventory.head
-    repo = recipe.model.repo
     with Operation(inventory, events, AuditAction.MODEL_PULL, reach=Reach.ALL, lock=Locking.NONE) as op:
         conns = {c.name: c for c in op.alive}
-        src_node = inventory.node(source)
-        commit = revision_on(conns[source], src_node.hf_cache, repo, want) if _COMMIT.match(want) else ""
-        downloaded = False
-        if not commit:
-            image = recipe.image.id or recipe.image.ref
-            uid = conns[source].run(["id", "-u"], check=True).stdout.strip() + ":" + \
-                conns[source].run(["id", "-g"], check=True).stdout.strip()
-            events.note(f"downloading {repo}@{want} with huggingface_hub in {image[:19]}", source)
-            got = download_on(conns[source], image_id=image, hf_cache=src_node.hf_cache, repo=repo, revision=want,
-                              endpoint=endpoint or os.environ.get("HF_ENDPOINT"), token=os.environ.get("HF_TOKEN"),
-                              uid=uid)
-            commit, downloaded = got.commit, True
-        result = PullResult(commit, source, downloaded)
-        if revision and recipe.model.revision != commit:
-            set_model_revision(recipe_path, commit)
+        result = pull_on(op.cluster, conns, inventory, recipe, events, source=source, revision=revision,
+                         streams=streams, endpoint=endpoint)
+        if revision and recipe.model.revision != result.commit:
+            set_model_revision(recipe_path, result.commit)
             result.recipe_updated = True
-            events.note(f"{recipe_path}: model.revision = {commit} (was {recipe.model.revision})")
-        ref = want if not _COMMIT.match(want) else ""
-        result.copies = sync_model(op.cluster, conns, inventory, repo, commit, source, events, streams=streams, ref=ref)
-        op.done(Outcome.OK, f"{repo}@{commit[:12]} on every node; {result.bytes} bytes copied from {source}",
-                nodes={n: f"{c.bytes} bytes" for n, c in result.copies.items()})
+            events.note(f"{recipe_path}: model.revision = {result.commit} (was {recipe.model.revision})")
+        op.done(Outcome.OK, f"{recipe.model.repo}@{result.commit[:12]} on every node; {result.bytes} bytes copied "
+                f"from {source}", nodes={n: f"{c.bytes} bytes" for n, c in result.copies.items()})
         return result
