@@ -124,7 +124,7 @@ def download(conn: NodeConnection, inventory: Inventory, recipe: Recipe, revisio
     events.note(f"downloading {recipe.model.repo}@{revision} with huggingface_hub in {image[:19]}", conn.name)
     got = download_on(conn, image_id=image, hf_cache=inventory.node(conn.name).hf_cache, repo=recipe.model.repo,
                       revision=revision, endpoint=endpoint or os.environ.get("HF_ENDPOINT"),
-                      token=os.environ.get("HF_TOKEN"), uid=uid)
+                      token=os.environ.get("HF_TOKEN") or None, uid=uid)
     return got.commit
 
 

@@ -18,6 +18,7 @@ from ruamel.yaml import YAML
 
 from deploy_helpers import CLI, spark_deploy
 from orchestrator.sim import fake_model
+from orchestrator.sim.hub import HubRepo, HubStandIn
 from orchestrator.sim.state import NODE_UID
 
 pytestmark = pytest.mark.integration
@@ -155,3 +156,46 @@ def test_failures_name_the_node_and_leave_no_half_blob(pair, recipe):
     assert "spark-1 → spark-2" in err and "fabric link from spark-1 to spark-2" in err, err
     assert any(n.endswith(".incomplete") for n in on_disk(pair, 2))
     assert pair.exec(2, ["test", "-e", f"{ROOT}/snapshots/{META['revision']}"], check=False).code != 0
+
+
+@pytest.fixture
+def hub(pair):
+    """The Hub stand-in serving the sim's model as a gated repo, reachable from the nodes at their gateway;
+    the nodes hold no copy of the model. What the download adds beside the repo (.locks, CACHEDIR.TAG)
+    is removed after."""
+    with HubStandIn([HubRepo.fake(token="hf_sim_token")]) as server:
+        for node in (1, 2):
+            pair.exec(node, ["rm", "-rf", "--", ROOT])
+        yield server
+    for node in (1, 2):
+        pair.exec(node, ["rm", "-rf", "--", f"{fake_model.HF_CACHE_DIR}/hub/.locks",
+                         f"{fake_model.HF_CACHE_DIR}/hub/CACHEDIR.TAG"])
+        pair.fault(node, "model-reset")
+
+
+def test_downloads_once_in_the_pinned_image_then_copies(pair, hub, tmp_path):
+    """The real huggingface_hub (in the stand-in image) on spark-1 against the Hub stand-in; a branch is
+    resolved and pinned in the recipe; the token goes through an env-file, and without it nothing moves."""
+    recipe = tmp_path / "branch.yaml"
+    recipe.write_text(pair.recipe_path.read_text())  # model.revision: main
+    refused = spark_deploy("model", "pull", str(recipe), "-i", str(pair.inventory_path))
+    assert refused.returncode == 2 and "--revision main" in refused.stderr, refused.stderr
+
+    env = {"HF_ENDPOINT": hub.endpoint(pair.info()["gateway"])}
+    gated = spark_deploy("model", "pull", str(recipe), "-i", str(pair.inventory_path), "--revision", "main",
+                         env={**env, "HF_TOKEN": ""})
+    assert gated.returncode == 1, gated.stdout + gated.stderr
+    assert "spark-1: sim/tiny-moe is gated" in gated.stderr, gated.stderr
+    assert not [p for (_, p) in hub.requests if "/resolve/" in p]  # refused before any transfer
+
+    res = spark_deploy("model", "pull", str(recipe), "-i", str(pair.inventory_path), "--revision", "main", "--json",
+                       env={**env, "HF_TOKEN": "hf_sim_token"})
+    got = pulled(res)
+    assert got["downloaded"] and got["recipe_updated"] and got["commit"] == META["revision"]
+    assert got["nodes"]["spark-2"]["bytes"] == META["total_bytes"]
+    assert hub.sent == META["total_bytes"]  # downloaded once, on one node
+    assert YAML().load(recipe.read_text())["model"]["revision"] == META["revision"]
+    assert pair.exec(2, ["cat", f"{ROOT}/refs/main"]).stdout == META["revision"]
+    assert verify_blobs(pair, recipe) == {"spark-1": "ok", "spark-2": "ok"}
+    leaked = pair.exec(1, ["grep", "-rl", "hf_sim_token", "/srv/hf-cache", "/home/spark"], check=False)
+    assert leaked.stdout == "", f"the token was left on spark-1: {leaked.stdout}"
