@@ -19,7 +19,7 @@ from ruamel.yaml import YAML
 from deploy_helpers import CLI, spark_deploy
 from orchestrator.sim import fake_model
 from orchestrator.sim.hub import HubRepo, HubStandIn
-from orchestrator.sim.state import NODE_UID
+from orchestrator.sim.state import NODE_UID, NODE_USER
 
 pytestmark = pytest.mark.integration
 
@@ -142,6 +142,15 @@ def test_failures_name_the_node_and_leave_no_half_blob(pair, recipe):
     assert whole == {n: BLOBS[n] for n in whole}, held
     assert pair.exec(2, ["test", "-e", f"{ROOT}/snapshots/{META['revision']}/config.json"], check=False).code != 0
     pair.exec(2, ["umount", f"{ROOT}/blobs"])
+
+    # spark-2 does not trust spark-1's host key: said before any byte moves, naming both
+    trust = f"/home/{NODE_USER}/.ssh/known_hosts"
+    pair.exec(2, ["mv", trust, trust + ".off"])
+    try:
+        untrusted = pull(pair, recipe)
+    finally:
+        pair.exec(2, ["mv", trust + ".off", trust])
+    assert untrusted.returncode == 1 and "spark-2 cannot SSH to spark-1 at " in untrusted.stderr, untrusted.stderr
 
     # the fabric cut between the nodes mid-copy: bounded, both named, the partial blob not linked
     pair.exec(2, ["rm", "-rf", "--", ROOT])

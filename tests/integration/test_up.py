@@ -23,6 +23,7 @@ from deploy_helpers import (
     spark_deploy,
 )
 
+from orchestrator.sim import fake_model
 from orchestrator.sim.state import NODE_USER
 
 pytestmark = pytest.mark.integration
@@ -365,7 +366,15 @@ def test_model_missing_on_the_peer(clean):
         skip = [arg for name in ("model-files", "model-shards", "model-incomplete") for arg in ("--skip-check", name)]
         _fails(clean, clean.recipe_path, expect=["spark-2", "exited with code 1", "not in this node's HF cache"],
                extra_args=skip)
+        # the fix the message names, inside up: the blobs spark-2 lacks, copied from spark-1 over the fabric
+        synced = spark_deploy("up", clean.recipe_path, "-i", clean.inventory_path, "--sync-model")
+        assert synced.returncode == 0, synced.stdout + synced.stderr
+        assert "5 of 5 blobs to fetch from spark-1" in synced.stdout
+        assert f"sim/tiny-moe@main on every node ({fake_model.model_metadata()['total_bytes']} bytes copied from spark-1)" \
+            in synced.stdout, synced.stdout
+        assert spark_deploy("down", "-i", clean.inventory_path).returncode == 0
     finally:
+        clean.exec(2, ["rm", "-rf", "/srv/hf-cache/hub"])
         clean.exec(2, ["mv", "/srv/hf-cache/hub.off", "/srv/hf-cache/hub"])
 
 
