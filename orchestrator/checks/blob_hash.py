@@ -7,15 +7,19 @@ sha1("blob <size>\\0" + content) (40 hex). A name that is neither cannot be chec
 
 from __future__ import annotations
 
-# `blob_digest FILE NAME` prints what FILE hashes to under the rule NAME's length implies; non-zero when
-# the file cannot be read.
-BLOB_DIGEST_SH = r'''blob_digest() {
-  local f=$1 blob=$2 size sum
-  size=$(stat -L -c %s -- "$f") || return
+# `blob_sum NAME SIZE` hashes stdin under the rule NAME's length implies (so a copy can hash the bytes as they
+# arrive); `blob_digest FILE NAME` hashes a file with it. Both print the digest; non-zero when unreadable.
+BLOB_DIGEST_SH = r'''blob_sum() {
+  local blob=$1 size=$2 sum
   case ${#blob} in
-    64) sum=$(sha256sum < "$f") || return ;;
-    40) sum=$({ printf 'blob %s\0' "$size"; cat -- "$f"; } | sha1sum) || return ;;
-    *) sum=unnamed ;;
+    64) sum=$(sha256sum) || return ;;
+    40) sum=$({ printf 'blob %s\0' "$size"; cat; } | sha1sum) || return ;;
+    *) cat >/dev/null; sum=unnamed ;;
   esac
   printf '%s\n' "${sum%% *}"
+}
+blob_digest() {
+  local size
+  size=$(stat -L -c %s -- "$1") || return
+  blob_sum "$2" "$size" < "$1"
 }'''

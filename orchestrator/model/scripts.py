@@ -53,19 +53,24 @@ fetch() {  # blob size: append what is missing to blob.incomplete, verify, then 
   local b=$1 size=$2 part=$blobs/$1.incomplete have got sum e
   have=$(stat -c %s -- "$part" 2>/dev/null || echo 0)
   [ "$have" -le "$size" ] || { rm -f -- "$part"; have=0; }
-  e=$(mktemp); rc=(0 0)
-  if [ "$have" -lt "$size" ]; then
+  e=$(mktemp); rc=(0 0); rm -f "$e.sum"
+  if [ "$have" = 0 ]; then  # a whole blob: hashed as it arrives (tee), not read again afterwards
+    "${SSH[@]}" "tail -c +1 -- $(printf %q "$srcblobs/$b")" 2>"$e.s" </dev/null \
+      | tee >(blob_sum "$b" "$size" > "$e.sum") | dd of="$part" oflag=append conv=notrunc bs=1M status=none 2>"$e"
+    rc=("${PIPESTATUS[0]}" "${PIPESTATUS[2]}"); wait $!
+  elif [ "$have" -lt "$size" ]; then  # resumed: the rest appended, the whole file hashed afterwards
     "${SSH[@]}" "tail -c +$((have + 1)) -- $(printf %q "$srcblobs/$b")" 2>"$e.s" </dev/null \
       | dd of="$part" oflag=append conv=notrunc bs=1M status=none 2>"$e"
     rc=("${PIPESTATUS[@]}")
   fi
   got=$(( $(stat -c %s -- "$part" 2>/dev/null || echo "$have") - have ))
   printf 'got\t%s\t%s\n' "$b" "$got"
-  if [ "${rc[1]}" != 0 ]; then printf 'fail\t%s\ttarget\t%s\n' "$b" "$(tail -n 1 "$e")"; rm -f "$e" "$e.s"; return 1; fi
-  if [ "${rc[0]}" = 255 ]; then printf 'fail\t%s\tlink\t%s\n' "$b" "$(tail -n 1 "$e.s")"; rm -f "$e" "$e.s"; return 1; fi
-  if [ "${rc[0]}" != 0 ]; then printf 'fail\t%s\tsource\t%s\n' "$b" "$(tail -n 1 "$e.s")"; rm -f "$e" "$e.s"; return 1; fi
+  if [ "${rc[1]}" != 0 ]; then printf 'fail\t%s\ttarget\t%s\n' "$b" "$(tail -n 1 "$e")"; rm -f "$e" "$e.s" "$e.sum"; return 1; fi
+  if [ "${rc[0]}" = 255 ]; then printf 'fail\t%s\tlink\t%s\n' "$b" "$(tail -n 1 "$e.s")"; rm -f "$e" "$e.s" "$e.sum"; return 1; fi
+  if [ "${rc[0]}" != 0 ]; then printf 'fail\t%s\tsource\t%s\n' "$b" "$(tail -n 1 "$e.s")"; rm -f "$e" "$e.s" "$e.sum"; return 1; fi
   rm -f "$e" "$e.s"
-  sum=$(blob_digest "$part" "$b") || { printf 'fail\t%s\ttarget\tcannot read %s\n' "$b" "$part"; return 1; }
+  if [ -s "$e.sum" ]; then sum=$(cat "$e.sum"); rm -f "$e.sum"
+  else sum=$(blob_digest "$part" "$b") || { printf 'fail\t%s\ttarget\tcannot read %s\n' "$b" "$part"; return 1; }; fi
   if [ "$sum" != "$b" ]; then rm -f -- "$part"; printf 'bad\t%s\t%s\n' "$b" "$sum"; return 1; fi
   mv -f -- "$part" "$blobs/$b" && printf 'ok\t%s\n' "$b"
 }
