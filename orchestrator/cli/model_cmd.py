@@ -30,7 +30,8 @@ def pull(
     node: Annotated[Optional[str], typer.Option("--node", help="Download on this node (default: the head).")] = None,
     revision: Annotated[Optional[str], typer.Option(
         "--revision", help="Resolve this branch/tag/commit and write the commit into the recipe.")] = None,
-    streams: Annotated[int, typer.Option("--streams", min=1, max=8, help="Blobs copied at once per node.")] = 2,
+    streams: Annotated[int, typer.Option("--streams", min=1, max=8, help="Blobs copied at once per node (4: the "
+                                                                         "fastest measured, docs/performance.md).")] = 4,
     as_json: JsonOpt = False,
 ) -> None:
     """Download the recipe's model.repo@revision once (huggingface_hub in the pinned image; HF_TOKEN from the

@@ -78,7 +78,7 @@ def to_fetch(listing: Listing, held: dict[str, BlobState]) -> list[str]:
 
 
 def copy_blobs(conn: NodeConnection, route: Route, hf_cache: str, repo: str, commit: str, listing: Listing,
-               held: dict[str, BlobState], *, streams: int = 2, ref: str = "",
+               held: dict[str, BlobState], *, streams: int = 4, ref: str = "",
                on_progress: Callable[[str, int, int, float], None] | None = None) -> CopyResult:
     """Fetch what the target lacks, verify each blob, link the snapshot. Raises CopyFailed naming the node
     (or both, for the link) and the blob; Cancelled when the operation was cancelled (what arrived stays)."""

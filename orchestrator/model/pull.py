@@ -71,7 +71,7 @@ def listing_on(conn: NodeConnection, hf_cache: str, repo: str, commit: str) -> L
 
 
 def sync_model(cluster: Cluster, conns: dict[str, NodeConnection], inventory: Inventory, repo: str, commit: str,
-               source: str, events: Events, *, streams: int = 2, ref: str = "") -> dict[str, blobcopy.CopyResult]:
+               source: str, events: Events, *, streams: int = 4, ref: str = "") -> dict[str, blobcopy.CopyResult]:
     """Copy the snapshot from `source` to every other node in `conns`, at once. Each target is surveyed
     (its present blobs hashed) and gets only what it lacks or holds damaged."""
     src = inventory.node(source)
@@ -129,7 +129,7 @@ def download(conn: NodeConnection, inventory: Inventory, recipe: Recipe, revisio
 
 
 def pull_on(cluster: Cluster, conns: dict[str, NodeConnection], inventory: Inventory, recipe: Recipe,
-            events: Events, *, source: str, revision: str | None, streams: int = 2,
+            events: Events, *, source: str, revision: str | None, streams: int = 4,
             endpoint: str | None = None) -> PullResult:
     """Download on `source` unless it already holds the commit (an explicit branch is always resolved by
     the Hub: it may have moved), then copy to every other node."""
@@ -146,7 +146,7 @@ def pull_on(cluster: Cluster, conns: dict[str, NodeConnection], inventory: Inven
 
 
 def pull(recipe_path: str | Path, recipe: Recipe, inventory: Inventory, *, node: str | None = None,
-         revision: str | None = None, streams: int = 2, endpoint: str | None = None,
+         revision: str | None = None, streams: int = 4, endpoint: str | None = None,
          events: Events | None = None) -> PullResult:
     """The command: every node must answer (a node left out would serve another model or none). The
     deploy lock is not taken: a pull of hundreds of GB must not block `status`/`down` for an hour, and it

@@ -9,6 +9,7 @@ hash changes only when their bytes do. A zip: ~2 MB in every image copy instead 
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata as md
 import io
 import re
@@ -38,6 +39,7 @@ def _closure(name: str, seen: dict[str, md.Distribution]) -> None:
             _closure(req.name, seen)
 
 
+@functools.lru_cache(maxsize=1)  # ~1 s of zipping: once per process (every image check asks)
 def client_zip() -> bytes | None:
     """The zip (sources + each distribution's METADATA, which importlib.metadata reads), or None when
     huggingface_hub is not installed here."""

@@ -9,6 +9,7 @@ client against the Hub stand-in). Every test puts the model back with the sim's 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -208,3 +209,29 @@ def test_downloads_once_in_the_pinned_image_then_copies(pair, hub, tmp_path):
     assert verify_blobs(pair, recipe) == {"spark-1": "ok", "spark-2": "ok"}
     leaked = pair.exec(1, ["grep", "-rl", "hf_sim_token", "/srv/hf-cache", "/home/spark"], check=False)
     assert leaked.stdout == "", f"the token was left on spark-1: {leaked.stdout}"
+
+
+@pytest.mark.skipif(os.environ.get("SPARK_DEPLOY_TEST_FOUR_NODES") != "1",
+                    reason="a 4-node cluster of its own (~1 min): SPARK_DEPLOY_TEST_FOUR_NODES=1 runs it; the suite "
+                           "has no shared 4-node cluster")
+def test_four_nodes_blob_deleted_on_spark2_and_corrupted_on_spark3(sim_cluster_factory, tmp_path):
+    quad = sim_cluster_factory(nodes=4, load_image_on=(1,))
+    yaml = YAML()
+    doc = yaml.load(quad.recipe_path.read_text())
+    doc["model"]["revision"] = META["revision"]
+    recipe = tmp_path / "quad.yaml"
+    with recipe.open("w") as handle:
+        yaml.dump(doc, handle)
+    for node in (2, 3, 4):
+        quad.exec(node, ["rm", "-rf", "--", ROOT])
+    first = pulled(pull(quad, recipe))
+    assert {n: c["bytes"] for n, c in first["nodes"].items()} == {f"spark-{i}": META["total_bytes"] for i in (2, 3, 4)}
+    assert pulled(pull(quad, recipe))["bytes"] == 0
+    quad.exec(2, ["rm", "--", f"{ROOT}/blobs/{SHARD1}"])
+    quad.exec(3, ["bash", "-c", 'printf x | dd of="$1" bs=1 seek=100 conv=notrunc status=none', "bash",
+                  f"{ROOT}/blobs/{SHARD3}"])
+    again = pulled(pull(quad, recipe))
+    assert again["nodes"] == {"spark-2": {"bytes": BLOBS[SHARD1], "blobs": [SHARD1]},
+                              "spark-3": {"bytes": BLOBS[SHARD3], "blobs": [SHARD3]},
+                              "spark-4": {"bytes": 0, "blobs": []}}
+    assert verify_blobs(quad, recipe) == {f"spark-{i}": "ok" for i in (1, 2, 3, 4)}
