@@ -28,6 +28,7 @@ from .download import download_on
 from .scripts import LIST_SH, Listing, parse_listing
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
+SOURCE_STREAMS = 8  # SSH connections opened to the source at once: sshd's MaxStartups drops past 10
 
 
 class PullRefused(Exception):
@@ -94,6 +95,10 @@ def sync_model(cluster: Cluster, conns: dict[str, NodeConnection], inventory: In
                                    ref=ref, on_progress=report)
 
     targets = [c for name, c in conns.items() if name != source]
+    if targets and streams * len(targets) > SOURCE_STREAMS:
+        streams = max(1, SOURCE_STREAMS // len(targets))
+        events.note(f"{streams} stream(s) per node: {len(targets)} nodes fetch from {source} at once, and its sshd "
+                    f"takes at most {SOURCE_STREAMS} new connections at a time (MaxStartups)")
     return cluster.each(one, targets) if targets else {}
 
 

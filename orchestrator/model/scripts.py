@@ -54,10 +54,16 @@ fetch() {  # blob size: append what is missing to blob.incomplete, verify, then 
   have=$(stat -c %s -- "$part" 2>/dev/null || echo 0)
   [ "$have" -le "$size" ] || { rm -f -- "$part"; have=0; }
   e=$(mktemp); rc=(0 0); rm -f "$e.sum"
-  if [ "$have" = 0 ]; then  # a whole blob: hashed as it arrives (tee), not read again afterwards
+  for try in 1 2 3 4 5; do  # a refused SSH start (the source's MaxStartups, under many streams): again
+    [ "$have" = 0 ] || break
     "${SSH[@]}" "tail -c +1 -- $(printf %q "$srcblobs/$b")" 2>"$e.s" </dev/null \
       | tee >(blob_sum "$b" "$size" > "$e.sum") | dd of="$part" oflag=append conv=notrunc bs=1M status=none 2>"$e"
-    rc=("${PIPESTATUS[0]}" "${PIPESTATUS[2]}"); wait $!
+    rc=("${PIPESTATUS[0]}" "${PIPESTATUS[2]}"); wait $!  # a whole blob: hashed as it arrives (tee)
+    [ "${rc[0]}" = 255 ] && [ ! -s "$part" ] && grep -qE 'kex_exchange_identification|Connection (reset|closed) by' \
+      "$e.s" || break
+    sleep "0.$((RANDOM % 9 + 1))"
+  done
+  if [ "$have" = 0 ]; then :
   elif [ "$have" -lt "$size" ]; then  # resumed: the rest appended, the whole file hashed afterwards
     "${SSH[@]}" "tail -c +$((have + 1)) -- $(printf %q "$srcblobs/$b")" 2>"$e.s" </dev/null \
       | dd of="$part" oflag=append conv=notrunc bs=1M status=none 2>"$e"
