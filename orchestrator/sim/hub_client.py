@@ -15,15 +15,15 @@ import io
 import re
 import zipfile
 
-from packaging.markers import default_environment
-from packaging.requirements import Requirement
-
 ROOT_DIST = "huggingface_hub"
 ZIP_IN_IMAGE = "usr/lib/python3/dist-packages/hub-client.zip"
 PTH_IN_IMAGE = "usr/lib/python3/dist-packages/hub-client.pth"  # puts the zip on sys.path at startup
 
 
 def _closure(name: str, seen: dict[str, md.Distribution]) -> None:
+    from packaging.markers import default_environment  # huggingface_hub's own dependency
+    from packaging.requirements import Requirement
+
     key = re.sub(r"[-_.]+", "-", name).lower()
     if key in seen:
         return
@@ -44,6 +44,10 @@ def client_zip() -> bytes | None:
     """The zip (sources + each distribution's METADATA, which importlib.metadata reads), or None when
     huggingface_hub is not installed here."""
     seen: dict[str, md.Distribution] = {}
+    try:
+        md.distribution(ROOT_DIST)
+    except md.PackageNotFoundError:
+        return None
     _closure(ROOT_DIST, seen)
     if not seen:
         return None
