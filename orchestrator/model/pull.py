@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,10 +103,17 @@ def sync_model(cluster: Cluster, conns: dict[str, NodeConnection], inventory: In
     return cluster.each(one, targets) if targets else {}
 
 
-def _reporter(events: Events) -> Callable[[str, int, int, float], None]:
+def _reporter(events: Events, every: float = 2.0) -> Callable[[str, int, int, float], None]:
+    """Per target: the bar (bytes) on every report, and a line with bytes, rate and ETA every `every` s."""
+    said: dict[str, float] = {}
+
     def report(target: str, done: int, total: int, rate: float) -> None:
-        eta = (total - done) / rate if rate > 0 else 0.0
-        events.progress(f"model → {target} ({rate / 1e6:.1f} MB/s, ETA {eta:.0f} s)", done, max(total, done))
+        events.progress(f"model → {target}", done, max(total, done))
+        now = time.monotonic()
+        if now - said.get(target, 0.0) >= every or done >= total:
+            said[target] = now
+            eta = "done" if done >= total else f"ETA {(total - done) / rate:.0f} s" if rate > 0 else "ETA unknown"
+            events.note(f"{done / 1e6:.1f} of {total / 1e6:.1f} MB, {rate / 1e6:.1f} MB/s, {eta}", target)
     return report
 
 

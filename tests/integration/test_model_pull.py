@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -94,12 +95,13 @@ def arrived_bytes(pair, node: int) -> int:
 
 
 def start_slow_pull(pair, recipe) -> subprocess.Popen:
-    """A pull from a spark-1 throttled on the fabric (~12 s for the model), once 20 KB arrived on spark-2."""
+    """A pull from a spark-1 throttled on the fabric (~12 s for the model), once 80 KB arrived on spark-2
+    (~2.5 s: a progress line with a rate has been printed)."""
     pair.fault(1, "throttle", rate="256kbit", net="fabric")
     proc = subprocess.Popen([*CLI, "model", "pull", str(recipe), "-i", str(pair.inventory_path), "--streams", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while arrived_bytes(pair, 2) < 20_000:
+    while arrived_bytes(pair, 2) < 80_000:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise AssertionError(f"no bytes arrived on spark-2 within 60 s: {proc.communicate()}")
@@ -112,11 +114,12 @@ def test_interrupted_copy_resumes_without_resending(pair, recipe):
     proc = start_slow_pull(pair, recipe)
     try:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0, err
+    assert re.search(r"spark-2: [\d.]+ of 0\.4 MB, [\d.]+ MB/s, ETA \d+ s", out), out  # progress per node
     arrived = on_disk(pair, 2)
     partial = [n for n in arrived if n.endswith(".incomplete")]
     assert partial, f"an interrupted copy leaves its partial blob as .incomplete: {arrived}"
