@@ -19,6 +19,7 @@ from ..transport.node import NodeConnection, NodeError
 
 TRIES = 3
 BACKOFF = 2.0  # seconds; a Hub 5xx is often a moment's overload
+IDLE = 900.0  # seconds without a byte of output (tqdm redraws while bytes arrive): the download is stuck
 
 # python3 -c PROGRAM REPO REVISION CACHE TRIES BACKOFF (seconds before retry n: BACKOFF * n)
 PROGRAM = r'''
@@ -65,7 +66,8 @@ class Downloaded:
 
 def parse_outcome(node: str, repo: str, stdout: str) -> Downloaded:
     """Pure: the program's JSON line -> Downloaded, or DownloadFailed in words."""
-    lines = [ln.split(" ", 1)[1] for ln in stdout.split("\n") if ln.startswith("\x1eSDPULL ")]  # not splitlines: \x1e splits
+    # split("\n"), not splitlines(): \x1e is a line boundary to splitlines
+    lines = [ln.split(" ", 1)[1] for ln in stdout.split("\n") if ln.startswith("\x1eSDPULL ")]
     if not lines:
         raise DownloadFailed(node, f"the download of {repo} printed no outcome: {stdout.strip()[-300:]}")
     said = json.loads(lines[-1])
@@ -94,12 +96,14 @@ def download_on(conn: NodeConnection, *, image_id: str, hf_cache: str, repo: str
         env_file = f"{hf_cache}/.spark-deploy-pull.env"
         conn.put_secret(env_file, f"HF_TOKEN={token}\n")
     argv = ["docker", "run", "--rm", "--network", "host", "--user", uid, "-v", f"{hf_cache}:{hf_cache}",
-            "-e", "HF_HUB_DISABLE_TELEMETRY=1", "-e", "HF_HUB_DISABLE_PROGRESS_BARS=1", "-e", "HOME=/tmp",
+            "-e", "HF_HUB_DISABLE_TELEMETRY=1", "-e", "HOME=/tmp",
             "-e", "HF_HOME=/tmp/hf",  # the client's own state in the container; the cache is cache_dir
             *(["-e", f"HF_ENDPOINT={endpoint}"] if endpoint else []), *(["--env-file", env_file] if env_file else []),
-            "--entrypoint", "python3", image_id, "-c", PROGRAM, repo, revision, f"{hf_cache}/hub", str(TRIES), str(BACKOFF)]
+            "--entrypoint", "python3", image_id, "-c", PROGRAM, repo, revision, f"{hf_cache}/hub", str(TRIES),
+            str(BACKOFF)]
     try:
-        result = conn.run(argv, timeout=None, idle_timeout=3600)
+        # no overall deadline (hundreds of GB); the client's progress bars on stderr are the sign of life
+        result = conn.run(argv, timeout=None, idle_timeout=IDLE)
     finally:
         if env_file:
             conn.run(["rm", "-f", "--", env_file], timeout=30, shield=True)

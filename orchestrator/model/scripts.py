@@ -50,7 +50,7 @@ err=$("${SSH[@]}" "test -d $(printf %q "$srcblobs")" 2>&1 </dev/null); rc=$?
 if [ $rc = 255 ]; then printf 'fail\t-\treach\t%s\n' "$(printf '%s' "$err" | tail -n 1)"; exit 1; fi
 if [ $rc != 0 ]; then printf 'fail\t-\tsource\tno blobs directory %s\n' "$srcblobs"; exit 1; fi
 fetch() {  # blob size: append what is missing to blob.incomplete, verify, then rename
-  local b=$1 size=$2 part=$blobs/$1.incomplete have got sum e
+  local b=$1 size=$2 part=$blobs/$1.incomplete have got sum e side why
   have=$(stat -c %s -- "$part" 2>/dev/null || echo 0)
   [ "$have" -le "$size" ] || { rm -f -- "$part"; have=0; }
   e=$(mktemp); rc=(0 0); rm -f "$e.sum"
@@ -71,10 +71,12 @@ fetch() {  # blob size: append what is missing to blob.incomplete, verify, then 
   fi
   got=$(( $(stat -c %s -- "$part" 2>/dev/null || echo "$have") - have ))
   printf 'got\t%s\t%s\n' "$b" "$got"
-  if [ "${rc[1]}" != 0 ]; then printf 'fail\t%s\ttarget\t%s\n' "$b" "$(tail -n 1 "$e")"; rm -f "$e" "$e.s" "$e.sum"; return 1; fi
-  if [ "${rc[0]}" = 255 ]; then printf 'fail\t%s\tlink\t%s\n' "$b" "$(tail -n 1 "$e.s")"; rm -f "$e" "$e.s" "$e.sum"; return 1; fi
-  if [ "${rc[0]}" != 0 ]; then printf 'fail\t%s\tsource\t%s\n' "$b" "$(tail -n 1 "$e.s")"; rm -f "$e" "$e.s" "$e.sum"; return 1; fi
+  side=
+  if [ "${rc[1]}" != 0 ]; then side=target; why=$(tail -n 1 "$e")  # dd could not write: the target's disk
+  elif [ "${rc[0]}" = 255 ]; then side=link; why=$(tail -n 1 "$e.s")  # ssh itself: the way between the nodes
+  elif [ "${rc[0]}" != 0 ]; then side=source; why=$(tail -n 1 "$e.s"); fi  # tail on the source
   rm -f "$e" "$e.s"
+  if [ -n "$side" ]; then rm -f "$e.sum"; printf 'fail\t%s\t%s\t%s\n' "$b" "$side" "$why"; return 1; fi
   if [ -s "$e.sum" ]; then sum=$(cat "$e.sum"); rm -f "$e.sum"
   else sum=$(blob_digest "$part" "$b") || { printf 'fail\t%s\ttarget\tcannot read %s\n' "$b" "$part"; return 1; }; fi
   if [ "$sum" != "$b" ]; then rm -f -- "$part"; printf 'bad\t%s\t%s\n' "$b" "$sum"; return 1; fi
@@ -102,7 +104,8 @@ while [ $# -ge 2 ]; do
   name=$1; b=$2; shift 2
   [ -f "$blobs/$b" ] || { printf 'fail\t%s\ttarget\tblob missing when linking %s\n' "$b" "$name"; exit 1; }
   up=../..; d=$name; while [ "${d#*/}" != "$d" ]; do up=$up/..; d=${d#*/}; done
-  mkdir -p -- "$(dirname -- "$root/snapshots/$commit/$name")" && ln -sfn -- "$up/blobs/$b" "$root/snapshots/$commit/$name" || exit
+  link="$root/snapshots/$commit/$name"
+  mkdir -p -- "$(dirname -- "$link")" && ln -sfn -- "$up/blobs/$b" "$link" || exit
 done
 if [ -n "$ref" ]; then mkdir -p -- "$root/refs" && printf '%s' "$commit" > "$root/refs/$ref"; fi
 printf 'linked\t%s\n' "$commit"'''
