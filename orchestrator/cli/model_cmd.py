@@ -14,6 +14,7 @@ from ..model.download import DownloadFailed
 from ..model.pull import PullRefused, pull as pull_model
 from ..runner.events import Events
 from ..runner.sinks import TerminalSink
+from ..transport.cancel import Cancelled, interrupt_reason, signals_interrupt
 from ..transport.group import GroupError
 from ..transport.node import NodeError
 from .common import BadInput, Failed, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
@@ -46,8 +47,13 @@ def pull(
         if node is not None and node not in {n.name for n in inv.nodes}:
             raise BadInput(f"--node {node!r} is not in {inventory}")
         try:
-            result = pull_model(recipe, spec, inv, node=node, revision=revision, streams=streams,
-                                events=Events(TerminalSink(err if as_json else out)))
+            with signals_interrupt():  # SIGTERM as Ctrl-C: the remote copies are killed, what arrived is kept
+                result = pull_model(recipe, spec, inv, node=node, revision=revision, streams=streams,
+                                    events=Events(TerminalSink(err if as_json else out)))
+        except (KeyboardInterrupt, Cancelled) as exc:
+            why = interrupt_reason(exc) if isinstance(exc, KeyboardInterrupt) else str(exc)
+            raise Failed(f"{why}: what had arrived stays as .incomplete blobs (never linked); run the same "
+                         "command again to resume") from exc
         except PullRefused as exc:
             raise BadInput(str(exc)) from exc
         except (DownloadFailed, CopyFailed, NodeError, GroupError) as exc:
