@@ -176,3 +176,34 @@ def test_the_fact_parser_on_the_header_readers_records():
         assert str(exc) == "no snapshot directory /s"
     else:
         raise AssertionError("an absent snapshot parsed")
+
+
+# ---- the engine's own line, and the release's kv_cache entry ------------------------------------------
+from orchestrator.deploy import kv_report  # noqa: E402
+
+
+def test_the_logged_line_in_both_forms_the_last_one_wins():
+    one = ["(EngineCore_DP0 pid=7) INFO 11-29 14:03:11 [kv_cache_utils.py:1291] GPU KV cache size: 372,529 tokens, "
+           "Maximum concurrency for 32,768 tokens per request: 11.37x"]
+    assert kv_report.parse_logged(one) == kv_report.Logged(372_529, 32_768, 11.37)
+    two = ["INFO [kv_cache_utils.py:1087] GPU KV cache size: 665,924 tokens",
+           "INFO [kv_cache_utils.py:1091] Maximum concurrency for 262,144 tokens per request: 2.54x",
+           "INFO [kv_cache_utils.py:1087] GPU KV cache size: 1,024 tokens"]
+    assert kv_report.parse_logged(two) == kv_report.Logged(1_024)
+    assert kv_report.parse_logged(["Available KV cache memory: 3.1 GiB"]) is None
+
+
+def test_the_record_takes_the_smallest_nodes_prediction_and_the_ratio(tmp_path):
+    dep = deployment(tmp_path)
+    headers, config = sim_headers()
+    seen = seen_for(Headers("spark-1", "/snap", config, headers, 0), {"spark-1": SPARK_TOTAL, "spark-2": 8 << 30})
+    small = mf.fit(headers, config, 8 << 30, checks_fit.settings(dep)).tokens
+    kv = kv_report.record(seen, dep, [f"GPU KV cache size: {small + small // 50:,} tokens, Maximum concurrency "
+                                      "for 4,096 tokens per request: 9.00x"])
+    assert kv["predicted"] == small and kv["predicted_per_node"]["spark-1"] > small
+    assert kv["logged"] == small + small // 50 and kv["ratio"] == round((small + small // 50) / small, 4)
+    assert kv_report.text(kv) == f"predicted {small:,} / logged {small + small // 50:,} (1.02x)"
+    none = kv_report.record({}, dep, [])
+    assert none is None
+    unread = kv_report.record({"spark-1": {"model_headers": Observed(error="gone")}}, dep, [])
+    assert unread == {"predicted_error": "the head's snapshot headers: gone"}
