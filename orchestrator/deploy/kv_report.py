@@ -64,6 +64,8 @@ def text(kv: dict | None) -> str:
     """`predicted 706,256 / logged 698,112 (0.99x)`, or what is missing."""
     if not kv:
         return ""
+    if kv.get("predicted") is None and kv.get("predicted_error"):
+        return f"not predicted ({kv['predicted_error']})" + (f"; logged {kv['logged']:,}" if kv.get("logged") else "")
     predicted = f"{kv['predicted']:,}" if kv.get("predicted") is not None else "?"
     logged = f"{kv['logged']:,}" if kv.get("logged") is not None else "not logged"
     ratio = f" ({kv['ratio']:.2f}x)" if kv.get("ratio") is not None else ""

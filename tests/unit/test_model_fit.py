@@ -207,3 +207,27 @@ def test_the_record_takes_the_smallest_nodes_prediction_and_the_ratio(tmp_path):
     assert none is None
     unread = kv_report.record({"spark-1": {"model_headers": Observed(error="gone")}}, dep, [])
     assert unread == {"predicted_error": "the head's snapshot headers: gone"}
+
+
+def test_the_stand_in_sizes_the_fake_model_as_model_fit_does(tmp_path):
+    """Two implementations (the stand-in's memory profile, stdlib only, and checks/model_fit) read the
+    same checkpoint: same weights per rank and KV bytes per token; their token counts differ only by the
+    profile's measured overheads."""
+    import argparse
+    import random
+
+    from orchestrator.sim.standin import derived
+
+    for name, data in fake_model.model_files().items():
+        (tmp_path / name).write_bytes(data)
+    headers, config = sim_headers()
+    predicted = mf.fit(headers, config, SPARK_TOTAL, checks_fit.settings(deployment(tmp_path)))
+    args = argparse.Namespace(kv_cache_dtype="fp8", tensor_parallel_size=2, pipeline_parallel_size=1,
+                              max_num_batched_tokens=8192, max_num_seqs=12, gpu_memory_utilization=0.7,
+                              block_size=256)
+    weights = derived.checkpoint_bytes(str(tmp_path), config, 2, True)
+    assert weights == predicted.weights and derived.checkpoint_bytes(str(tmp_path), config, 2, False) < weights
+    prof = derived.profile(args, config, weights, SPARK_TOTAL, 0.3, True, random.Random(1))
+    assert prof.per_token == predicted.kv.bytes_per_token == 64
+    assert abs(prof.tokens / predicted.tokens - 1) < 0.05 and prof.tokens != predicted.tokens
+    assert kv_report.text({"predicted_error": "no config.json"}) == "not predicted (no config.json)"
