@@ -245,5 +245,7 @@ def describe(f: Fit) -> str:
     text += (f" leaves {gib(f.kv_memory)} KV; {f.kv.bytes_per_token:,} B/token ({f.kv.kind}: {f.kv.formula()}) "
              f"-> {f.tokens:,} tokens = {f.concurrency:.2f}x max_model_len {f.max_model_len:,}")
     if f.max_num_seqs:
-        text += f" (max_num_seqs {f.max_num_seqs})"
+        need = f.max_num_seqs * f.max_model_len
+        text += (f"; max_num_seqs {f.max_num_seqs} at full length needs {need:,}: "
+                 + ("fits" if f.tokens >= need else "the rest queue"))
     return text

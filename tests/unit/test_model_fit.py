@@ -148,6 +148,8 @@ def test_fewer_tokens_than_max_model_len_warn_and_a_smaller_node_alone(tmp_path)
     warn = checks_fit.model_fit(seen_for(Headers("spark-1", "/snap", DEEPSEEK_CONFIG, DEEPSEEK_HEADERS, 0),
                                          {"spark-1": SPARK_TOTAL, "spark-2": SPARK_TOTAL}), dsk)
     assert warn.status is Status.WARN and "1,040,640 tokens" in warn.cells["spark-1"].value
+    assert "max_num_seqs 12 at full length needs 12,582,912: the rest queue" in warn.cells["spark-1"].value
+    assert "max_num_seqs 12 at full length needs 49,152: fits" in v.cells["spark-1"].value
     assert "lower vllm.max_model_len" in warn.fix
 
 
