@@ -22,7 +22,7 @@ class _Prompts:
         self.interactive = interactive
 
     def host_key(self, key) -> str:
-        err.print(f"{escape(key.host)}: host key {key.key.get_name()} [bold]{key.fingerprint}[/]")
+        err.print(f"{escape(key.host)}: host key {key.key.get_name()} {key.fingerprint}", markup=False)
         return _ask(f"Trust {key.host}'s host key? (yes/no/[fingerprint]): ")
 
     def password(self, user: str, hosts: list[str]) -> str:

@@ -35,7 +35,7 @@ class Access:
 def _put(m: CommentedMap, key: str, v: Value) -> None:
     m[key] = v.value
     if v.source:
-        m.yaml_add_eol_comment(v.source, key)
+        m.yaml_add_eol_comment(v.source, key, column=1)  # one space before every "#", on every line
 
 
 def build(d: Decision, access: Access) -> CommentedMap:

@@ -93,7 +93,7 @@ def _direct(prober: str, cand: Candidate, probes: dict[str, dict[str, Probe]], m
 
 
 def choose(cands: dict[str, list[Candidate]], probes: dict[str, dict[str, Probe]],
-           speeds: dict[str, dict[str, int | None]] | None = None) -> Fabric:
+           speeds: dict[str, dict[str, int | None]] | None = None, names: dict[str, str] | None = None) -> Fabric:
     """Pure: one candidate per node such that every node reached every other's address over the very
     link chosen on its own side. Among several such sets, the fastest link on the first node wins."""
     nodes = list(cands)
@@ -119,13 +119,15 @@ def choose(cands: dict[str, list[Candidate]], probes: dict[str, dict[str, Probe]
         if len(chosen) == len(nodes):
             fabric.chosen = chosen
             return fabric
+    names = names or {}
     for node in nodes:
+        name = names.get(node, node)
         shown = [f"{c.link} {c.addr}" for c in cands[node]] or ["no candidate (only management, loopback or "
                                                                   "bridges hold IPv4)"]
-        fabric.tried.append(f"{node}: {', '.join(shown)}")
+        fabric.tried.append(f"{name}: {', '.join(shown)}")
         for addr, probe in sorted(probes.get(node, {}).items()):
             via = f"via {probe.dev}" if probe.dev != "?" else "no route"
-            fabric.tried.append(f"  {node} -> {addr} {via}: {probe.detail}")
+            fabric.tried.append(f"  {name} -> {addr} {via}: {probe.detail}")
     return fabric
 
 

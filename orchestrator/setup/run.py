@@ -151,7 +151,8 @@ def discover(opts: Options, conns: dict[str, NodeConnection]) -> tuple[Decision,
         except GroupError as exc:
             raise SetupFailed(f"probing the fabric failed: {exc}") from None
         probes = {h: (o.value if o is not None and o.ok else {}) for h, o in observed.items()}
-        fabric = choose(cands, probes, speeds)
+        names = {h: (seen[h]["hostname"].value if seen[h]["hostname"].ok else h) for h in opts.hosts}
+        fabric = choose(cands, probes, speeds, names)
     return decide(opts.hosts, seen, cands, fabric, management), fabric
 
 
