@@ -72,17 +72,6 @@ def parse_speeds(stdout: str) -> dict[str, int | None]:
     return out
 
 
-def parse_ethtool_speed(stdout: str) -> int | None:
-    """`ethtool DEV` -> its `Speed: NNNNMb/s` in Mbit/s (None: `Unknown!` or absent). For a node whose
-    driver leaves sysfs's speed unreadable; the same number."""
-    for line in stdout.splitlines():
-        key, _, value = line.strip().partition(":")
-        if key == "Speed":
-            value = value.strip()
-            return int(value[:-4]) if value.endswith("Mb/s") and value[:-4].isdigit() else None
-    return None
-
-
 # Per HCA port: an ibdev2netdev line (the port's netdev from its GIDs' ndevs, its state), then every used
 # GID as `gid HCA PORT INDEX GID TYPE NDEV` (tab separated; the type holds a space: "RoCE v2").
 _ROCE = r'''d=/sys/class/infiniband
