@@ -57,7 +57,11 @@ def key_works(login: Login, key: str | None) -> bool:
         return True
     except paramiko.AuthenticationException:
         return False
-    except (paramiko.SSHException, OSError, socket.timeout) as exc:
+    except paramiko.SSHException as exc:
+        if "No authentication methods available" in str(exc):  # no key to offer at all: not logged in
+            return False
+        raise LoginFailed(f"{login.host}: SSH as {login.user} failed: {exc}") from None
+    except (OSError, socket.timeout) as exc:
         raise LoginFailed(f"{login.host}: SSH as {login.user} failed: {exc}") from None
     finally:
         client.close()

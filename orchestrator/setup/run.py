@@ -46,7 +46,7 @@ class Options:
     known_hosts: str
     cluster: str = "spark"
     key: str | None = None  # a key to try first (None: the agent and ~/.ssh's defaults)
-    new_key: str = os.path.expanduser(login.DEFAULT_KEY)
+    new_key: str = ""  # where a new key is made ("": ~/.ssh/spark-deploy_ed25519 of this run's HOME)
     fingerprints: dict[str, str] = field(default_factory=dict)
     node_keys: bool | None = None  # None: ask (interactive), else no
 
@@ -90,21 +90,22 @@ def choose_key(opts: Options, prompts: Prompts) -> str | None:
         raise SetupFailed(f"{', '.join(refused)}: {opts.user} cannot log in with "
                           f"{opts.key or 'the agent or ~/.ssh default keys'}, and --yes cannot ask for a password: "
                           "pass --key, or run setup without --yes once to install a key")
-    public = login.new_key(opts.new_key, f"spark-deploy {opts.user}")
-    prompts.say(f"{', '.join(refused)}: no key logs in; installing {opts.new_key}.pub for {opts.user} "
+    path = opts.new_key or os.path.expanduser(login.DEFAULT_KEY)
+    public = login.new_key(path, f"spark-deploy {opts.user}")
+    prompts.say(f"{', '.join(refused)}: no key logs in; installing {path}.pub for {opts.user} "
                 "(the password is asked once and used for this only)")
     password = prompts.password(opts.user, opts.hosts)
     try:
         for lg in logins:
-            if not login.key_works(lg, opts.new_key):
+            if not login.key_works(lg, path):
                 login.install(lg, password, public)
     finally:
         del password
-    still = [lg.host for lg in logins if not login.key_works(lg, opts.new_key)]
+    still = [lg.host for lg in logins if not login.key_works(lg, path)]
     if still:
-        raise SetupFailed(f"{', '.join(still)}: the installed key {opts.new_key} still does not log in "
+        raise SetupFailed(f"{', '.join(still)}: the installed key {path} still does not log in "
                           "(sshd may ignore ~/.ssh/authorized_keys: check AuthorizedKeysFile)")
-    return opts.new_key
+    return path
 
 
 def _connect(opts: Options, key: str | None) -> dict[str, NodeConnection]:

@@ -147,3 +147,47 @@ def test_problems_a_person_must_fix_exit_1_naming_node_fact_and_fix_and_keep_the
         assert f"{node}: docker permission: {user} cannot use the engine (" in said, said
         assert f"fix: `sudo usermod -aG docker {user}` on {node}, then log in again" in said, said
     assert "permission denied" in said.lower(), said
+
+
+PASSWORD_LOGIN = "/etc/ssh/sshd_config.d/00-setup-test-password.conf"
+
+
+def test_a_login_no_key_opens_gets_a_new_key_installed_with_the_password_asked_once(pair, tmp_path):
+    """A second account as a real Spark has it: password login allowed (DGX OS's sshd default), no key.
+    setup makes ~/.ssh/spark-deploy_ed25519 (HOME is tmp_path here), asks the password once in the pty,
+    installs the key on both nodes and writes an inventory naming it; the password is nowhere after."""
+    cluster, user, password = pair, "pwuser", f"pw-{os.getpid()}-setup"
+    for node in (1, 2):
+        cluster.exec(node, ["sh", "-c", 'useradd -m -s /bin/bash -G docker "$1" && printf "%s:%s\\n" "$1" "$2" | '
+                            'chpasswd && printf "Match User %s\\n  PasswordAuthentication yes\\n" "$1" > "$3" && '
+                            'sshd -t && kill -HUP "$(cat /run/sshd.pid)"', "sh", user, password, PASSWORD_LOGIN])
+    prompts: list[str] = []
+    try:
+        argv = ["setup", *(n.ip for n in cluster.nodes()), "--user", user, "--known-hosts",
+                str(tmp_path / "known_hosts"), "-o", str(tmp_path / "inventory.yaml"), "--no-node-keys"]
+        child = pexpect.spawn(CLI[0], CLI[1:] + argv, encoding="utf-8", timeout=60, dimensions=(50, 200),
+                              env={**os.environ, "HOME": str(tmp_path), "COLUMNS": "200"})
+        while True:
+            got = child.expect([r"\(yes/no/\[fingerprint\]\): ", r"Password of pwuser on [^:]*: ", pexpect.EOF])
+            if got == 2:
+                break
+            prompts.append(child.after)
+            child.sendline("yes" if got == 0 else password)
+        said = child.before
+        child.close()
+        assert child.exitstatus == 0, said
+        authorized = [cluster.exec(n, ["cat", f"/home/{user}/.ssh/authorized_keys"]).stdout for n in (1, 2)]
+    finally:
+        for node in (1, 2):
+            cluster.exec(node, ["sh", "-c", 'rm -f "$2"; kill -HUP "$(cat /run/sshd.pid)"; userdel -r "$1"', "sh",
+                                user, PASSWORD_LOGIN], check=False)
+    assert [p.startswith("Password") for p in prompts] == [False, False, True]  # two host keys, one password
+    key = tmp_path / ".ssh" / "spark-deploy_ed25519"
+    public = (tmp_path / ".ssh" / "spark-deploy_ed25519.pub").read_text().strip()
+    assert key.stat().st_mode & 0o777 == 0o600 and authorized == [public + "\n"] * 2
+    inv = YAML(typ="safe").load((tmp_path / "inventory.yaml").read_text())
+    assert inv["ssh"]["key"] == str(key) and inv["ssh"]["user"] == user
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert password not in path.read_text(errors="replace"), path
+    assert password not in said
