@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..checks import writable
+from ..config.inventory import Node
 from ..preflight.checks_disk import NETWORK_FS
 from ..preflight.checks_memory import EarlyOom, MemInfo, parse_earlyoom, parse_meminfo
 from ..preflight.facts import _DRIVER, Fact, Observed, parse_framed
@@ -273,6 +275,16 @@ def parse_hostname(stdout: str) -> str:
     return value
 
 
+STATE_DIR = Node.model_fields["state_dir"].default  # what the inventory leaves it at
+
+
+def parse_state_dir(stdout: str) -> tuple[bool, str, str]:
+    """checks/writable.py's probe of the default state dir -> (usable, what was seen, the login user)."""
+    if not stdout.startswith("user "):
+        raise ValueError(f"unexpected probe output {stdout[:80]!r}")
+    return writable.parse(stdout, STATE_DIR)
+
+
 def _fact(name: str, script: str, parse: Callable[[str], Any], args: Callable[[Any], list[str]] | None = None,
           ok_codes: tuple[int, ...] = (0,)) -> Fact:
     return Fact(name, script, parse, args or (lambda _i: []), ok_codes)
@@ -291,6 +303,7 @@ FACTS: dict[str, Fact] = {f.name: f for f in (
     _fact("earlyoom", "pgrep -a -x earlyoom", parse_earlyoom, ok_codes=(0, 1)),
     _fact("meminfo", "cat /proc/meminfo", parse_meminfo),
     _fact("gpus", "nvidia-smi -L", parse_gpus),
+    _fact("state_dir", writable.PROBE, parse_state_dir, args=lambda _i: [STATE_DIR]),
 )}
 
 

@@ -8,13 +8,14 @@ import ipaddress
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..checks.writable import owner_fix
 from ..preflight.facts import Observed
-from .facts import NETWORK_FS, Docker, EarlyOom, HfCache, JitCandidate, Link, MemInfo, Roce
+from .facts import NETWORK_FS, STATE_DIR, Docker, EarlyOom, HfCache, JitCandidate, Link, MemInfo, Roce
 from .fabric import Candidate, Fabric
 
 GIB = 1 << 30
 EARLYOOM_SAFE = 4 * GIB  # preflight's default reserve: earlyoom must not kill while that much is free
-REQUIRED = ("hostname", "links", "user", "docker", "hf_cache", "jit_cache", "meminfo", "gpus", "roce")
+REQUIRED = ("hostname", "links", "user", "docker", "hf_cache", "jit_cache", "meminfo", "gpus", "roce", "state_dir")
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,10 @@ def decide(hosts: list[str], seen: dict[str, dict[str, Observed]], cands: dict[s
             d.problems.append(Problem(name, "docker permission", f"{user} cannot use the engine ({docker.error})",
                                       f"`sudo usermod -aG docker {user}` on {name}, then log in again"))
         d.show("login", name, f"{user} ({' '.join(groups)})")
+        usable, state, _ = f["state_dir"].value
+        d.show("state dir", name, state)
+        if not usable:
+            d.problems.append(Problem(name, "state dir", state, owner_fix(user, STATE_DIR, [name])))
         jit = _jit(host, name, f["jit_cache"].value, user, d)
         hf = _hf(name, f["hf_cache"].value, d)
         _earlyoom(name, f["earlyoom"].value, f["meminfo"].value, d)

@@ -24,7 +24,7 @@ from .judge import Decision, Problem, decide
 
 
 class Prompts(Protocol):
-    """What `setup` asks a person; `None` from `interactive` means it may not ask (--yes)."""
+    """What `setup` asks a person; `interactive` False (--yes) means it may ask nothing."""
 
     interactive: bool
 

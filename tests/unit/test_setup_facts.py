@@ -112,6 +112,8 @@ def test_caches_gpus_user_and_earlyoom():
     assert oom.running and oom.percent == 5
     with pytest.raises(ValueError):
         facts.parse_hf("")
+    assert facts.parse_state_dir("user spark\nok spark:spark 755\n")[0]
+    assert not facts.parse_state_dir("user nvidia\nuncreatable /var/lib root:root 755\n")[0]
 
 
 def test_the_probe_lines_say_route_device_and_whether_the_address_answered():

@@ -55,7 +55,8 @@ def test_the_fabric_is_the_pair_both_sides_reached_over_their_own_link():
 
 
 def seen_of(fabric_ip: str, *, mtu: int = 9000, docker: Docker | None = None, roce: Roce | None = None,
-            oom: EarlyOom = EarlyOom(False), jit: list[JitCandidate] | None = None, name: str = "") -> dict:
+            oom: EarlyOom = EarlyOom(False), jit: list[JitCandidate] | None = None, name: str = "",
+            state: tuple | None = None) -> dict:
     values = {
         "hostname": name or f"spark-{fabric_ip[-1]}", "links": links(fabric_ip, mtu), "user": ("nvidia", ("docker",)),
         "docker": docker or Docker(True, "28.3.3", "overlayfs", ("nvidia", "runc")),
@@ -64,6 +65,7 @@ def seen_of(fabric_ip: str, *, mtu: int = 9000, docker: Docker | None = None, ro
                              JitCandidate("/home/nvidia/.cache/vllm-jit", False, True, "ext2/ext3")],
         "meminfo": MemInfo(128 * GIB, 120 * GIB), "gpus": 1, "earlyoom": oom, "speeds": {"enp1s0f1np1": 200000},
         "roce": roce or spark_roce(fabric_ip),
+        "state_dir": state or (True, "/var/lib/spark-deploy writable by nvidia (nvidia:nvidia 755)", "nvidia"),
     }
     return {k: Observed(value=v) for k, v in values.items()}
 
@@ -112,6 +114,14 @@ def test_problems_name_node_fact_and_fix():
     assert any(s.startswith("spark-1: earlyoom: earlyoom kills below 12.8 GiB available") and "field note 8" in s
                for s in said)
     assert not any(p.node == "spark-0" for p in d.problems)
+
+
+def test_a_state_dir_the_login_cannot_make_is_a_problem_with_the_admin_fix():
+    seen = "/var/lib/spark-deploy absent, and nvidia cannot create it in /var/lib (root:root 755)"
+    d = decide(seen_of(F1), seen_of(F2, state=(False, seen, "nvidia")))
+    assert [str(p) for p in d.problems] == [f"spark-1: state dir: {seen}; fix: `sudo install -d -o nvidia -g nvidia "
+                                            "/var/lib/spark-deploy` on spark-1 (once, as an admin), or set state_dir "
+                                            "in the inventory to a directory nvidia owns"]
 
 
 def test_a_jit_cache_only_on_nfs_and_a_missing_roce_v2_gid_are_problems():
