@@ -95,6 +95,19 @@ def test_setup_finds_the_fabric_and_the_hca_writes_an_inventory_validate_accepts
     assert shown.returncode == 0, shown.stderr
     assert '"written": false' in shown.stdout and f"mtu {mtus.pop()}" in shown.stdout
 
+    # run again with another cluster name: the difference is shown and a "no" leaves the file as it was
+    written = (tmp_path / "inventory.yaml").read_bytes()
+    child = pexpect.spawn(CLI[0], CLI[1:] + setup_argv(cluster, tmp_path, "--cluster", "lab"), encoding="utf-8",
+                          timeout=60, env={**os.environ, "COLUMNS": "200"}, dimensions=(50, 200))
+    child.expect(r"Replace \S+ with this\? \[y/N\] ")
+    shown = child.before
+    child.sendline("n")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1 and "-cluster: spark # --cluster" in shown and "+cluster: lab # --cluster" in shown
+    assert "left as it was (not confirmed)" in child.before
+    assert (tmp_path / "inventory.yaml").read_bytes() == written
+
     valid = spark_deploy("validate", str(cluster.recipe_path), "-i", str(tmp_path / "inventory.yaml"))
     assert valid.returncode == 0, valid.stderr
     up = spark_deploy("up", str(cluster.recipe_path), "-i", str(tmp_path / "inventory.yaml"), timeout=240)
