@@ -9,7 +9,7 @@ from orchestrator.cli.main import app
 
 COMMANDS = [["validate"], ["render"], ["pin"], ["up"], ["down"], ["status"], ["logs"], ["demo"],
             ["preflight"], ["bench"], ["history"], ["rollback"], ["lock"], ["audit"], ["prune"], ["setup"],
-            ["sim", "up"], ["sim", "down"], ["sim", "fault"], ["sim", "ls"], ["sim", "images"]]
+            ["sim", "up"], ["sim", "down"], ["sim", "fault"], ["sim", "ls"], ["sim", "images"], ["export", "k8s"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
