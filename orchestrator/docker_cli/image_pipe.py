@@ -28,14 +28,23 @@ STEP = 0.1
 TAG = b"\x1eSD "
 BYTES = re.compile(rb"(\d+) byte")  # dd's "\r123 bytes (...) copied": read up to each "s", so "123 byte"
 
-# On the source. "$1" image ID, "$2" user@destination, "$3" the destination's command (quoted here).
+# On the source. "$1" image ID, "$2" user@destination, "$3" the destination's command (quoted here),
+# "$4" the layer filter's program (empty: the whole archive) and "$5" its plan (layer_filter.py).
 SEND = r"""set -o pipefail
 tag() { while IFS= read -r l; do printf '\036SD %s %s\n' "$1" "$l" >&2; done; }
-docker save "$1" 2> >(tag serr) | ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o Compression=no \
-  -o ConnectTimeout=10 "$2" "$3"
-s=("${PIPESTATUS[@]}")
-printf '\036SD status %s %s\n' "${s[0]}" "${s[1]}" >&2
-[ "${s[0]}" = 0 ] && [ "${s[1]}" = 0 ]"""
+to() { ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o Compression=no -o ConnectTimeout=10 "$1" "$2"; }
+if [ -n "$4" ]; then
+  docker save "$1" 2> >(tag serr) | python3 -c "$4" "$5" 2> >(tag filter) | to "$2" "$3"
+  s=("${PIPESTATUS[@]}"); s=("${s[0]}" "${s[2]}" "${s[1]}")
+else
+  docker save "$1" 2> >(tag serr) | to "$2" "$3"
+  s=("${PIPESTATUS[@]}" 0)
+fi
+printf '\036SD status %s %s %s\n' "${s[0]}" "${s[1]}" "${s[2]}" >&2
+[ "${s[0]}" = 0 ] && [ "${s[1]}" = 0 ] && [ "${s[2]}" = 0 ]"""
+
+# On the source, for a relayed copy that leaves held layers out: "$1" image ID, "$2" program, "$3" plan.
+SAVE_FILTERED = 'set -o pipefail\ndocker save "$1" | python3 -c "$2" "$3"'
 
 # On the destination (under the process-group wrapper, whose marker goes back on stdout).
 RECEIVE = r"""set -o pipefail
@@ -76,6 +85,7 @@ class Stall:
         self.src, self.dst, self.target, self.total = src, dst, target, total
         self.progress, self.timeout = progress, timeout
         self.moved = 0
+        self.left_out = 0  # bytes the source's layer filter kept off the link (held layers)
         self.last = time.monotonic()
         self.receiving = True
 
@@ -163,11 +173,14 @@ class DirectCopy:
         self.save_err: list[str] = []
         self.load_err: list[str] = []
         self.ssh_err: list[str] = []
-        self.status: tuple[int, int] | None = None
+        self.filter_err: list[str] = []
+        self.left_out: tuple[int, int] = (0, 0)  # members, bytes the layer filter kept off the link
+        self.status: tuple[int, int, int] | None = None  # docker save, ssh, the filter
 
-    def run(self, image_id: str, destination: str) -> int:
+    def run(self, image_id: str, destination: str, program: str = "", plan: str = "") -> int:
+        """Move the image; with `program` (layer_filter.py's source) and its `plan`, only what they keep."""
         remote = shlex.join(wrapped(["bash", "-c", RECEIVE, "sdrecv"]))
-        job = self.src.exec_channel(["bash", "-c", SEND, "sdsend", image_id, destination, remote])
+        job = self.src.exec_channel(["bash", "-c", SEND, "sdsend", image_id, destination, remote, program, plan])
         try:
             job.shutdown_write()
             reader = threading.Thread(target=self._read_stdout, args=(job,), daemon=True)
@@ -230,10 +243,16 @@ class DirectCopy:
             self.save_err.append(text)
         elif kind == b"terr":
             self.load_err.append(text)
+        elif kind == b"filter":
+            parts = text.split()
+            if len(parts) == 3 and parts[0] == "left-out" and all(p.isdigit() for p in parts[1:]):
+                self.left_out = (int(parts[1]), int(parts[2]))
+            else:
+                self.filter_err.append(text)
         elif kind == b"status":
             parts = text.split()
-            if len(parts) == 2 and all(p.isdigit() for p in parts):
-                self.status = (int(parts[0]), int(parts[1]))
+            if len(parts) in (2, 3) and all(p.isdigit() for p in parts):
+                self.status = (int(parts[0]), int(parts[1]), int(parts[2]) if len(parts) == 3 else 0)
 
     def _stop_both(self, job: RemoteJob) -> None:
         """Kill the destination's end (over the controller's own connection to it) and the source's."""
@@ -251,12 +270,14 @@ class DirectCopy:
         if self.status is None:
             raise TransferFailed(Side.LINK, src, dst, f"the copy to {dst} ended without reporting (exit {code})"
                                  + (f": {self.ssh_err[-1]}" if self.ssh_err else ""))
-        save, ssh = self.status
-        if save == 0 and ssh == 0:
+        save, ssh, kept = self.status
+        if save == 0 and ssh == 0 and kept == 0:
             return self.watch.moved
         if ssh == 255:
             return self._fail(Side.LINK, f"{src} cannot send the image to {dst} over SSH: "
                                          f"{cause(self.ssh_err, ssh)}")
+        if kept not in (0, 141) and not broken_pipe(self.filter_err, kept) and (ssh == 0 or truncated(self.load_err)):
+            return self._fail(Side.SOURCE, f"the layer filter (python3) on {src} failed: {cause(self.filter_err, kept)}")
         source_first = save != 0 and not broken_pipe(self.save_err, save) and (truncated(self.load_err) or ssh == 0)
         if ssh != 0 and not source_first:
             return self._fail(Side.TARGET, f"cannot load the image sent from {src}: {cause(self.load_err, ssh)}")

@@ -1,4 +1,5 @@
-"""Make every node hold the pinned image: compare identities, then stream `docker save | docker load`.
+"""Make every node hold the pinned image: compare identities, then stream `docker save | docker load`,
+leaving out the layers the target already holds (docker_cli/layers.py decides, layer_filter.py cuts).
 
 Node to node over the fabric when the source can SSH to the destination (host key checked on the node),
 otherwise relayed through the controller. Streamed either way: no copy of the image ever lands on disk
@@ -20,6 +21,7 @@ from ..transport.cancel import Cancelled
 from ..transport.group import on_all
 from ..transport.node import NodeConnection, NodeError
 from . import image_pipe as pipe
+from . import layers as lay
 from .images import ImageIdentity, ImageSnapshot, image_size, inspect_image, inspect_images, restore, snapshot, taggable
 
 CHUNK = 1 << 20
@@ -41,6 +43,7 @@ done' sdlate "$1" "$2" </dev/null >/dev/null 2>&1 &"""
 Progress = Callable[[int, int], None]  # (bytes moved so far, expected total)
 
 Side = pipe.Side
+Archive = lay.Archive
 TransferFailed = pipe.TransferFailed
 TransferStalled = pipe.TransferStalled
 
@@ -81,6 +84,8 @@ class Moved:
     bytes: int
     seconds: float
     identity: ImageIdentity
+    layers: lay.LayerPlan | None = None  # what was sent: nothing, the missing layers, or the whole archive
+    left_out: int = 0  # bytes of held layers the source kept off the link
 
 
 def survey(conns: list[NodeConnection], image_id: str, ref: str) -> SyncPlan:
@@ -121,17 +126,29 @@ def copy_image(src: NodeConnection, dst: NodeConnection, image_id: str, expected
     before = snapshot(dst)
     watches: list[pipe.Stall] = []
     try:
+        layers = layer_plan(src, dst, image_id)
+        if layers.archive is lay.Archive.NOTHING:
+            return Moved(src.name, dst.name, mode or TransferMode.DIRECT, 0, time.monotonic() - started,
+                         verify(dst, image_id, expected), layers)
         if mode is None:
             mode = TransferMode.DIRECT if can_reach(src, dst_host, dst_user) else TransferMode.RELAY
         if mode is TransferMode.DIRECT:
-            moved = _direct(src, dst, dst_host, dst_user, image_id, progress, stall_timeout, watches)
+            moved = _direct(src, dst, dst_host, dst_user, image_id, progress, stall_timeout, watches, layers)
         else:
-            moved = _relay(src, dst, image_id, progress, stall_timeout, watches)
+            moved = _relay(src, dst, image_id, progress, stall_timeout, watches, layers)
         got = verify(dst, image_id, expected)
     except BaseException as exc:
         _undo(dst, before, exc, image_id, watches)
         raise
-    return Moved(src.name, dst.name, mode, moved, time.monotonic() - started, got)
+    return Moved(src.name, dst.name, mode, moved, time.monotonic() - started, got, layers, watches[0].left_out)
+
+
+def layer_plan(src: NodeConnection, dst: NodeConnection, image_id: str) -> lay.LayerPlan:
+    """What this copy must carry, from both engines' layers (read in parallel)."""
+    found = on_all([src, dst], lay.read_layers, lambda c: c.name)
+    source = found[src.name]
+    size, diffs = source.images.get(image_id) or (image_size(src, image_id), ())
+    return lay.plan(ImageIdentity(image_id, diffs, (), ()), size, source, found[dst.name])
 
 
 def transfer_direct(src: NodeConnection, dst_host: str, dst_user: str, image_id: str, *,
@@ -166,19 +183,29 @@ def transfer_relay(src: NodeConnection, dst: NodeConnection, image_id: str, prog
         raise
 
 
+def _partial(layers: lay.LayerPlan | None) -> bool:
+    return layers is not None and layers.archive is lay.Archive.LAYERS
+
+
 def _direct(src: NodeConnection, dst: NodeConnection | None, dst_host: str, dst_user: str, image_id: str,
-            progress: Progress | None, stall_timeout: float, watches: list[pipe.Stall]) -> int:
-    total = image_size(src, image_id)
+            progress: Progress | None, stall_timeout: float, watches: list[pipe.Stall],
+            layers: lay.LayerPlan | None = None) -> int:
+    total = layers.expected_bytes if layers is not None else image_size(src, image_id)
     target_name = dst.name if dst is not None else dst_host
     copy = pipe.DirectCopy(src, dst, target_name, total, progress, stall_timeout)
     watches.append(copy.watch)
-    return copy.run(image_id, f"{dst_user}@{dst_host}")
+    if not _partial(layers):
+        return copy.run(image_id, f"{dst_user}@{dst_host}")
+    moved = copy.run(image_id, f"{dst_user}@{dst_host}", lay.FILTER_SOURCE, layers.filter_argument())
+    copy.watch.left_out = copy.left_out[1]
+    return moved
 
 
 def _relay(src: NodeConnection, dst: NodeConnection, image_id: str, progress: Progress | None,
-           stall_timeout: float, watches: list[pipe.Stall]) -> int:
-    total = image_size(src, image_id)
-    save = src.exec_channel(["docker", "save", image_id])
+           stall_timeout: float, watches: list[pipe.Stall], layers: lay.LayerPlan | None = None) -> int:
+    total = layers.expected_bytes if layers is not None else image_size(src, image_id)
+    save = src.exec_channel(["bash", "-c", pipe.SAVE_FILTERED, "sdsave", image_id, lay.FILTER_SOURCE,
+                             layers.filter_argument()] if _partial(layers) else ["docker", "save", image_id])
     try:
         load = dst.exec_channel(["docker", "load"])
     except BaseException:
