@@ -152,6 +152,15 @@ def wait_exit(job: RemoteJob, watch: Stall) -> int:
     return job.channel.exit_status
 
 
+def left_out(lines: list[str]) -> tuple[int, int]:
+    """The layer filter's last word (`left-out MEMBERS BYTES`), (0, 0) when it did not run or say it."""
+    for line in reversed(lines):
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "left-out" and all(p.isdigit() for p in parts[1:]):
+            return int(parts[1]), int(parts[2])
+    return 0, 0
+
+
 def broken_pipe(lines: list[str], code: int | None = None) -> bool:
     """The writer failed only because its reader went away first (a consequence, not the cause)."""
     return code == 141 or any("broken pipe" in line.lower() for line in lines)
@@ -244,9 +253,9 @@ class DirectCopy:
         elif kind == b"terr":
             self.load_err.append(text)
         elif kind == b"filter":
-            parts = text.split()
-            if len(parts) == 3 and parts[0] == "left-out" and all(p.isdigit() for p in parts[1:]):
-                self.left_out = (int(parts[1]), int(parts[2]))
+            said = left_out([text])
+            if said != (0, 0):
+                self.left_out = said
             else:
                 self.filter_err.append(text)
         elif kind == b"status":

@@ -251,6 +251,7 @@ def _relay(src: NodeConnection, dst: NodeConnection, image_id: str, progress: Pr
         save.close()
         load.close()
     if save_code == 0 and load_code == 0:
+        watch.left_out = pipe.left_out(save_err.lines())[1]
         return watch.moved
     watch.cancelled()
     load_text, save_text = load_err.lines(), save_err.lines()
