@@ -29,22 +29,36 @@ TAG = b"\x1eSD "
 BYTES = re.compile(rb"(\d+) byte")  # dd's "\r123 bytes (...) copied": read up to each "s", so "123 byte"
 
 # On the source. "$1" image ID, "$2" user@destination, "$3" the destination's command (quoted here),
-# "$4" the layer filter's program (empty: the whole archive) and "$5" its plan (layer_filter.py).
+# "$4" what writes the archive (layers.Producer: store, filter, or docker save), "$5" its python3 program
+# (layer_store.py or layer_filter.py) and "$6" that program's plan.
 SEND = r"""set -o pipefail
 tag() { while IFS= read -r l; do printf '\036SD %s %s\n' "$1" "$l" >&2; done; }
 to() { ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o Compression=no -o ConnectTimeout=10 "$1" "$2"; }
-if [ -n "$4" ]; then
-  docker save "$1" 2> >(tag serr) | python3 -c "$4" "$5" 2> >(tag filter) | to "$2" "$3"
-  s=("${PIPESTATUS[@]}"); s=("${s[0]}" "${s[2]}" "${s[1]}")
-else
-  docker save "$1" 2> >(tag serr) | to "$2" "$3"
-  s=("${PIPESTATUS[@]}" 0)
-fi
+case "$4" in
+  store)
+    python3 -c "$5" sdstore "$6" 2> >(tag serr) | to "$2" "$3"
+    s=("${PIPESTATUS[@]}" 0) ;;
+  filter)
+    docker save "$1" 2> >(tag serr) | python3 -c "$5" sdfilter "$6" 2> >(tag filter) | to "$2" "$3"
+    s=("${PIPESTATUS[@]}"); s=("${s[0]}" "${s[2]}" "${s[1]}") ;;
+  *)
+    docker save "$1" 2> >(tag serr) | to "$2" "$3"
+    s=("${PIPESTATUS[@]}" 0) ;;
+esac
 printf '\036SD status %s %s %s\n' "${s[0]}" "${s[1]}" "${s[2]}" >&2
 [ "${s[0]}" = 0 ] && [ "${s[1]}" = 0 ] && [ "${s[2]}" = 0 ]"""
 
 # On the source, for a relayed copy that leaves held layers out: "$1" image ID, "$2" program, "$3" plan.
-SAVE_FILTERED = 'set -o pipefail\ndocker save "$1" | python3 -c "$2" "$3"'
+SAVE_FILTERED = 'set -o pipefail\ndocker save "$1" | python3 -c "$2" sdfilter "$3"'
+
+
+def source_argv(image_id: str, producer: str, program: str, plan: str) -> list[str]:
+    """What writes the archive on the source for a relayed copy (the direct one has it in SEND)."""
+    if producer == "store":
+        return ["python3", "-c", program, "sdstore", plan]
+    if producer == "filter":
+        return ["bash", "-c", SAVE_FILTERED, "sdsave", image_id, program, plan]
+    return ["docker", "save", image_id]
 
 # On the destination (under the process-group wrapper, whose marker goes back on stdout).
 RECEIVE = r"""set -o pipefail
@@ -185,11 +199,15 @@ class DirectCopy:
         self.filter_err: list[str] = []
         self.left_out: tuple[int, int] = (0, 0)  # members, bytes the layer filter kept off the link
         self.status: tuple[int, int, int] | None = None  # docker save, ssh, the filter
+        self.producer = "save"
 
-    def run(self, image_id: str, destination: str, program: str = "", plan: str = "") -> int:
-        """Move the image; with `program` (layer_filter.py's source) and its `plan`, only what they keep."""
+    def run(self, image_id: str, destination: str, producer: str = "save", program: str = "", plan: str = "") -> int:
+        """Move the image; `producer` (store | filter | save) with its python3 `program` and `plan` decide
+        what the source writes (layers.sender)."""
+        self.producer = producer
         remote = shlex.join(wrapped(["bash", "-c", RECEIVE, "sdrecv"]))
-        job = self.src.exec_channel(["bash", "-c", SEND, "sdsend", image_id, destination, remote, program, plan])
+        job = self.src.exec_channel(["bash", "-c", SEND, "sdsend", image_id, destination, remote, producer, program,
+                                     plan])
         try:
             job.shutdown_write()
             reader = threading.Thread(target=self._read_stdout, args=(job,), daemon=True)
@@ -249,7 +267,11 @@ class DirectCopy:
         elif kind == b"received":
             self.watch.received_all()
         elif kind == b"serr":
-            self.save_err.append(text)
+            said = left_out([text])
+            if said != (0, 0):
+                self.left_out = said
+            else:
+                self.save_err.append(text)
         elif kind == b"terr":
             self.load_err.append(text)
         elif kind == b"filter":
@@ -290,7 +312,12 @@ class DirectCopy:
         source_first = save != 0 and not broken_pipe(self.save_err, save) and (truncated(self.load_err) or ssh == 0)
         if ssh != 0 and not source_first:
             return self._fail(Side.TARGET, f"cannot load the image sent from {src}: {cause(self.load_err, ssh)}")
-        return self._fail(Side.SOURCE, f"docker save of {image_id[:19]} failed: {cause(self.save_err, save)}")
+        return self._fail(Side.SOURCE, f"{self.reading(image_id)} failed: {cause(self.save_err, save)}")
+
+    def reading(self, image_id: str) -> str:
+        if self.producer == "store":
+            return f"reading {image_id[:19]} from the engine's layer store (as docker save would)"
+        return f"docker save of {image_id[:19]}"
 
     def _fail(self, side: Side, message: str) -> int:
         raise TransferFailed(side, self.src.name, self.target, message)

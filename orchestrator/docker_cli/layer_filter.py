@@ -200,9 +200,9 @@ class ArchiveFilter:
 
 
 def main() -> int:
-    """stdin (a `docker save` stream) to stdout without the held layers; argv[1]: {"chains": [...],
+    """stdin (a `docker save` stream) to stdout without the held layers; argv[-1]: {"chains": [...],
     "diffs": [...]}. Ends with one line on stderr: `left-out MEMBERS BYTES`."""
-    plan = json.loads(sys.argv[1])
+    plan = json.loads(sys.argv[-1])  # after a marker word (sdfilter) that names the process in `ps`
     archive = ArchiveFilter(plan.get("chains") or [], plan.get("diffs") or [])
     try:
         while True:

@@ -11,11 +11,14 @@ import json
 import pytest
 from ruamel.yaml import YAML
 
+from orchestrator.config.load import load_inventory
 from orchestrator.docker_cli import image_sync as sync
 from orchestrator.docker_cli.images import inspect_image
+from orchestrator.docker_cli.layers import Producer
 from orchestrator.sim.cluster import SimCluster
 from orchestrator.sim.images import VLLM_REFERENCE_TAG
 from orchestrator.sim.state import FABRIC_IFACE
+from orchestrator.transport.group import Cluster
 
 from deploy_helpers import image_inspect, recipe_variant, spark_deploy
 from image_variants import MB, derive_image
@@ -66,28 +69,48 @@ def test_up_of_b_onto_a_node_holding_a_moves_only_the_new_layer(pair, tmp_path):
     assert image_inspect(cluster, 2, "vllm-sim:layers-b")["Id"] == image_id
 
 
-def copy(conns, image_id: str, mode: sync.TransferMode) -> sync.Moved:
+@pytest.fixture
+def root_conns(pair):
+    """The pair logged into as root (the sim provisions root's keys too): root reads the engine's layer
+    store, so the source writes the archive itself; the default login (`spark`, docker group) cannot."""
+    inventory, _ = load_inventory(pair.inventory_path)
+    cluster = Cluster(inventory.model_copy(update={"ssh": inventory.ssh.model_copy(update={"user": "root"})})).open()
+    yield cluster
+    cluster.close()
+
+
+def copy(conns, image_id: str, mode: sync.TransferMode, read_store: bool = True) -> sync.Moved:
     src, dst = conns.head, conns.peers[0]
     return sync.copy_image(src, dst, image_id, inspect_image(src, image_id),
                            dst_host=conns.inventory.node(dst.name).fabric_ip, dst_user=conns.inventory.ssh.user,
-                           mode=mode)
+                           mode=mode, read_store=read_store)
 
 
-def test_a_relayed_copy_also_leaves_the_held_layers_on_the_source(pair, conns):
-    image_id, added = make_b(pair, "vllm-sim:layers-relay")
-    moved = copy(conns, image_id, sync.TransferMode.RELAY)  # counted in this process's pump
-    assert moved.layers.archive is sync.Archive.LAYERS and added <= moved.bytes < added + MB, moved
+@pytest.mark.parametrize("mode, read_store, producer", [
+    (sync.TransferMode.RELAY, True, Producer.STORE),  # counted in this process's pump
+    (sync.TransferMode.DIRECT, False, Producer.FILTERED_SAVE),  # docker save, cut on spark-1 by the filter
+], ids=["relay-store", "direct-save-filter"])
+def test_b_onto_a_moves_only_the_new_layer_whatever_writes_the_archive(pair, root_conns, mode, read_store, producer):
+    conns = root_conns
+    image_id, added = make_b(pair, "vllm-sim:layers-" + producer.value)
+    rx = fabric_rx(pair, 2)
+    moved = copy(conns, image_id, mode, read_store)
+    assert moved.producer is producer and moved.layers.archive is sync.Archive.LAYERS, moved
+    assert added <= moved.bytes < added + MB, moved
+    if mode is sync.TransferMode.DIRECT:
+        assert fabric_rx(pair, 2) - rx < added + MB
     assert moved.left_out >= size(pair, 1, VLLM_REFERENCE_TAG), "A's layers stayed on spark-1"
     assert image_inspect(pair, 2, image_id)["Id"] == image_id
 
 
-def test_an_empty_target_gets_the_whole_image_and_a_holder_gets_nothing(bare_peer, conns):
-    cluster = bare_peer
+def test_an_empty_target_gets_the_whole_image_and_a_holder_gets_nothing(bare_peer, root_conns):
+    cluster, conns = bare_peer, root_conns
     image_id, _ = make_b(cluster, "vllm-sim:layers-full")
     whole = size(cluster, 1, image_id)
     rx = fabric_rx(cluster, 2)
     moved = copy(conns, image_id, sync.TransferMode.DIRECT)
     assert moved.layers.archive is sync.Archive.FULL and moved.layers.held == 0, moved.layers
+    assert moved.producer is Producer.STORE, "logged in as root, the source reads its own store"
     assert moved.bytes >= whole and fabric_rx(cluster, 2) - rx >= whole, (moved.bytes, whole)
     assert moved.identity.id == image_id == image_inspect(cluster, 2, image_id)["Id"]
 

@@ -153,15 +153,20 @@ def test_the_whole_archive_when_a_partial_one_cannot_be_made_or_loaded(source, t
 
 def test_the_survey_output_is_parsed_and_the_containerd_store_recognised():
     info = json.loads((Path(__file__).parent / "samples" / "docker-info.json").read_text())
-    lines = [json.dumps(info["DriverStatus"]), "python3", f"{IMAGE_ID} 900 {json.dumps(list(DIFF_IDS))}",
-             f"{BASE} 0 null"]
+    lines = [json.dumps(info["DriverStatus"]), "python3", "readable overlay2 /var/lib/docker",
+             f"{IMAGE_ID} 900 {json.dumps(list(DIFF_IDS))}", f"{BASE} 0 null"]
     got = lay.parse_layers(lines)
-    assert got.store is lay.ImageStore.GRAPHDRIVER and got.has_python
+    assert got.store is lay.ImageStore.GRAPHDRIVER and got.has_python and got.streams_from_store
+    assert (got.driver, got.root) == ("overlay2", "/var/lib/docker")
     assert got.images == {IMAGE_ID: (900, DIFF_IDS), BASE: (0, ())}
     assert got.chains() == set(lay.chain_ids(DIFF_IDS))
     # Docker 24+ with the containerd image store reports its snapshotter here (docs.docker.com, containerd store)
-    snap = lay.parse_layers(['[["driver-type","io.containerd.snapshotter.v1"]]', "no-python3"])
+    snap = lay.parse_layers(['[["driver-type","io.containerd.snapshotter.v1"]]', "no-python3",
+                             "readable overlayfs /var/lib/docker"])
     assert snap.store is lay.ImageStore.CONTAINERD and not snap.has_python and snap.images == {}
+    assert not snap.streams_from_store
+    user = lay.parse_layers([lines[0], "python3", "unreadable overlay2 /var/lib/docker"])  # a docker-group login
+    assert not user.streams_from_store
 
 
 # ---- the copy's report of the filter -------------------------------------------------------------
