@@ -1,5 +1,7 @@
-"""Make every node hold the pinned image: compare identities, then stream `docker save | docker load`,
-leaving out the layers the target already holds (docker_cli/layers.py decides, layer_filter.py cuts).
+"""Make every node hold the pinned image: compare identities, then stream an archive into `docker load`
+that leaves out the layers the target already holds (docker_cli/layers.py decides; the source writes it
+from its own layer store when its login can read it, layer_store.py, else `docker save` cut by
+layer_filter.py). docs/distribution-images.md says what moves when.
 
 Node to node over the fabric when the source can SSH to the destination (host key checked on the node),
 otherwise relayed through the controller. Streamed either way: no copy of the image ever lands on disk
