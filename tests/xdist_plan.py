@@ -33,7 +33,7 @@ WEIGHTS: dict[str, float] = {
     "tests/bench/test_bench_compare.py": 50,
     "tests/integration/test_preflight.py": 47,
     "tests/integration/test_preflight_model.py": 39,
-    "tests/integration/test_image_layers.py": 25,
+    "tests/integration/test_image_layers.py": 26,
     "tests/integration/test_transport.py": 37,
     "tests/bench/test_bench_protocol.py": 35,
     "tests/unit/test_render_property.py": 31,

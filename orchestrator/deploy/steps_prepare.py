@@ -182,9 +182,11 @@ class SyncImage:
         route = {image_sync.TransferMode.DIRECT: "node to node over the fabric",
                  image_sync.TransferMode.RELAY: "relayed through this machine (nodes cannot SSH to each other)"}
         what = moved.layers
+        writer = {image_sync.Producer.STORE: f"read from {moved.source}'s layer store",
+                  image_sync.Producer.FILTERED_SAVE: f"docker save, cut on {moved.source}"}.get(moved.producer, "")
         if what is not None and what.archive is image_sync.Archive.LAYERS:
             sent = (f"; only the {what.layers - what.held} of {what.layers} layers it lacked "
-                    f"({moved.left_out} bytes of held layers left out)")
+                    f"({moved.left_out} bytes of held layers left out; {writer})")
         elif what is not None and what.held:
             sent = f"; the whole image ({what.reason})"
         else:

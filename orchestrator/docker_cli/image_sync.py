@@ -46,6 +46,7 @@ Progress = Callable[[int, int], None]  # (bytes moved so far, expected total)
 
 Side = pipe.Side
 Archive = lay.Archive
+Producer = lay.Producer
 TransferFailed = pipe.TransferFailed
 TransferStalled = pipe.TransferStalled
 
