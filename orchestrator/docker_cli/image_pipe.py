@@ -1,10 +1,11 @@
 """The moving parts of an image copy: the node-to-node pipeline, its progress and stall watch, and
 who is to blame when it fails.
 
-The direct copy runs `docker save | ssh DEST 'dd | docker load'` on the source. The destination's end
-reports, on stderr lines tagged with a marker, its process group (so the controller can kill it there
-even when the link between the nodes is down), the bytes it has received (dd's progress), and docker's
-own errors; the source's end reports docker save's errors and both exit codes. Nothing is parsed out of
+The direct copy runs `WRITER | ssh DEST 'dd | docker load'` on the source, the writer being `docker save`,
+`docker save | layer_filter.py` or layer_store.py (layers.sender picks). The destination's end reports, on
+stderr lines tagged with a marker, its process group (so the controller can kill it there even when the
+link between the nodes is down), the bytes it has received (dd's progress), and docker's own errors; the
+source's end reports the writer's errors, what it left out, and the exit codes. Nothing is parsed out of
 free text except docker's reason for a failure.
 """
 
