@@ -35,6 +35,7 @@ WEIGHTS: dict[str, float] = {
     "tests/integration/test_preflight_model.py": 39,
     "tests/integration/test_model_fit.py": 15,
     "tests/integration/test_setup.py": 30,
+    "tests/integration/test_image_layers.py": 26,
     "tests/integration/test_transport.py": 37,
     "tests/bench/test_bench_protocol.py": 35,
     "tests/unit/test_render_property.py": 31,
