@@ -30,7 +30,6 @@ CHUNK = 1 << 20
 STALL_TIMEOUT = pipe.STALL_TIMEOUT
 STEP = 0.1
 LATE_REMOVER_BOUND = 600.0
-# "$1" image ID, "$2" seconds: detached (own session), so it outlives this connection; ends by itself.
 # "$1" image ID, "$2" seconds. Detached (own session) so it outlives this connection; it ends when it has
 # removed the image, when the engine's staging dir shows no load in progress for 3 s (if readable), or at "$2".
 LATE_REMOVER = r"""setsid bash -c '
