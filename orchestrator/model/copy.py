@@ -123,7 +123,8 @@ def _failure(route: Route, fails: list[list[str]], bad: list[tuple[str, str]], o
         if side == "reach":
             return CopyFailed(f"{src} → {dst}", f"{dst} cannot SSH to {src} at {route.address.split('@')[-1]} "
                               f"(port {route.port}) over the fabric: {why}. Each node needs an SSH key the others "
-                              "accept and their host keys in its known_hosts")
+                              "accept and their host keys in its known_hosts: `spark-deploy setup --node-keys` "
+                              "installs both")
         if side == "link":
             return CopyFailed(f"{src} → {dst}", f"{what}: the fabric link from {src} to {dst} broke or stalled "
                               f"({why}); what arrived is kept as .incomplete and a rerun resumes it")
