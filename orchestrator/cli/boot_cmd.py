@@ -15,6 +15,7 @@ from ..releases.lock import LockError
 from ..runner.events import Events
 from ..runner.sinks import TerminalSink
 from ..transport.node import NodeError
+from .conventions import sub_app
 from .common import (
     Failed,
     InventoryOpt,
@@ -26,7 +27,7 @@ from .common import (
     out,
 )
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+app = sub_app()
 
 OptionalRecipe = Annotated[Optional[Path], typer.Argument(help="Limit to this recipe's unit.", show_default=False)]
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}

@@ -21,6 +21,7 @@ from ..maintenance.store import baseline_path
 from ..releases.lock import LockError
 from ..transport.group import GroupError
 from ..transport.node import NodeError
+from .conventions import sub_app
 from .common import (
     BadInput,
     Failed,
@@ -34,8 +35,7 @@ from .common import (
 )
 from .deploy_cmds import _events, _signals_for_up
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
-                  help="Before a maintenance window: a baseline of every node; after it: what changed, and the "
+app = sub_app(help="Before a maintenance window: a baseline of every node; after it: what changed, and the "
                        "serving release brought back.")
 
 OptionalRecipe = Annotated[Path | None, typer.Argument(help="The recipe (default: the open window's).",

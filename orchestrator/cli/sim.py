@@ -9,11 +9,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from .conventions import sub_app
 from .common import BadInput, Failed, err, exit_codes, out
 from .extras import require_sim
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  rich_markup_mode=None)
+app = sub_app()
 
 NameOpt = Annotated[str, typer.Option("--name", "-n", envvar="SPARK_DEPLOY_SIM_NAME",
                                       help="Name of the simulated cluster.")]
