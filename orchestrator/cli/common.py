@@ -141,6 +141,10 @@ _DEBUG = {"flag": False}  # this invocation's --debug (set by the app's callback
 
 def set_debug(flag: bool) -> None:
     _DEBUG["flag"] = flag
+    if debugging():  # paramiko's own log (a failed handshake's traceback) is shown only when asked for
+        import logging
+
+        logging.getLogger("paramiko").addHandler(logging.StreamHandler(sys.stderr))
 
 
 def debugging() -> bool:

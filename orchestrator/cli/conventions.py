@@ -78,8 +78,27 @@ class ReadableArgument(TyperArgument):
         return None
 
 
+def examples_one_per_line(text: str) -> str:
+    """click rewraps each paragraph of a help text, running `Example:` lines together: from a paragraph's
+    first `Example` line on, keep its lines as they are (click's \\b marker)."""
+    paragraphs = []
+    for para in text.split("\n\n"):
+        lines = para.strip("\n").splitlines()
+        first = next((i for i, line in enumerate(lines) if line.strip().startswith("Example")), None)
+        if first is None or para.lstrip("\n").startswith("\b"):
+            paragraphs.append(para)
+            continue
+        if first:
+            paragraphs.append("\n".join(lines[:first]))
+        paragraphs.append("\b\n" + "\n".join(line.strip() for line in lines[first:]))
+    return "\n\n".join(paragraphs)
+
+
 def make_readable(command: click.Command) -> click.Command:
-    """Give every parameter of a command (and of a sub-group's commands, when asked for) a readable metavar."""
+    """Give every parameter of a command (and of a sub-group's commands, when asked for) a readable metavar,
+    and its help text one example per line."""
+    if command.help:
+        command.help = examples_one_per_line(command.help)
     for param in command.params:
         if param.metavar is None and not getattr(param, "is_flag", False) and not getattr(param, "count", False):
             if isinstance(param, (TyperArgument, TyperOption)):
