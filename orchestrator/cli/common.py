@@ -77,9 +77,20 @@ class Refusal(StrEnum):
     """The safety refusals `--force` overrides, each by its name: `--force` overrides only the one its command
     names, and the refusal's message says which (refused())."""
 
-    LIVE_LOCK = "live-lock"                # lock release: the lock's owner may be alive
-    WINDOW_OPEN = "window-open"            # maintenance begin: a window is open; its baseline would be replaced
-    BLOCKING_CHANGES = "blocking-changes"  # maintenance end: verify found changes the release depends on
+    LIVE_LOCK = "live-lock"
+    WINDOW_OPEN = "window-open"
+    BLOCKING_CHANGES = "blocking-changes"
+
+    @property
+    def command(self) -> str:
+        return {"live-lock": "lock release", "window-open": "maintenance begin",
+                "blocking-changes": "maintenance end"}[self.value]
+
+    @property
+    def guards(self) -> str:
+        return {"live-lock": "the deploy lock's owner may still be alive",
+                "window-open": "a maintenance window is open: its baseline would be replaced",
+                "blocking-changes": "verify found changes the serving release depends on"}[self.value]
 
 
 def force_opt(refusal: Refusal, what: str):
