@@ -20,9 +20,10 @@ GOOD_INVENTORY = Path(__file__).parent / "corpus" / "good-inventory.yaml"
 
 @pytest.fixture
 def home(tmp_path) -> dict:
-    """Two inventories (clusters `lab` and `prod`, told apart by their cluster names) and a clean env."""
-    for name in ("lab", "prod"):
-        (tmp_path / f"{name}.yaml").write_text(GOOD_INVENTORY.read_text().replace("corpus-pair", f"{name}-pair"))
+    """Two inventories (`lab` and `prod`, told apart by their plans) and a clean env."""
+    for name, debug in (("lab", "INFO"), ("prod", "WARN")):  # an env value: another plan hash
+        (tmp_path / f"{name}.yaml").write_text(GOOD_INVENTORY.read_text().replace("NCCL_DEBUG: INFO",
+                                                                                  f"NCCL_DEBUG: {debug}"))
     return {"HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "SPARK_DEPLOY_INVENTORY": "",
             "SPARK_DEPLOY_CLUSTER": "", "SPARK_DEPLOY_CONFIG": "", "tmp": str(tmp_path)}
 
@@ -47,7 +48,7 @@ def test_a_named_cluster_stands_for_its_inventory(home):
     direct, direct_plan = render(home, "-i", f"{home['tmp']}/lab.yaml")
     assert (lab.exit_code, prod.exit_code, direct.exit_code) == (0, 0, 0), lab.stderr + prod.stderr
     assert lab_plan == direct_plan
-    assert lab_plan[0]["plan_hash"] != prod_plan[0]["plan_hash"]  # the cluster name is in the plan's labels
+    assert lab_plan[0]["plan_hash"] != prod_plan[0]["plan_hash"]
 
 
 def test_the_default_inventory_then_env_then_flags(home):
