@@ -46,13 +46,14 @@ class DownRefused(Exception):
 
     def __init__(self, recipes: list[str]):
         self.recipes = recipes
-        super().__init__(f"`down` without a recipe would stop {len(recipes)} recipes ({', '.join(recipes)}); "
+        super().__init__(f"`down` without a recipe would stop {len(recipes)} running recipes ({', '.join(recipes)}); "
                          "nothing was removed")
 
 
-def recipes_found(found: dict[str, list[Container]]) -> list[str]:
-    """The distinct recipes among containers found (a container without our labels counts by its name)."""
-    return sorted({c.ours.recipe if c.ours else c.name for cs in found.values() for c in cs})
+def recipes_running(found: dict[str, list[Container]]) -> list[str]:
+    """The distinct recipes that serve among the containers found: what `down` would stop (kept, stopped
+    containers of earlier releases are removed without asking, as they stop nothing)."""
+    return sorted({c.ours.recipe if c.ours else c.name for cs in found.values() for c in cs if c.running})
 
 
 def teardown_order(nodes: list[str], head: str) -> list[list[str]]:
@@ -104,7 +105,7 @@ def _down_locked(op: Operation, recipe: str | None, events: Events, result: Down
     inventory, cluster, state = op.inventory, op.cluster, op.state
     found = {n: [c for c in cs if recipe is None or (c.ours and c.ours.recipe == recipe)]
              for n, cs in state.containers.items()}
-    several = recipes_found(found)
+    several = recipes_running(found)
     if recipe is None and len(several) > 1 and approve is not None and not approve(several):
         op.done(Outcome.REFUSED, f"would stop {len(several)} recipes ({', '.join(several)}); not approved")
         raise DownRefused(several)

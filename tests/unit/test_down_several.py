@@ -43,7 +43,7 @@ def test_two_recipes_not_approved_nothing_is_removed(mem):
     before = {n: sorted(c.id for c in cs) for n, cs in mem.running().items()}
     asked: list[list[str]] = []
 
-    with pytest.raises(down_mod.DownRefused, match="would stop 2 recipes"):
+    with pytest.raises(down_mod.DownRefused, match="would stop 2 running recipes"):
         _down(mem, lambda recipes: asked.append(recipes) or False)
 
     assert asked == [["other", "sim-tiny"]]
@@ -63,3 +63,14 @@ def test_one_recipe_is_not_asked_about(mem):
     mem.up()
     result = _down(mem, lambda recipes: pytest.fail("asked although one recipe runs"))
     assert result.ok and mem.running() == {"spark-1": [], "spark-2": []}
+
+
+def test_a_stopped_container_of_another_recipe_is_removed_without_asking(mem):
+    mem.up()
+    mem.up(mem.deployment(other_recipe))
+    for node in mem.world.nodes.values():  # `other` stopped: down stops only sim-tiny, and removes both
+        for c in node.containers.values():
+            if c.labels.get("spark-deploy.recipe") == "other":
+                c.state = "exited"
+    result = _down(mem, lambda recipes: pytest.fail("asked although one recipe runs"))
+    assert result.ok and {c.ours.recipe for _, c in result.removed} == {"sim-tiny", "other"}
