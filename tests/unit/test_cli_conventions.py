@@ -198,3 +198,14 @@ def test_a_handshake_closed_by_the_node_is_one_line_naming_node_and_address(offl
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert re.search(r"node-a: spark@127\.0\.0\.1:\d+ accepted the connection, then (closed|reset) it during the SSH "
                      r"handshake", result.stderr), result.stderr
+
+
+def test_shell_completion_completes_commands_and_options():
+    """What `--install-completion` installs calls back into the CLI; that answer is held here."""
+    def complete(words: str, cword: int) -> list[str]:
+        result = CliRunner().invoke(app, [], prog_name="spark-deploy", env={
+            "_SPARK_DEPLOY_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)})
+        return result.stdout.split()
+
+    assert complete("spark-deploy ma", 1) == ["maintenance"]
+    assert "--cluster" in complete("spark-deploy status --c", 2)
