@@ -127,7 +127,9 @@ class Failed(Exception):
     """A check or a deployment failed (exit 1); the message says where and why."""
 
 
-_JSON = {"emitted": False}  # this invocation wrote its JSON: exit_codes(as_json=True) adds no error object
+# This invocation's JSON so far: an object written (emit_json) gets no error object after it; an event stream
+# gets one as its last line unless its last line already is a failed result.
+_JSON = {"emitted": False, "stream_ended_failed": False}
 
 
 def emit_json(data) -> None:
@@ -137,10 +139,16 @@ def emit_json(data) -> None:
 
 
 class JsonLines:
-    """stdout for an event stream (runner/sinks.JsonSink): marks that this invocation wrote its JSON."""
+    """stdout for an event stream (runner/sinks.JsonSink): remembers whether its last line is a failed result."""
 
     def write(self, text: str) -> int:
-        _JSON["emitted"] = True
+        for line in text.splitlines():
+            if line.strip():
+                try:
+                    said = json.loads(line)
+                except ValueError:
+                    said = {}
+                _JSON["stream_ended_failed"] = said.get("event") == "result" and said.get("ok") is False
         return sys.stdout.write(text)
 
     def flush(self) -> None:
@@ -193,7 +201,7 @@ def exit_codes(as_json: bool = False) -> Iterator[None]:
     from ..operation import OperationRefused
     from ..releases.lock import LockError
 
-    _JSON["emitted"] = False
+    _JSON.update(emitted=False, stream_ended_failed=False)
     try:
         yield
     except ConfigError as exc:
@@ -225,8 +233,9 @@ def exit_codes(as_json: bool = False) -> Iterator[None]:
 
 
 def _json_error(as_json: bool, code: int, errors: list[str]) -> None:
-    if as_json and not _JSON["emitted"]:
-        emit_json({"ok": False, "exit_code": code, "errors": errors})
+    if as_json and not _JSON["emitted"] and not _JSON["stream_ended_failed"]:  # one line: also ends a stream
+        sys.stdout.write(json.dumps({"ok": False, "exit_code": code, "errors": errors}) + "\n")
+        sys.stdout.flush()
 
 
 def _debug(exc: BaseException) -> None:

@@ -209,3 +209,20 @@ def test_shell_completion_completes_commands_and_options():
 
     assert complete("spark-deploy ma", 1) == ["maintenance"]
     assert "--cluster" in complete("spark-deploy status --c", 2)
+
+
+@pytest.mark.parametrize("stream, added", [
+    ([{"event": "phase_start", "phase": "connect"}], True),  # the stream ended early: the error is its last line
+    ([{"event": "result", "ok": False, "error": "up failed"}], False),  # it said its failed result itself
+])
+def test_an_event_stream_ends_in_a_failed_object(stream, added, capsys):
+    from orchestrator.cli.common import Failed, JsonLines, exit_codes
+
+    with pytest.raises(typer.Exit):
+        with exit_codes(as_json=True):
+            for event in stream:
+                JsonLines().write(json.dumps(event) + "\n")
+            raise Failed("spark-2: unreachable")
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[:len(stream)] == stream and len(lines) == len(stream) + added
+    assert lines[-1]["ok"] is False
