@@ -27,7 +27,8 @@ def preflight(
         "--verify-blobs", help="Also hash every model blob on every node (reads all the weights: minutes).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check every node for the failures the field notes name, before a 20-70 minute load. Read only.
+    """Check every node for the failures the field notes name (docs/field-notes.md), before a 20-70 minute load.
+    Read only.
 
     Example: spark-deploy preflight recipes/dspark-0731-b12x.yaml --strict
     """
