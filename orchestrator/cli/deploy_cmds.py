@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..config.load import load_deployment, load_inventory
+from ..deploy import kv_report
 from ..deploy import logs as logs_mod
 from ..deploy import status as status_mod
 from ..deploy.status import PROBE_TIMEOUT
@@ -229,6 +230,8 @@ def status(
                     verdict += f" (plan {d.plan_hashes[0]}, " + (f"release {d.release})" if d.release is not None
                                                                   else "no release record)")
                 out.print(f"{escape(d.recipe)}: {verdict}")
+                if d.kv_cache:
+                    out.print(f"  KV cache tokens: {escape(kv_report.text(d.kv_cache))}")
             for e in report.endpoints:
                 health = "[green]healthy[/]" if e.healthy else f"[red]not healthy[/] ({escape(e.error)})"
                 gen = {None: "not probed", True: "[green]generates[/]", False: f"[red]does not generate[/] ({escape(e.probe)})"}[e.generates]

@@ -7,6 +7,8 @@ import typer
 from . import bench_cmd, config_cmds, demo, deploy_cmds, pin_cmd, preflight_cmd, release_cmds
 from . import maintenance_cmd
 from . import boot_cmd
+from . import export_cmd
+from . import setup_cmd
 from . import sim as sim_cmds
 from .common import set_debug
 from .conventions import CONTEXT_SETTINGS, ReadableGroup, version_callback
@@ -50,9 +52,11 @@ app.command()(release_cmds.prune)
 app.command()(demo.demo)
 app.add_typer(boot_cmd.app, name="boot", help="What comes back when the nodes boot: enable, disable, status.")
 app.command()(bench_cmd.bench)
+app.command()(setup_cmd.setup)
 # Always mounted: without the `sim` extra its commands exit 2 with the install line (cli/extras.py).
 app.add_typer(sim_cmds.app, name="sim", help="A simulated DGX Spark cluster (real sshd and dockerd per node).")
 app.add_typer(maintenance_cmd.app, name="maintenance")
+app.add_typer(export_cmd.app, name="export")
 
 
 def run() -> None:

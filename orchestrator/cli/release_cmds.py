@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..config.load import load_inventory
+from ..deploy import kv_report
 from ..deploy import prune as prune_mod
 from ..deploy import rollback as rollback_mod
 from ..deploy.up import UpOptions
@@ -68,7 +69,7 @@ def history(inventory: InventoryOpt = None, cluster: ClusterOpt = None, as_json:
                         "rollback_of": r.rollback_of,
                         "started_at": r.started_at, "finished_at": r.finished_at, "by": r.by,
                         "serving": now is not None and r.id == now.id, "run_id": r.run_id,
-                        "bench": r.bench} for r in hist.releases])
+                        "bench": r.bench, "kv_cache": r.kv_cache} for r in hist.releases])
             return
         if not hist.releases:
             out.print("no releases recorded on any node yet")
@@ -76,13 +77,14 @@ def history(inventory: InventoryOpt = None, cluster: ClusterOpt = None, as_json:
         table = Table(title=f"releases of {inv.cluster}")
         from ..bench.record import headline_text  # the bench headline recorded with the release
 
-        for column in ("", "release", "outcome", "recipe", "plan", "image", "started (UTC)", "by", "bench tok/s"):
+        for column in ("", "release", "outcome", "recipe", "plan", "image", "started (UTC)", "by", "bench tok/s",
+                       "KV tokens"):
             table.add_column(column, overflow="fold")
         for r in hist.releases:
             mark = "[bold green]▶ serving[/]" if now is not None and r.id == now.id else ""
             table.add_row(mark, str(r.id), escape(r.outcome_text()), escape(r.recipe), r.plan_hash,
                           r.image_id.removeprefix("sha256:")[:12], _when(r.started_at), escape(r.by),
-                          escape(headline_text(r.bench)))
+                          escape(headline_text(r.bench)), escape(kv_report.text(r.kv_cache)))
         out.print(table)
         if not state.serving_known:
             out.print("which release serves is not judged: not every node answered")

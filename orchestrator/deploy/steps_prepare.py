@@ -181,7 +181,17 @@ class SyncImage:
             stall_timeout=ctx.opts.copy_stall_timeout)
         route = {image_sync.TransferMode.DIRECT: "node to node over the fabric",
                  image_sync.TransferMode.RELAY: "relayed through this machine (nodes cannot SSH to each other)"}
-        ctx.events.image_moved(moved.source, moved.target, ctx.plan.image_id, moved.bytes, route[moved.mode])
+        what = moved.layers
+        writer = {image_sync.Producer.STORE: f"read from {moved.source}'s layer store",
+                  image_sync.Producer.FILTERED_SAVE: f"docker save, cut on {moved.source}"}.get(moved.producer, "")
+        if what is not None and what.archive is image_sync.Archive.LAYERS:
+            sent = (f"; only the {what.layers - what.held} of {what.layers} layers it lacked "
+                    f"({moved.left_out} bytes of held layers left out; {writer})")
+        elif what is not None and what.held:
+            sent = f"; the whole image ({what.reason})"
+        else:
+            sent = ""
+        ctx.events.image_moved(moved.source, moved.target, ctx.plan.image_id, moved.bytes, route[moved.mode] + sent)
         ctx.events.note(f"now holds {moved.identity.short()}", dst.name)
 
 

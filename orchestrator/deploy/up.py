@@ -27,7 +27,7 @@ from ..runner.events import Events, Phase
 from ..runner.runner import Runner, StepFailed
 from ..transport.group import Cluster, Connector
 from ..releases.record import ReleaseOutcome
-from . import boot
+from . import boot, kv_report
 from .context import UpContext, UpOptions
 from .current import Action
 from .restore import StartKept, restore_previous
@@ -131,7 +131,8 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
             failure.undo_notes.append("interrupted again after the undo: `spark-deploy status` shows what runs")
         raise
     else:
-        finish(ctx, ReleaseOutcome.SERVING, log_checks=[_check(r) for r in ctx.expectations])
+        kv = _kv_cache(ctx)
+        finish(ctx, ReleaseOutcome.SERVING, log_checks=[_check(r) for r in ctx.expectations], kv_cache=kv)
         behind = _boot_behind(ctx)
         result = UpResult(ctx.endpoint.url, recipe.served_name, plan.plan_hash, plan.run_id,
                           expectations=ctx.expectations, sample=ctx.sample,
@@ -150,6 +151,16 @@ def _boot_behind(ctx: UpContext) -> dict[str, str]:
     if ctx.release is None or ctx.look is None:
         return {}
     return boot.units_behind(ctx.look.facts, ctx.dep.inventory, ctx.dep.recipe.name, ctx.release.id)
+
+
+def _kv_cache(ctx: UpContext) -> dict | None:
+    """model-fit's prediction (from the facts preflight gathered) against the head's logged KV cache size."""
+    head = ctx.plan.head.node.name
+    lines = [line for w in ctx.monitor.watches.values() if w.conn.name == head for line in w.lines]
+    kv = kv_report.record(ctx.look.facts if ctx.look else {}, ctx.dep, lines)
+    if kv:
+        ctx.events.note(f"KV cache tokens: {kv_report.text(kv)}")
+    return kv
 
 
 def _check(result) -> dict:

@@ -81,6 +81,7 @@ class Release(BaseModel):
     replaced_by: int | None = None
     log_checks: list[dict] = Field(default_factory=list)
     bench: dict | None = None
+    kv_cache: dict | None = None  # model-fit's predicted KV tokens against the engine's logged ones (deploy/kv_report)
 
     def outcome_text(self) -> str:
         """The outcome as a person reads it: "failed in ready (release 2 serves again)"."""
