@@ -203,6 +203,7 @@ def test_a_handshake_closed_by_the_node_is_one_line_naming_node_and_address(offl
     assert result.exit_code == 1
     assert "Traceback" not in result.stderr and "paramiko" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "no node of corpus-pair does" in result.stderr  # status says nothing answered, not an empty table
     assert re.search(r"node-a: spark@127\.0\.0\.1:\d+ accepted the connection, then (closed|reset) it during the SSH "
                      r"handshake", result.stderr), result.stderr
 
