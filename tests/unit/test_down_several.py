@@ -74,3 +74,32 @@ def test_a_stopped_container_of_another_recipe_is_removed_without_asking(mem):
                 c.state = "exited"
     result = _down(mem, lambda recipes: pytest.fail("asked although one recipe runs"))
     assert result.ok and {c.ours.recipe for _, c in result.removed} == {"sim-tiny", "other"}
+
+
+@pytest.mark.parametrize("flags, code, said", [
+    ([], 2, "or --all stops every one"),  # no terminal to ask on: refused, naming the way out
+    (["--all"], 0, ""),
+    (["--yes"], 0, ""),
+    (["--json"], 2, "or --all stops every one"),  # --json is for programs: never asked
+])
+def test_the_cli_asks_or_needs_all(flags, code, said, monkeypatch):
+    """The command line's answer to down's question (the removal itself is the scenarios' above)."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import deploy_cmds
+    from orchestrator.cli.main import app
+
+    def fake_down(inventory, recipe, events, *, approve):
+        if not approve(["other", "sim-tiny"]):
+            raise down_mod.DownRefused(["other", "sim-tiny"])
+        return down_mod.DownResult()
+
+    monkeypatch.setattr(deploy_cmds.down_mod, "down", fake_down)
+    inventory = Path(__file__).parent / "corpus" / "good-inventory.yaml"
+    result = CliRunner().invoke(app, ["down", "-i", str(inventory), *flags])
+    assert result.exit_code == code, result.output
+    assert said in result.stderr
+    if "--json" in flags:
+        assert json.loads(result.stdout)["ok"] is False
