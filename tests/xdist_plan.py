@@ -54,6 +54,7 @@ WEIGHTS: dict[str, float] = {
     "tests/integration/test_image_variants.py": 8,
     "tests/unit/test_secrets.py": 8,
     "tests/sim/test_standin_cli.py": 5,
+    "tests/unit/test_cli_conventions.py": 8,
     "tests/unit/test_local_checks.py": 4,
     "tests/unit/test_preflight_vllm_unit.py": 3,
     "tests/unit/test_boot_unit.py": 2,

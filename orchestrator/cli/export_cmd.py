@@ -12,10 +12,10 @@ from ..config.load import load_deployment
 from ..deploy.context import UpOptions
 from ..export.lws import K8sOptions, export_k8s
 from ..export.lws_ranks import ExportError
-from .common import BadInput, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes
+from .common import BadInput, ClusterOpt, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes
+from .conventions import sub_app
 
-app = typer.Typer(help="Write a deployment for another launcher (today: Kubernetes).", no_args_is_help=True,
-                  add_completion=False, rich_markup_mode=None)
+app = sub_app(help="Write a deployment for another launcher (today: Kubernetes).")
 
 
 def _version() -> str:
@@ -28,7 +28,7 @@ def _version() -> str:
 @app.command("k8s")
 def k8s(
     recipe: RecipeArg,
-    inventory: InventoryOpt = Path("inventory.yaml"),
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
     namespace: Annotated[str, typer.Option("--namespace", "-n", help="The namespace of the objects.")] = "default",
     out_dir: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="DIR",
                                                     help="Write DIR/RECIPE.k8s.yaml (default: stdout).")] = None,
@@ -53,7 +53,7 @@ def k8s(
 
     Example: spark-deploy export k8s recipes/dspark-0731-b12x.yaml -i inventory.yaml -o k8s/
     """
-    with exit_codes():
+    with exit_codes(as_json):
         dep = load_deployment(recipe, inventory)
         try:
             export = export_k8s(dep, K8sOptions(namespace=namespace, image_ref=image_ref, secret_name=secret_name,

@@ -12,20 +12,28 @@ from . import setup_cmd
 from . import model_cmd
 from . import sim as sim_cmds
 from .common import set_debug
+from .conventions import CONTEXT_SETTINGS, ReadableGroup, version_callback
 
 app = typer.Typer(
     name="spark-deploy",
-    help="Deploy vLLM across DGX Spark machines with tensor parallelism, and keep the deployment honest.",
+    cls=ReadableGroup,
+    help="Deploy vLLM across DGX Spark machines with tensor parallelism, and keep the deployment honest.\n\n"
+         "Exit codes: 0 ok, 1 a check or deployment failed, 2 bad input. Every command takes -h and --json.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings=CONTEXT_SETTINGS,
 )
 
 
 @app.callback()
-def _options(debug: bool = typer.Option(False, "--debug", help="Print the traceback behind an error (as "
-                                                                 "SPARK_DEPLOY_DEBUG=1 does).")) -> None:
+def _options(
+    debug: bool = typer.Option(False, "--debug", help="Print the traceback behind an error (as "
+                                                      "SPARK_DEPLOY_DEBUG=1 does)."),
+    _version: bool = typer.Option(False, "--version", is_eager=True, callback=version_callback,
+                                  help="Print the version and exit."),
+) -> None:
     set_debug(debug)  # never the environment: a test's in-process `--debug` would reach every later command
 
 

@@ -88,7 +88,7 @@ def setup(
         "--fingerprint", help="HOST=SHA256:... to trust without asking (repeatable).")] = None,
     node_keys: Annotated[Optional[bool], typer.Option(
         "--node-keys/--no-node-keys", help="Set up node-to-node SSH over the fabric (default: ask).")] = None,
-    yes: Annotated[bool, typer.Option("--yes", help="Ask nothing: unknown host keys need --fingerprint, an "
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask: unknown host keys need --fingerprint, an "
                                                     "existing inventory is replaced.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -101,7 +101,7 @@ def setup(
     from ..setup.hostkeys import HostKeyRefused
     from ..setup.login import LoginFailed
 
-    with exit_codes():
+    with exit_codes(as_json):
         if len(set(hosts)) != len(hosts):
             raise BadInput(f"a host is given twice: {' '.join(hosts)}")
         opts = setup_run.Options(

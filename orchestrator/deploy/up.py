@@ -121,7 +121,7 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
         runner.run(plan_steps(ctx), ctx)
         if ctx.decision.action is Action.ALREADY_SERVING:
             events.note(f"{recipe.name} plan {plan.plan_hash} is already serving at {ctx.endpoint.url} on every "
-                        "rank: nothing changed (--force redeploys)")
+                        "rank: nothing changed (--redeploy deploys it again)")
             finish(ctx, "already serving")
             return UpResult(ctx.endpoint.url, recipe.served_name, plan.plan_hash, plan.run_id, already_serving=True)
         runner.run(launch_steps(ctx), ctx)
