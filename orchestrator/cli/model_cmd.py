@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -17,17 +16,16 @@ from ..runner.sinks import TerminalSink
 from ..transport.cancel import Cancelled, interrupt_reason, signals_interrupt
 from ..transport.group import GroupError
 from ..transport.node import NodeError
-from .common import BadInput, Failed, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
+from .common import BadInput, ClusterOpt, Failed, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
+from .conventions import sub_app
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
-                  context_settings={"help_option_names": ["-h", "--help"]},
-                  help="The model's weights on every node: download once, copy blobs over the fabric.")
+app = sub_app(help="The model's weights on every node: download once, copy blobs over the fabric.")
 
 
 @app.command()
 def pull(
     recipe: RecipeArg,
-    inventory: InventoryOpt = Path("inventory.yaml"),
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
     node: Annotated[Optional[str], typer.Option("--node", help="Download on this node (default: the head).")] = None,
     revision: Annotated[Optional[str], typer.Option(
         "--revision", help="Resolve this branch/tag/commit and write the commit into the recipe.")] = None,
@@ -41,7 +39,7 @@ def pull(
 
     Example: spark-deploy model pull recipes/dspark-0731-b12x.yaml --revision main
     """
-    with exit_codes():
+    with exit_codes(as_json):
         spec, _ = load_recipe(recipe)
         inv, _ = load_inventory(inventory)
         if node is not None and node not in {n.name for n in inv.nodes}:
@@ -59,7 +57,7 @@ def pull(
         except (DownloadFailed, CopyFailed, NodeError, GroupError) as exc:
             raise Failed(str(exc)) from exc
         if as_json:
-            emit_json({"repo": spec.model.repo, "commit": result.commit, "source": result.source,
+            emit_json({"ok": True, "repo": spec.model.repo, "commit": result.commit, "source": result.source,
                        "downloaded": result.downloaded, "recipe_updated": result.recipe_updated,
                        "bytes": result.bytes,
                        "nodes": {n: {"bytes": c.bytes, "blobs": sorted(c.verified)} for n, c in result.copies.items()}})
