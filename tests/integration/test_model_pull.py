@@ -94,24 +94,24 @@ def arrived_bytes(pair, node: int) -> int:
     return sum(on_disk(pair, node).values())
 
 
-def start_slow_pull(pair, recipe) -> subprocess.Popen:
-    """A pull from a spark-1 throttled on the fabric (~12 s for the model), once 80 KB arrived on spark-2
-    (~2.5 s: a progress line with a rate has been printed)."""
+def start_slow_pull(pair, recipe, arrived: int = 20_000) -> subprocess.Popen:
+    """A pull from a spark-1 throttled on the fabric (~12 s for the model), once `arrived` bytes are on
+    spark-2 (80 KB: ~2.5 s, a progress line with a rate has been printed)."""
     pair.fault(1, "throttle", rate="256kbit", net="fabric")
     proc = subprocess.Popen([*CLI, "model", "pull", str(recipe), "-i", str(pair.inventory_path), "--streams", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while arrived_bytes(pair, 2) < 80_000:
+    while arrived_bytes(pair, 2) < arrived:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            raise AssertionError(f"no bytes arrived on spark-2 within 60 s: {proc.communicate()}")
+            raise AssertionError(f"{arrived} bytes did not arrive on spark-2 within 60 s: {proc.communicate()}")
         time.sleep(0.2)
     return proc
 
 
 def test_interrupted_copy_resumes_without_resending(pair, recipe):
     pair.exec(2, ["rm", "-rf", "--", ROOT])
-    proc = start_slow_pull(pair, recipe)
+    proc = start_slow_pull(pair, recipe, arrived=80_000)
     try:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
