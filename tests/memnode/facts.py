@@ -91,5 +91,5 @@ def driver(node: Node, *argv: str) -> Answer:
         name, script, count = rest[0], rest[1], int(rest[2])
         args, rest = rest[3:3 + count], rest[3 + count:]
         code, stdout, stderr = fact_answer(node, name, script, args)
-        out.append(f"{SEP}F {name} {code}\n{stdout.rstrip(chr(10))}\n{SEP}E\n{stderr}")
+        out.append(f"{SEP}F {name} {code}\n{stdout}\n{SEP}E\n{stderr}")  # stdout as printed (parse_framed strips)
     return 0, "".join(out), ""
