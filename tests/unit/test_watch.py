@@ -179,3 +179,27 @@ def test_a_wrapper_alone_still_explains_the_failure(monkeypatch):
     monitor = Monitor()
     monitor.watch(node, "sd-x-r1")._thread.join(5)
     assert monitor.failure is not None and monitor.failure.explanation == "the engine failed to start"
+
+
+def test_stopping_the_monitor_tells_every_watch_and_helper_before_waiting_for_any():
+    """Each watch ends with a kill round trip to its node: told all at once, those overlap (the end of `up`)."""
+    calls: list[str] = []
+
+    class Part:
+        def __init__(self, name: str):
+            self.name, self.container = name, name
+
+        def signal(self) -> None:
+            calls.append(f"signal {self.name}")
+
+        def stop(self) -> None:
+            calls.append(f"stop {self.name}")
+
+    monitor = Monitor()
+    monitor.watches = {"spark-1": Part("w1"), "spark-2": Part("w2")}
+    monitor.helpers = [Part("alive")]
+    monitor.stop(["w2"])
+    assert calls == ["signal w2", "stop w2"]
+    calls.clear()
+    monitor.stop()
+    assert calls == ["signal w1", "signal w2", "signal alive", "stop w1", "stop w2", "stop alive"]
