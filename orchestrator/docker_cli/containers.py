@@ -108,19 +108,30 @@ def ours(conn: NodeConnection, recipe: str | None = None) -> list[Container]:
     return list_containers(conn, filters)
 
 
-_EITHER = ('a=$(docker ps --all --quiet --no-trunc --filter "$1" --filter "$2") || exit 1; shift 2; '
-           'b=$(docker ps --all --quiet --no-trunc "$@") || exit 1; '
-           'ids=$(printf "%s\\n" $a $b | sort -u); '
-           'if [ -n "$ids" ]; then docker container inspect $ids; else echo "[]"; fi')
+# "$1" "$2" our recipe's label filters, then `--filter name=^/NAME$` per name (either_args): both kinds, inspected
+RECIPE_OR_NAMED = ('a=$(docker ps --all --quiet --no-trunc --filter "$1" --filter "$2") || exit 1; shift 2; '
+                   'b=$(docker ps --all --quiet --no-trunc "$@") || exit 1; '
+                   'ids=$(printf "%s\\n" $a $b | sort -u); '
+                   'if [ -n "$ids" ]; then docker container inspect $ids; else echo "[]"; fi')
 
 
 def recipe_or_named(conn: NodeConnection, cluster: str, recipe: str, names: list[str]) -> list[Container]:
     """In one round trip: our containers of this cluster's recipe (by label, any name, any state; one of a
     spark-deploy too old to set the cluster label counts as this cluster's), and any container holding
     exactly one of `names` (whoever made it: a foreign one is a clash)."""
-    labels = [MANAGED_FILTER, f"label={Label.RECIPE}={recipe}"]
-    argv = [arg for name in names for arg in ("--filter", f"name=^/{name}$")]
-    found = parse_inspect(conn.run_script(_EITHER, *labels, *argv, timeout=30, check=True).stdout)
+    found = parse_inspect(conn.run_script(RECIPE_OR_NAMED, *either_args(recipe, names), timeout=30, check=True).stdout)
+    return of_recipe_or_named(found, cluster, recipe, names)
+
+
+def either_args(recipe: str, names: list[str]) -> list[str]:
+    """`RECIPE_OR_NAMED`'s arguments: the two label filters of our recipe, then one name filter per name."""
+    return [MANAGED_FILTER, f"label={Label.RECIPE}={recipe}",
+            *(arg for name in names for arg in ("--filter", f"name=^/{name}$"))]
+
+
+def of_recipe_or_named(found: list[Container], cluster: str, recipe: str, names: list[str]) -> list[Container]:
+    """Pure: of `RECIPE_OR_NAMED`'s containers, ours of this cluster's recipe and any holding exactly one of `names`
+    (docker's name filter matches a regex; this keeps the exact names only)."""
     return [c for c in found if (c.ours is not None and c.ours.cluster in (cluster, "") and c.ours.recipe == recipe)
             or c.name in names]
 
