@@ -7,6 +7,7 @@ had, so undo — or a rollback — can start it again), and the port and memory 
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .. import preflight
@@ -61,9 +62,6 @@ class Connect(NoUndo):
     def run(self, ctx: UpContext) -> None:
         ctx.cluster.open()
         ctx.events.note(f"{len(ctx.plan.ranks)} node(s): " + ", ".join(c.name for c in ctx.cluster.nodes))
-        # a killed `up` may have left this recipe's secrets env-file on a node's disk: never keep it
-        where = stale_secret_files(ctx.dep.inventory, ctx.dep.recipe.name)
-        ctx.cluster.each(lambda conn: forget_stale_secrets(conn, where[conn.name]))
 
 
 class Preflight(NoUndo):
@@ -75,13 +73,19 @@ class Preflight(NoUndo):
         ports: preflight/look.py) in ONE gathering per node; the JIT probe beside it."""
         cluster, plan = ctx.cluster, ctx.plan
         specs = preflight.select(skip=["ports", "image", *ctx.opts.skip_checks], up_subset=True)
-        try:
-            report = preflight.run_checks(ctx.dep, plan, cluster, specs, opened=True, per_boot=True,
-                                          also=("boot_units", *look.NAMES))
-        except Exception as error:  # noqa: BLE001 - a transport error, not a verdict: named as such
-            nodes = sorted(error.failures) if isinstance(error, GroupError) else []
-            raise StepFailed(self.phase, f"the checks could not run (a transport error, not a verdict on a node): "
-                             f"{error}", nodes) from error
+        # a killed `up` may have left this recipe's secrets env-file on a node's disk: never keep it. Removed
+        # under the lock (so never the file of an `up` that holds it) and beside the gathering, not before it
+        where = stale_secret_files(ctx.dep.inventory, ctx.dep.recipe.name)
+        with ThreadPoolExecutor(1, thread_name_prefix="stale-secrets") as pool:
+            forgot = pool.submit(cluster.each, lambda conn: forget_stale_secrets(conn, where[conn.name]))
+            try:
+                report = preflight.run_checks(ctx.dep, plan, cluster, specs, opened=True, per_boot=True,
+                                              also=("boot_units", *look.NAMES))
+            except Exception as error:  # noqa: BLE001 - a transport error, not a verdict: named as such
+                nodes = sorted(error.failures) if isinstance(error, GroupError) else []
+                raise StepFailed(self.phase, f"the checks could not run (a transport error, not a verdict on a "
+                                 f"node): {error}", nodes) from error
+            forgot.result()
         judge_report(self.phase, report, ctx)  # a dead engine, a missing shard: before anything
         seen = look.looked(report.facts, cluster.nodes, plan)
         ctx.look = Look(seen.found, seen.ports, seen.image, dict(report.facts))
