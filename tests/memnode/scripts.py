@@ -111,10 +111,11 @@ def _list(node: Node, *filters: str) -> Answer:
     return 0, (json.dumps([node.containers[i].inspect() for i in ids], indent=4) if ids else "[]") + "\n", ""
 
 
-def _recipe_or_named(node: Node, managed: str, recipe: str, *name_filters: str) -> Answer:
-    """containers.RECIPE_OR_NAMED: ours of the recipe (two label filters) OR'ed with the name filters."""
+def _recipe_or_named(node: Node, managed: str, recipe: str, *names: str) -> Answer:
+    """containers.RECIPE_OR_NAMED: ours of the recipe (two label filters), then the containers holding the
+    names, in one inspect (docker lists one found both ways twice; a name nobody holds is left out)."""
     ids = ps_ids(node, ["--all", "--quiet", "--no-trunc", "--filter", managed, "--filter", recipe])
-    ids += [i for i in ps_ids(node, ["--all", "--quiet", "--no-trunc", *name_filters]) if i not in ids]
+    ids += [c.id for name in names for c in node.containers.values() if c.name == name]
     return 0, (json.dumps([node.containers[i].inspect() for i in ids], indent=4) if ids else "[]") + "\n", ""
 
 
