@@ -127,17 +127,23 @@ class Monitor:
         complete") so the caller re-checks at once; raise as soon as a failure has settled."""
         deadline = time.monotonic() + seconds
         earliest = time.monotonic() + MIN_RECHECK
+        pending = False  # a line came sooner than MIN_RECHECK after the last check: re-check once that has passed
         with self._changed:
             while True:
                 left = self._settle_left()
                 if left == 0.0:
                     break
                 now = time.monotonic()
-                if now >= deadline and left is None:
+                if left is None and (now >= deadline or (pending and now >= earliest)):
                     break
-                woken = self._changed.wait(left if left is not None else deadline - now)
-                if woken and left is None and time.monotonic() >= earliest:
-                    break
+                wait = left if left is not None else deadline - now
+                if pending and left is None:
+                    wait = min(wait, earliest - now)
+                woken = self._changed.wait(wait)
+                if woken and left is None:
+                    if time.monotonic() >= earliest:
+                        break
+                    pending = True  # not dropped: the last line of a burst (e.g. "Application startup complete")
         self.check()
 
     def call(self, probe: Callable[[], T]) -> T:

@@ -203,3 +203,26 @@ def test_stopping_the_monitor_tells_every_watch_and_helper_before_waiting_for_an
     calls.clear()
     monitor.stop()
     assert calls == ["signal w1", "signal w2", "signal alive", "stop w1", "stop w2", "stop alive"]
+
+
+def test_a_log_line_that_comes_sooner_than_the_recheck_minimum_still_wakes_the_wait():
+    """The last line of a burst ("Application startup complete" right after the server listens) may come
+    within MIN_RECHECK of the previous wake: the wait re-checks once that minimum has passed, not at the end
+    of its interval (up's /health poll: 0.5 s later on most runs)."""
+    import time
+
+    monitor = Monitor()
+    threading.Timer(0.01, monitor.activity).start()  # well within MIN_RECHECK of the sleep's start
+    started = time.monotonic()
+    monitor.sleep(5)
+    took = time.monotonic() - started
+    assert watch_mod.MIN_RECHECK <= took < 1.0, took
+
+
+def test_a_wait_with_no_line_sleeps_its_interval():
+    import time
+
+    monitor = Monitor()
+    started = time.monotonic()
+    monitor.sleep(0.3)
+    assert time.monotonic() - started >= 0.3
