@@ -15,6 +15,7 @@ to every node, and one audit line.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -38,6 +39,8 @@ from .steps_prepare import (Connect, CurrentState, MemoryFree, Preflight, PortsF
                             WriteSecrets)
 
 __all__ = ["DeployFailed", "UnpinnedImage", "UpOptions", "UpResult", "up", "plan_steps"]
+
+UNLOCK_BOUND = 35.0  # seconds: past the unlock script's own 30 s timeout
 
 DeployFailed = StepFailed  # the one error `up` raises: phase, node(s), cause, and what undo did
 
@@ -220,9 +223,13 @@ def _release_lock(ctx: UpContext) -> None:
 
 
 def _close(ctx: UpContext) -> None:
-    """Stop watching and close every connection (which kills what still runs remotely). A late second
-    interrupt here must not replace the run's outcome: each part is retried once past it."""
-    for part in (ctx.monitor.stop, lambda: _release_lock(ctx), ctx.cluster.close):
+    """Stop watching, let the lock go, and close every connection (which kills what still runs remotely).
+    The unlock (a round trip to the head) runs beside the watches' ends, and the connections close only
+    once it has ended (or its own 30 s timeout has). A late second interrupt here must not replace the
+    run's outcome: each part is retried once past it."""
+    unlock = threading.Thread(target=_release_lock, args=(ctx,), name="unlock", daemon=True)
+    unlock.start()
+    for part in (ctx.monitor.stop, lambda: unlock.join(UNLOCK_BOUND), ctx.cluster.close):
         for _attempt in range(2):
             try:
                 part()

@@ -91,15 +91,28 @@ class Moved:
     producer: lay.Producer | None = None  # what wrote the archive on the source
 
 
+def survey_refs(image_id: str, ref: str) -> list[str]:
+    """What a survey inspects on each node: the pinned ID, and the reference when `docker tag` can set it."""
+    return [image_id, ref] if taggable(ref) else [image_id]
+
+
+def node_image(conn: NodeConnection, found: list[ImageIdentity | None]) -> NodeImage:
+    """`inspect_images(conn, survey_refs(...))`'s answer as that node's NodeImage."""
+    if not found:
+        raise NodeError(conn.name, "docker image inspect printed nothing for the pinned image")
+    return NodeImage(conn, found[0], found[1] if len(found) > 1 else None)
+
+
 def survey(conns: list[NodeConnection], image_id: str, ref: str) -> SyncPlan:
     """Ask every node (in parallel) what it has under the pinned ID and under the reference."""
-    def look(conn: NodeConnection) -> NodeImage:
-        refs = [image_id, ref] if taggable(ref) else [image_id]
-        found = inspect_images(conn, refs)
-        return NodeImage(conn, found[0], found[1] if len(found) > 1 else None)
+    refs = survey_refs(image_id, ref)
+    found = on_all(conns, lambda conn: node_image(conn, inspect_images(conn, refs)), lambda c: c.name)
+    return sync_plan(image_id, ref, [found[c.name] for c in conns])
 
-    found = on_all(conns, look, lambda c: c.name)
-    plan = SyncPlan(image_id, ref, [found[c.name] for c in conns])
+
+def sync_plan(image_id: str, ref: str, nodes: list[NodeImage]) -> SyncPlan:
+    """Pure: which node is the source, which lack the image, which hold another one under the reference."""
+    plan = SyncPlan(image_id, ref, nodes)
     holders = [n for n in plan.nodes if n.pinned is not None]
     plan.source = holders[0] if holders else None
     plan.missing = [n for n in plan.nodes if n.pinned is None]
