@@ -12,6 +12,7 @@ from rich.markup import escape
 from ..config.load import load_deployment
 from ..config.local_checks import local_problems
 from ..config.source import ConfigError
+from ..config.vllm_flags import extra_problems
 from ..render.plan import PREVIEW_RUN, build_plan
 from .common import BadInput, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
 
@@ -25,6 +26,7 @@ def validate(recipe: RecipeArg, inventory: InventoryOpt = Path("inventory.yaml")
     with exit_codes():
         dep = load_deployment(recipe, inventory)
         problems = local_problems(dep, os.environ)
+        problems += [dep.recipe_doc.issue(loc, msg) for loc, msg in extra_problems(dict(dep.recipe.vllm.extra))]
         if problems:
             raise ConfigError(problems)
         nodes = ", ".join(f"{n.name} (rank {r})" for r, n in enumerate(dep.inventory.ranked))
