@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
+from .hints import keys_at, pattern_words, suggest, type_hint
 from .inventory import Inventory, inventory_problems
 from .recipe import Recipe, recipe_problems
 from .source import ConfigError, ConfigIssue, Document, read_document
@@ -23,11 +24,28 @@ def _clean_loc(loc: tuple) -> tuple:
     return tuple(p for p in loc if isinstance(p, int) or not any(c in str(p) for c in "[]()"))
 
 
-def _issues_from(exc: ValidationError, doc: Document) -> list[ConfigIssue]:
+def _message(err: dict, loc: tuple, model: type) -> str:
+    """pydantic's words, plus the fix: the key meant, or the value read and the forms accepted."""
+    if err["type"] == "extra_forbidden":
+        known = keys_at(model, loc[:-1])
+        return "unknown key" + (suggest(loc[-1], known) or (f" (accepted here: {', '.join(known)})" if known else ""))
+    if err["type"] == "string_pattern_mismatch":
+        return f"{err.get('input')!r} is not {pattern_words(err['ctx']['pattern'])}"
+    message = _MESSAGES.get(err["type"], err["msg"].removeprefix("Value error, "))
+    if err["type"] == "literal_error":
+        return f"{message}; read {err.get('input')!r}" + suggest(err.get("input"), _expected(err))
+    return message + type_hint(err)
+
+
+def _expected(err: dict) -> list[str]:
+    return [part.strip(" '") for part in err.get("ctx", {}).get("expected", "").replace(" or ", ",").split(",")]
+
+
+def _issues_from(exc: ValidationError, doc: Document, model: type) -> list[ConfigIssue]:
     issues, seen = [], set()
     for err in exc.errors(include_url=False):
         loc = _clean_loc(err["loc"])
-        message = _MESSAGES.get(err["type"], err["msg"].removeprefix("Value error, "))
+        message = _message(err, loc, model)
         if (loc, message) in seen:
             continue
         seen.add((loc, message))
@@ -41,7 +59,7 @@ def load_model(path: str | Path, model: type, problems: Callable[[Any], list[tup
     try:
         value = model.model_validate(doc.data())
     except ValidationError as exc:
-        raise ConfigError(_issues_from(exc, doc)) from None
+        raise ConfigError(_issues_from(exc, doc, model)) from None
     found = problems(value)
     if found:
         raise ConfigError([doc.issue(loc, msg) for loc, msg in found])

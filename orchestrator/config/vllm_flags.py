@@ -1,21 +1,20 @@
 """`vllm.extra` checked offline against vLLM's own `serve` option table, so `validate` catches a mistyped
 flag before any node is contacted.
 
-The table (names, actions, types, choices of vLLM 0.33.0) is the one the simulated cluster's stand-in is
-built from: orchestrator/sim/standin/options_table.py, plain stdlib data that ships in the core wheel
-(the `sim` extra only adds docker-py and cryptography). Preflight, which runs the pinned image's own
+The table (names, actions, types, choices of vLLM 0.33.0) is orchestrator/vllm_table/, generated from
+vLLM's own parser; the simulated cluster's stand-in is built from a byte-identical copy. Preflight, which runs the pinned image's own
 parser, stays the authority: an image with another vLLM may accept what this table does not.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 from dataclasses import dataclass
 from enum import Enum
 
-from ..sim.standin import options_table as _table
-from ..sim.standin.argtypes import resolve, takes_json
+from ..vllm_table import options_table as _table
+from .hints import suggest
+from ..vllm_table.argtypes import resolve, takes_json
 
 VLLM_VERSION: str = _table.VERSION
 _SOURCE = f"vLLM {VLLM_VERSION}'s option table (shipped with spark-deploy; preflight asks the image's own parser)"
@@ -84,12 +83,6 @@ def _options() -> dict[str, Option]:
 
 
 OPTIONS: dict[str, Option] = _options()
-
-
-def suggest(word: str, candidates, prefix: str = "") -> str:
-    """' (did you mean X?)' for the closest candidate, or ''. Shared by every name a user can mistype."""
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.75)
-    return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
 def _convert(option: Option, raw: str) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -68,10 +69,19 @@ def test_what_the_table_accepts_the_standin_parser_accepts(flag, value):
 def test_the_table_ships_with_the_core_package_without_docker():
     """`pipx install .` without the sim extra: importing the checker must not need docker-py."""
     code = ("import sys; sys.modules['docker'] = None; "
-            "from orchestrator.config.vllm_flags import OPTIONS; assert len(OPTIONS) > 400; print('ok')")
+            "from orchestrator.config.vllm_flags import OPTIONS; assert len(OPTIONS) > 400; "
+            "assert not [m for m in sys.modules if m.startswith('orchestrator.sim')]; print('ok')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
 def test_every_option_spelling_is_indexed():
     assert {"enable-chunked-prefill", "disable-chunked-prefill", "no-enable-chunked-prefill"} <= OPTIONS.keys()
+
+
+@pytest.mark.parametrize("name", ["options_table.py", "argtypes.py"])
+def test_the_core_table_and_the_standin_copy_are_the_same_bytes(name):
+    """validate's table and the stand-in's parser must not drift (gen_options.py writes both)."""
+    root = Path(__file__).resolve().parents[2] / "orchestrator"
+    assert (root / "vllm_table" / name).read_bytes() == (root / "sim" / "standin" / name).read_bytes(), \
+        f"orchestrator/vllm_table/{name} and orchestrator/sim/standin/{name} differ: copy one over the other"
