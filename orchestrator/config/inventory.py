@@ -30,11 +30,14 @@ class NodeSSH(Model):
 
 class Node(Model):
     name: NodeName
-    address: Host
-    fabric_ip: IPAddress
+    address: Host = Field(description="Where the controller reaches the node over SSH.")
+    fabric_ip: IPAddress = Field(description="The node's address on the fast fabric (rendezvous and NCCL).")
     gpus: int = Field(default=1, ge=1, le=8)
-    jit_cache: AbsPath
-    hf_cache: AbsPath
+    jit_cache: AbsPath = Field(description="Host directory for vLLM's JIT caches, its own (not inside hf_cache). "
+                               "Absolute: `~` is not expanded, since it would be the SSH user's home on the node.",
+                               examples=["/home/spark/.cache/vllm-jit"])
+    hf_cache: AbsPath = Field(description="Host directory of the Hugging Face cache (absolute, no `~`).",
+                              examples=["/home/spark/.cache/huggingface"])
     state_dir: AbsPath = "/var/lib/spark-deploy"
     env: dict[EnvName, Text] = {}
     ssh: NodeSSH | None = None
@@ -44,9 +47,10 @@ class Interconnect(Model):
     """One profile for the whole cluster; per-node differences go in `nodes[].env`."""
 
     profile: Literal["roce", "tcp"]
-    socket_ifname: Text
-    hca: Text | None = Field(default=None, validate_default=True)
-    gid_index: int | None = Field(default=None, ge=0, le=255, validate_default=True)
+    socket_ifname: Text = Field(description="NCCL_SOCKET_IFNAME: the fabric interface, e.g. enp1s0f1np1.")
+    hca: Text | None = Field(default=None, validate_default=True, description="NCCL_IB_HCA (profile roce only), e.g. rocep1s0f1.")
+    gid_index: int | None = Field(default=None, ge=0, le=255, validate_default=True,
+                                  description="NCCL_IB_GID_INDEX (profile roce only): the RoCE v2 GID, e.g. 3.")
 
     @field_validator("hca", "gid_index")
     @classmethod
