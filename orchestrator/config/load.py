@@ -32,6 +32,10 @@ def _message(err: dict, loc: tuple, model: type) -> str:
     if err["type"] == "string_pattern_mismatch":
         return f"{err.get('input')!r} is not {pattern_words(err['ctx']['pattern'])}"
     message = _MESSAGES.get(err["type"], err["msg"].removeprefix("Value error, "))
+    if err["type"] == "missing":
+        return f"{message}: add `{loc[-1]}:` here (`spark-deploy schema recipe|inventory` lists every key)"
+    if err["type"] in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_short", "too_long"):
+        return f"{message}; read {err.get('input')!r}" if not isinstance(err.get("input"), (dict, list)) else message
     if err["type"] == "literal_error":
         return f"{message}; read {err.get('input')!r}" + suggest(err.get("input"), _expected(err))
     return message + type_hint(err)
