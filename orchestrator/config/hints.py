@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .forms import DOCKER_SIZE
+
 SMART_QUOTES = "\u201c\u201d\u2018\u2019\u00ab\u00bb\u201e"
 
 
@@ -86,7 +88,7 @@ def type_hint(err: dict) -> str:
 
 
 _PATTERNS = {
-    r"^[0-9]+[bkmgBKMG]?$": "a size as Docker takes it: bytes, or a number with b, k, m or g (e.g. 16g)",
+    DOCKER_SIZE: "a size as Docker takes it: bytes, or a number with k, m or g (e.g. 16g, 16GB, 16GiB)",
     r"^([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*|/[^:,]+)$":
         "a Hugging Face repo id (org/name) or an absolute path inside the container",
     r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$": "a branch, tag or commit (letters, digits, '.', '_', '/', '-')",

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .forms import DockerSize, MaxModelLen
 from .types import (
     CONTROL,
     SECRET_FLAGS,
@@ -125,7 +126,7 @@ class VllmArgs(Model):
     kv_cache_dtype: Literal[KV_CACHE_DTYPES] | None = None  # type: ignore[valid-type]
     gpu_memory_utilization: float | None = Field(default=None, description="Share of unified memory vLLM takes, "
                                                  "(0, 0.95]: a Spark needs headroom for the OS.")
-    max_model_len: int | None = Field(default=None, ge=16, description="Longest request in tokens (an integer).")
+    max_model_len: MaxModelLen = None
     enable_prefix_caching: bool | None = None
     enforce_eager: bool = False
     speculative_config: SpeculativeConfig | None = None
@@ -175,8 +176,8 @@ class DockerOptions(Model):
     gpus: Text | None = "all"
     ipc: Literal["host", "private", "shareable"] | None = "host"
     network: Literal["host"] = "host"
-    shm_size: Text | None = Field(default=None, description="Docker --shm-size: bytes or a number with b, k, m, g.",
-                                  examples=["16g"], pattern=r"^[0-9]+[bkmgBKMG]?$")
+    shm_size: DockerSize | None = Field(default=None, description="Docker --shm-size, as Docker reads it: bytes, or a "
+                                        "number with k, m, g (binary: 16g = 16GB = 16GiB).", examples=["16g", "16GB"])
     privileged: bool = False
     restart: RestartPolicy = RestartPolicy()
 

@@ -1,0 +1,53 @@
+"""Value forms the engines accept (issue 22): max_model_len as vLLM 0.33 reads it and shm_size as Docker
+does. Each rendered value is compared with what the real parser makes of the form the user wrote: the
+stand-in's copy of vLLM's argparse, and go-units' RAMInBytes as export/quantity.py implements it."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from orchestrator.config.recipe import DockerOptions, VllmArgs
+from orchestrator.export.quantity import docker_size_bytes
+from orchestrator.render.templates import render_tokens
+from orchestrator.sim.standin.cli import parse_cli
+
+
+def rendered_max_model_len(written) -> int | None:
+    vllm = VllmArgs(max_model_len=written)
+    tokens = render_tokens("vllm-args.j2", model=type("M", (), {"repo": "m", "revision": "main"}),
+                           serve=type("S", (), {"host": "0.0.0.0", "port": 8000})(), vllm=vllm,
+                           served_name=None, speculative_json=None, extra=[], nnodes=1, rank=0,
+                           master_addr="127.0.0.1")
+    return parse_cli(["serve", "m", *tokens[tokens.index("--max-model-len"):][:2]]).max_model_len \
+        if "--max-model-len" in tokens else None
+
+
+@pytest.mark.parametrize("written", ["128k", "128K", "1M", "25.6k", "32768", 4096])
+def test_max_model_len_renders_what_vllm_makes_of_the_written_form(written):
+    expected = parse_cli(["serve", "m", "--max-model-len", str(written)]).max_model_len
+    assert rendered_max_model_len(written) == expected
+
+
+def test_max_model_len_auto_is_no_flag_as_vllm_reads_auto():
+    assert VllmArgs(max_model_len="auto").max_model_len is None
+    assert parse_cli(["serve", "m", "--max-model-len", "auto"]).max_model_len is None  # vLLM's -1: derive
+
+
+@pytest.mark.parametrize("written, says", [("32.5K", "Did you mean to use 32.5k"), ("lots", "32K = 32768")])
+def test_max_model_len_refusals_name_the_forms(written, says):
+    with pytest.raises(ValidationError, match=says):
+        VllmArgs(max_model_len=written)
+
+
+@pytest.mark.parametrize("written, size", [("16g", 16 << 30), ("16GB", 16 << 30), ("16GiB", 16 << 30),
+                                           ("512m", 512 << 20), ("1073741824", 1 << 30), ("1.5g", 3 << 29)])
+def test_shm_size_takes_dockers_forms(written, size):
+    assert DockerOptions(shm_size=written).shm_size == written  # passed to docker as written
+    assert docker_size_bytes(written) == size
+
+
+@pytest.mark.parametrize("written", ["16x", "16 g", "-1g", "16gi"])
+def test_shm_size_refuses_what_the_export_cannot_read(written):
+    with pytest.raises(ValidationError):
+        DockerOptions(shm_size=written)
