@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
+from ..config.hints import suggest
 from ..config.load import load_deployment
 from ..config.local_checks import local_problems
 from ..config.source import ConfigError
@@ -53,7 +54,8 @@ def render(
             plan = [launch for launch in plan if launch.node.name == node]
             if not plan:
                 names = ", ".join(n.name for n in dep.inventory.nodes)
-                raise BadInput(f"--node {node!r} is not in {inventory} (nodes: {names})")
+                raise BadInput(f"--node {node!r} is not in {inventory}{suggest(node, [n.name for n in dep.inventory.nodes])} "
+                               f"(nodes: {names})")
         if as_json:
             emit_json([{"node": l.node.name, "rank": l.rank, "container": l.container, "plan_hash": full.plan_hash,
                         "recipe_digest": full.recipe_digest, "argv": list(l.argv), "printed": l.printed,

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from .hints import suggest
 from .types import SECRET_NAME, TOKEN_VALUE, AbsPath, EnvName, Host, IPAddress, Name, NodeName, Port, Text
 
 
@@ -111,5 +112,7 @@ def inventory_problems(inv: Inventory) -> list[tuple[tuple, str]]:
                 problems.append((("nodes", i, "env", key), f"{key} looks like a secret given as a literal value: "
                                                            "remove it and list its name under the recipe's `secrets:`"))
     if inv.head not in {n.name for n in inv.nodes}:
-        problems.append((("head",), f"head {inv.head!r} is not one of the nodes"))
+        names = [n.name for n in inv.nodes]
+        problems.append((("head",), f"head {inv.head!r} is not one of the nodes{suggest(inv.head, names)}: "
+                                    f"name one of {', '.join(names)}"))
     return problems

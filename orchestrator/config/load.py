@@ -109,7 +109,8 @@ def pair_problems(recipe: Recipe, rdoc: Document, inventory: Inventory, idoc: Do
         if line.nodes != "all":
             for j, node in enumerate(line.nodes):
                 if node not in names:
-                    issues.append(rdoc.issue(("expect", "lines", i, "nodes", j), f"node {node!r} is not in {idoc.path}"))
+                    issues.append(rdoc.issue(("expect", "lines", i, "nodes", j), f"node {node!r} is not in {idoc.path}"
+                                             f"{suggest(node, sorted(names))} (nodes: {', '.join(sorted(names))})"))
     targets = [m.target for m in recipe.mounts.overlays + recipe.mounts.extra] + [recipe.mounts.hf_cache, recipe.mounts.jit_cache]
     for i, mount in enumerate(recipe.mounts.overlays + recipe.mounts.extra):
         if targets.count(mount.target) > 1:

@@ -36,7 +36,9 @@ def _pattern(regex: str, what: str):
 def _abs_path(value: str) -> str:
     _text(value)
     if not value.startswith("/"):
-        raise ValueError(f"{value!r} must be an absolute path")
+        fix = (" (`~` is not expanded: on a node it would be the SSH user's home, so write the full path, "
+               "e.g. /home/USER/...)" if value.startswith("~") else "")
+        raise ValueError(f"{value!r} must be an absolute path{fix}")
     if ":" in value or "," in value:
         raise ValueError(f"{value!r} must not contain ':' or ',' (Docker splits mount specs on them)")
     if "/../" in value + "/" or value.endswith("/.."):
