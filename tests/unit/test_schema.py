@@ -67,3 +67,10 @@ def test_the_schema_describes_what_users_found_by_trial():
     assert {"jit_cache", "hf_cache", "fabric_ip"} <= set(node["required"])
     assert "`~`" in node["properties"]["jit_cache"]["description"]
     assert recipe["$defs"]["RestartPolicy"]["properties"]["policy"]["enum"] == ["no", "on-failure"]
+
+
+def test_the_reference_tables_in_the_docs_are_generated_from_the_models():
+    from orchestrator.config.reference import generated
+
+    doc = (REPO / "docs" / "recipes.md").read_text()
+    assert generated() in doc, "docs/recipes.md drifted: run python -m orchestrator.config.reference docs/recipes.md"
