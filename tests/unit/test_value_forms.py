@@ -29,9 +29,11 @@ def test_max_model_len_renders_what_vllm_makes_of_the_written_form(written):
     assert rendered_max_model_len(written) == expected
 
 
-def test_max_model_len_auto_is_no_flag_as_vllm_reads_auto():
-    assert VllmArgs(max_model_len="auto").max_model_len is None
-    assert parse_cli(["serve", "m", "--max-model-len", "auto"]).max_model_len is None  # vLLM's -1: derive
+@pytest.mark.parametrize("written", ["auto", "-1"])
+def test_max_model_len_auto_is_refused_with_the_reason(written):
+    """vLLM's auto fits the length to memory; model-fit cannot judge that, and no flag is not the same."""
+    with pytest.raises(ValidationError, match="leave the key out for the model's own limit"):
+        VllmArgs(max_model_len=written)
 
 
 @pytest.mark.parametrize("written, says", [("32.5K", "Did you mean to use 32.5k"), ("lots", "32K = 32768")])
