@@ -32,6 +32,9 @@ def _message(err: dict, loc: tuple, model: type) -> str:
     if err["type"] == "string_pattern_mismatch":
         return f"{err.get('input')!r} is not {pattern_words(err['ctx']['pattern'])}"
     message = _MESSAGES.get(err["type"], err["msg"].removeprefix("Value error, "))
+    if err["type"] == "extra_value_type":
+        return (f"a vLLM flag's value: read {err.get('input')!r}; write true/false, a number or text, or for a "
+                "JSON option a mapping (compilation-config: {mode: 3})")
     if err["type"] == "missing":
         return f"{message}: add `{loc[-1]}:` here (`spark-deploy schema recipe|inventory` lists every key)"
     if err["type"] in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_short", "too_long"):
@@ -46,9 +49,16 @@ def _expected(err: dict) -> list[str]:
 
 
 def _issues_from(exc: ValidationError, doc: Document, model: type) -> list[ConfigIssue]:
-    issues, seen = [], set()
+    issues, seen, typed = [], set(), set()
     for err in exc.errors(include_url=False):
         loc = _clean_loc(err["loc"])
+        if loc[:2] == ("vllm", "extra") and len(loc) > 3 and err["type"].endswith("_type"):
+            loc = loc[:3]  # the union's branch names (bool, int, ...) are not keys of the file
+            err = {**err, "type": "extra_value_type"}
+        if err["type"].endswith("_type"):  # a union's branches each say "should be a valid X": one line
+            if loc in typed:
+                continue
+            typed.add(loc)
         message = _message(err, loc, model)
         if (loc, message) in seen:
             continue

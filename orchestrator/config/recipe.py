@@ -7,7 +7,7 @@ import json
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from .forms import DockerSize, MaxModelLen
 from .types import (
@@ -25,6 +25,7 @@ from .types import (
     Port,
     Scalar,
     Text,
+    redact,
 )
 
 MOE_BACKENDS = (
@@ -57,8 +58,10 @@ def _owned_alias(flag: str) -> str | None:
     return prefixed[0] if prefixed else None
 
 
-def _not_owned(flag: str) -> str:
-    """A `vllm.extra` key check: it runs per key, so the error points at that key's own line."""
+def _not_owned(dotted: str) -> str:
+    """A `vllm.extra` key check: it runs per key, so the error points at that key's own line. A dotted key
+    (`speculative-config.method`) belongs to its option."""
+    flag = dotted.split(".")[0]
     if flag in OWNED_FLAGS:
         raise ValueError(f"--{flag} is set by {OWNED_FLAGS[flag]}, not by vllm.extra")
     alias = _owned_alias(flag)
@@ -67,7 +70,7 @@ def _not_owned(flag: str) -> str:
                          "set it there, not in vllm.extra")
     if flag in SECRET_FLAGS:
         raise ValueError(f"--{flag} carries a secret: list its variable under `secrets:` instead")
-    return flag
+    return dotted
 
 
 ExtraFlag = Annotated[FlagName, AfterValidator(_not_owned)]
@@ -130,10 +133,11 @@ class VllmArgs(Model):
     enable_prefix_caching: bool | None = None
     enforce_eager: bool = False
     speculative_config: SpeculativeConfig | None = None
-    extra: dict[ExtraFlag, Scalar] = Field(default={}, description="Other `vllm serve` flags without the dashes: "
+    extra: dict[ExtraFlag, Scalar | dict[str, JsonValue]] = Field(default={}, description="Other `vllm serve` flags without the dashes: "
         "`flag: value`; true passes a switch, false its --no- form. `validate` checks them against vLLM 0.33.0's "
-        "option table; a JSON option takes its JSON as a quoted string.", examples=[{"enable-chunked-prefill": True,
-        "max-num-seqs": 12}])
+        "option table. A JSON option takes a mapping (rendered as the JSON vLLM parses) or dotted keys "
+        "(compilation-config.mode: 3), as vLLM defines them.", examples=[{"enable-chunked-prefill": True,
+        "max-num-seqs": 12, "compilation-config": {"mode": 3}}])
 
     @field_validator("gpu_memory_utilization")
     @classmethod
@@ -273,7 +277,8 @@ def recipe_problems(recipe: Recipe) -> list[tuple[tuple, str]]:
             problems.append((("env", key), f"{key} looks like a secret given as a literal value: "
                                             "remove it and list its name under `secrets:`"))
     for flag, value in recipe.vllm.extra.items():
-        if isinstance(value, str) and TOKEN_VALUE.match(value):
+        text = json.dumps(value) if isinstance(value, dict) else value
+        if isinstance(value, str) and TOKEN_VALUE.match(value) or isinstance(value, dict) and redact(text) != text:
             problems.append((("vllm", "extra", flag), f"--{flag} looks like a secret given as a literal value"))
     for i, name in enumerate(recipe.secrets):
         if TOKEN_VALUE.match(name):

@@ -9,6 +9,7 @@ parser, stays the authority: an image with another vLLM may accept what this tab
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
 from enum import Enum
 
@@ -109,8 +110,8 @@ def flag_problem(flag: str, value: object) -> str | None:
     if option is None:
         return (f"--{base} is not a `vllm serve` option in {_SOURCE}"
                 + (suggest(base, OPTIONS, "--") or "; see `vllm serve --help=all` for the list"))
-    if dot and not option.json:
-        return f"--{base} takes {option.form}, so dotted keys (--{flag}) do not apply to it"
+    if dot:  # one key of a JSON option: vLLM folds the dotted keys into one JSON value; any value is a leaf
+        return None if option.json else f"--{base} takes {option.form}, so dotted keys (--{flag}) do not apply to it"
     if value is True:
         if not option.switch and option.nargs not in ("?", 0):
             return f"--{base} needs a value: {option.form}; `true` would pass the flag alone"
@@ -123,9 +124,9 @@ def flag_problem(flag: str, value: object) -> str | None:
         return f"--{base} has no --no-{base} form in vLLM {VLLM_VERSION}: {fix}"
     if option.switch:
         return f"--{base} is {option.form}, not {value!r}: write true or false"
-    if dot:
-        return None  # vLLM folds dotted keys into one JSON value; any scalar is a JSON leaf or a string
-    problem = _convert(option, str(value))
+    if isinstance(value, dict) and not option.json:
+        return f"--{base} takes {option.form}, not a mapping"
+    problem = _convert(option, json.dumps(value, separators=(",", ":")) if isinstance(value, dict) else str(value))
     return f"--{base}: {problem} (as vLLM {VLLM_VERSION} parses it)" if problem else None
 
 

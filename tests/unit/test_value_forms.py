@@ -53,3 +53,48 @@ def test_shm_size_takes_dockers_forms(written, size):
 def test_shm_size_refuses_what_the_export_cannot_read(written):
     with pytest.raises(ValidationError):
         DockerOptions(shm_size=written)
+
+
+def parsed_extra(extra: dict):
+    """Render `vllm.extra` as the tool does and parse it with the stand-in's copy of vLLM's parser."""
+    from orchestrator.config.recipe import Recipe
+    from orchestrator.config.vllm_flags import extra_problems
+    from orchestrator.render.spec import _extra_args
+
+    recipe = Recipe.model_validate({"name": "r", "image": {"ref": "img"}, "model": {"repo": "o/m"},
+                                    "vllm": {"extra": extra}})
+    assert extra_problems(dict(recipe.vllm.extra)) == []
+    argv = ["serve", "m"]
+    for name, value in _extra_args(recipe):
+        argv += [f"--{name}"] if value is True else [f"--{name}", value]
+    return parse_cli(argv)
+
+
+def test_a_mapping_renders_as_the_json_vllm_parses():
+    wanted = {"mode": 3, "cudagraph_capture_sizes": [1, 2, 4], "pass_config": {"fuse_norm_quant": True}}
+    assert parsed_extra({"compilation-config": wanted}).compilation_config == wanted
+    assert parsed_extra({"default-chat-template-kwargs": {"enable_thinking": False}}) \
+        .default_chat_template_kwargs == {"enable_thinking": False}
+
+
+def test_dotted_keys_are_folded_as_vllm_folds_them():
+    args = parsed_extra({"compilation-config.mode": 3, "default-chat-template-kwargs.enable_thinking": False})
+    assert args.compilation_config == {"mode": 3}
+    assert args.default_chat_template_kwargs == {"enable_thinking": False}
+
+
+@pytest.mark.parametrize("extra, says", [
+    ({"block-size": {"x": 1}}, "not a mapping"), ({"block-size.x": 1}, "dotted keys"),
+    ({"tensor-parallel-size.x": 1}, "set by vllm.tensor_parallel_size"),
+])
+def test_mappings_and_dotted_keys_only_for_json_options(extra, says):
+    from orchestrator.config.recipe import Recipe
+    from orchestrator.config.vllm_flags import extra_problems
+
+    try:
+        recipe = Recipe.model_validate({"name": "r", "image": {"ref": "img"}, "model": {"repo": "o/m"},
+                                        "vllm": {"extra": extra}})
+    except ValidationError as exc:
+        assert says in str(exc)
+        return
+    assert says in " ".join(m for _, m in extra_problems(dict(recipe.vllm.extra)))
