@@ -9,9 +9,11 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
+from ..config.hints import suggest
 from ..config.load import load_deployment
 from ..config.local_checks import local_problems
 from ..config.source import ConfigError
+from ..config.vllm_flags import extra_problems
 from ..render.plan import PREVIEW_RUN, build_plan
 from .common import BadInput, ClusterOpt, InventoryOpt, JsonOpt, NodeOpt, RecipeArg, emit_json, err, exit_codes, out
 
@@ -26,6 +28,7 @@ def validate(recipe: RecipeArg, inventory: InventoryOpt = None, cluster: Cluster
     with exit_codes(as_json):
         dep = load_deployment(recipe, inventory)
         problems = local_problems(dep, os.environ)
+        problems += [dep.recipe_doc.issue(loc, msg) for loc, msg in extra_problems(dict(dep.recipe.vllm.extra))]
         if problems:
             raise ConfigError(problems)
         unpinned = "image.id is not pinned; `up` will refuse to start an unpinned image"
@@ -58,7 +61,8 @@ def render(
             plan = [launch for launch in plan if launch.node.name == node]
             if not plan:
                 names = ", ".join(n.name for n in dep.inventory.nodes)
-                raise BadInput(f"--node {node!r} is not in {inventory} (nodes: {names})")
+                raise BadInput(f"--node {node!r} is not in {inventory}{suggest(node, [n.name for n in dep.inventory.nodes])} "
+                               f"(nodes: {names})")
         if as_json:
             emit_json([{"node": l.node.name, "rank": l.rank, "container": l.container, "plan_hash": full.plan_hash,
                         "recipe_digest": full.recipe_digest, "argv": list(l.argv), "printed": l.printed,

@@ -10,6 +10,7 @@ from . import boot_cmd
 from . import export_cmd
 from . import setup_cmd
 from . import model_cmd
+from . import schema_cmd
 from . import sim as sim_cmds
 from .common import set_debug
 from .conventions import CONTEXT_SETTINGS, ReadableGroup, version_callback
@@ -51,6 +52,7 @@ app.command()(release_cmds.lock)
 app.command()(release_cmds.audit)
 app.command()(release_cmds.prune)
 app.command()(demo.demo)
+app.command()(schema_cmd.schema)
 app.add_typer(boot_cmd.app, name="boot", help="What comes back when the nodes boot: enable, disable, status.")
 app.command()(bench_cmd.bench)
 app.command()(setup_cmd.setup)

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from .hints import suggest
 from .types import SECRET_NAME, TOKEN_VALUE, AbsPath, EnvName, Host, IPAddress, Name, NodeName, Port, Text
 
 
@@ -30,11 +31,14 @@ class NodeSSH(Model):
 
 class Node(Model):
     name: NodeName
-    address: Host
-    fabric_ip: IPAddress
+    address: Host = Field(description="Where the controller reaches the node over SSH.")
+    fabric_ip: IPAddress = Field(description="The node's address on the fast fabric (rendezvous and NCCL).")
     gpus: int = Field(default=1, ge=1, le=8)
-    jit_cache: AbsPath
-    hf_cache: AbsPath
+    jit_cache: AbsPath = Field(description="Host directory for vLLM's JIT caches, its own (not inside hf_cache). "
+                               "Absolute: `~` is not expanded, since it would be the SSH user's home on the node.",
+                               examples=["/home/spark/.cache/vllm-jit"])
+    hf_cache: AbsPath = Field(description="Host directory of the Hugging Face cache (absolute, no `~`).",
+                              examples=["/home/spark/.cache/huggingface"])
     state_dir: AbsPath = "/var/lib/spark-deploy"
     env: dict[EnvName, Text] = {}
     ssh: NodeSSH | None = None
@@ -44,9 +48,10 @@ class Interconnect(Model):
     """One profile for the whole cluster; per-node differences go in `nodes[].env`."""
 
     profile: Literal["roce", "tcp"]
-    socket_ifname: Text
-    hca: Text | None = Field(default=None, validate_default=True)
-    gid_index: int | None = Field(default=None, ge=0, le=255, validate_default=True)
+    socket_ifname: Text = Field(description="NCCL_SOCKET_IFNAME: the fabric interface, e.g. enp1s0f1np1.")
+    hca: Text | None = Field(default=None, validate_default=True, description="NCCL_IB_HCA (profile roce only), e.g. rocep1s0f1.")
+    gid_index: int | None = Field(default=None, ge=0, le=255, validate_default=True,
+                                  description="NCCL_IB_GID_INDEX (profile roce only): the RoCE v2 GID, e.g. 3.")
 
     @field_validator("hca", "gid_index")
     @classmethod
@@ -107,5 +112,7 @@ def inventory_problems(inv: Inventory) -> list[tuple[tuple, str]]:
                 problems.append((("nodes", i, "env", key), f"{key} looks like a secret given as a literal value: "
                                                            "remove it and list its name under the recipe's `secrets:`"))
     if inv.head not in {n.name for n in inv.nodes}:
-        problems.append((("head",), f"head {inv.head!r} is not one of the nodes"))
+        names = [n.name for n in inv.nodes]
+        problems.append((("head",), f"head {inv.head!r} is not one of the nodes{suggest(inv.head, names)}: "
+                                    f"name one of {', '.join(names)}"))
     return problems

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
+from .hints import keys_at, pattern_words, suggest, type_hint
 from .inventory import Inventory, inventory_problems
 from .recipe import Recipe, recipe_problems
 from .source import ConfigError, ConfigIssue, Document, read_document
@@ -23,11 +24,42 @@ def _clean_loc(loc: tuple) -> tuple:
     return tuple(p for p in loc if isinstance(p, int) or not any(c in str(p) for c in "[]()"))
 
 
-def _issues_from(exc: ValidationError, doc: Document) -> list[ConfigIssue]:
-    issues, seen = [], set()
+def _message(err: dict, loc: tuple, model: type) -> str:
+    """pydantic's words, plus the fix: the key meant, or the value read and the forms accepted."""
+    if err["type"] == "extra_forbidden":
+        known = keys_at(model, loc[:-1])
+        return "unknown key" + (suggest(loc[-1], known) or (f" (accepted here: {', '.join(known)})" if known else ""))
+    if err["type"] == "string_pattern_mismatch":
+        return f"{err.get('input')!r} is not {pattern_words(err['ctx']['pattern'])}"
+    message = _MESSAGES.get(err["type"], err["msg"].removeprefix("Value error, "))
+    if err["type"] == "extra_value_type":
+        return (f"a vLLM flag's value: read {err.get('input')!r}; write true/false, a number or text, or for a "
+                "JSON option a mapping (compilation-config: {mode: 3})")
+    if err["type"] == "missing":
+        return f"{message}: add `{loc[-1]}:` here (`spark-deploy schema recipe|inventory` lists every key)"
+    if err["type"] in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_short", "too_long"):
+        return f"{message}; read {err.get('input')!r}" if not isinstance(err.get("input"), (dict, list)) else message
+    if err["type"] == "literal_error":
+        return f"{message}; read {err.get('input')!r}" + suggest(err.get("input"), _expected(err))
+    return message + type_hint(err)
+
+
+def _expected(err: dict) -> list[str]:
+    return [part.strip(" '") for part in err.get("ctx", {}).get("expected", "").replace(" or ", ",").split(",")]
+
+
+def _issues_from(exc: ValidationError, doc: Document, model: type) -> list[ConfigIssue]:
+    issues, seen, typed = [], set(), set()
     for err in exc.errors(include_url=False):
         loc = _clean_loc(err["loc"])
-        message = _MESSAGES.get(err["type"], err["msg"].removeprefix("Value error, "))
+        if loc[:2] == ("vllm", "extra") and len(loc) > 3 and err["type"].endswith("_type"):
+            loc = loc[:3]  # the union's branch names (bool, int, ...) are not keys of the file
+            err = {**err, "type": "extra_value_type"}
+        if err["type"].endswith("_type"):  # a union's branches each say "should be a valid X": one line
+            if loc in typed:
+                continue
+            typed.add(loc)
+        message = _message(err, loc, model)
         if (loc, message) in seen:
             continue
         seen.add((loc, message))
@@ -41,7 +73,7 @@ def load_model(path: str | Path, model: type, problems: Callable[[Any], list[tup
     try:
         value = model.model_validate(doc.data())
     except ValidationError as exc:
-        raise ConfigError(_issues_from(exc, doc)) from None
+        raise ConfigError(_issues_from(exc, doc, model)) from None
     found = problems(value)
     if found:
         raise ConfigError([doc.issue(loc, msg) for loc, msg in found])
@@ -87,7 +119,8 @@ def pair_problems(recipe: Recipe, rdoc: Document, inventory: Inventory, idoc: Do
         if line.nodes != "all":
             for j, node in enumerate(line.nodes):
                 if node not in names:
-                    issues.append(rdoc.issue(("expect", "lines", i, "nodes", j), f"node {node!r} is not in {idoc.path}"))
+                    issues.append(rdoc.issue(("expect", "lines", i, "nodes", j), f"node {node!r} is not in {idoc.path}"
+                                             f"{suggest(node, sorted(names))} (nodes: {', '.join(sorted(names))})"))
     targets = [m.target for m in recipe.mounts.overlays + recipe.mounts.extra] + [recipe.mounts.hf_cache, recipe.mounts.jit_cache]
     for i, mount in enumerate(recipe.mounts.overlays + recipe.mounts.extra):
         if targets.count(mount.target) > 1:

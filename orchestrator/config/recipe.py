@@ -7,8 +7,9 @@ import json
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
+from .forms import DockerSize, MaxModelLen
 from .types import (
     CONTROL,
     SECRET_FLAGS,
@@ -24,6 +25,7 @@ from .types import (
     Port,
     Scalar,
     Text,
+    redact,
 )
 
 MOE_BACKENDS = (
@@ -56,8 +58,10 @@ def _owned_alias(flag: str) -> str | None:
     return prefixed[0] if prefixed else None
 
 
-def _not_owned(flag: str) -> str:
-    """A `vllm.extra` key check: it runs per key, so the error points at that key's own line."""
+def _not_owned(dotted: str) -> str:
+    """A `vllm.extra` key check: it runs per key, so the error points at that key's own line. A dotted key
+    (`speculative-config.method`) belongs to its option."""
+    flag = dotted.split(".")[0]
     if flag in OWNED_FLAGS:
         raise ValueError(f"--{flag} is set by {OWNED_FLAGS[flag]}, not by vllm.extra")
     alias = _owned_alias(flag)
@@ -66,7 +70,7 @@ def _not_owned(flag: str) -> str:
                          "set it there, not in vllm.extra")
     if flag in SECRET_FLAGS:
         raise ValueError(f"--{flag} carries a secret: list its variable under `secrets:` instead")
-    return flag
+    return dotted
 
 
 ExtraFlag = Annotated[FlagName, AfterValidator(_not_owned)]
@@ -79,20 +83,25 @@ class Model(BaseModel):
 class ImageSpec(Model):
     """`ref` is provenance; `id` is what runs. A RepoDigest does not survive `docker load` (field note 1)."""
 
-    ref: ImageRef
-    id: ImageId | None = None
-    serve_entrypoint: bool = True  # True: the image's entrypoint already is `vllm serve`
+    ref: ImageRef = Field(description="Where the image came from (registry/name:tag); provenance only.",
+                          examples=["ghcr.io/org/vllm:tag"])
+    id: ImageId | None = Field(default=None, description="The image ID that runs (sha256:...); `spark-deploy pin` "
+                               "fills it; `up` refuses an unpinned image.")
+    serve_entrypoint: bool = Field(default=True, description="true (the default): the image's entrypoint already "
+                                   "is `vllm serve`, so the tool passes only the model and flags; false: the tool "
+                                   "runs `vllm serve` itself (images whose entrypoint is a shell or plain python).")
 
 
 class ModelSpec(Model):
-    repo: Text = Field(pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*|/[^:,]+)$")
-    revision: Text = Field(default="main", pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+    repo: Text = Field(description="Hugging Face repo id (org/name) or an absolute path inside the container.",
+                       examples=["Qwen/Qwen3-0.6B"], pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*|/[^:,]+)$")
+    revision: Text = Field(default="main", description="Branch, tag or commit of the model repo.", pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 
 
 class ServeSpec(Model):
-    served_model_name: Name | None = None
+    served_model_name: Name | None = Field(default=None, description="The name clients ask for; default: model.repo.")
     host: Text = Field(default="0.0.0.0", pattern=r"^[0-9A-Fa-f.:]+$")
-    port: Port = 8000
+    port: Port = Field(default=8000, description="The OpenAI-compatible API's port on the head.")
 
 
 class SpeculativeConfig(BaseModel):
@@ -111,18 +120,24 @@ class SpeculativeConfig(BaseModel):
 
 
 class VllmArgs(Model):
-    tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64, description="GPUs one model copy spans; with "
+                                      "pipeline_parallel_size it must equal the inventory's GPU count.")
     pipeline_parallel_size: int = Field(default=1, ge=1, le=64)
-    master_port: Port = 29501
+    master_port: Port = Field(default=29501, description="torch.distributed rendezvous port on the head.")
     distributed_executor_backend: Literal["mp", "uni", "external_launcher"] = "mp"
     moe_backend: Literal[MOE_BACKENDS] | None = None  # type: ignore[valid-type]
     kv_cache_dtype: Literal[KV_CACHE_DTYPES] | None = None  # type: ignore[valid-type]
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = Field(default=None, ge=16)
+    gpu_memory_utilization: float | None = Field(default=None, description="Share of unified memory vLLM takes, "
+                                                 "(0, 0.95]: a Spark needs headroom for the OS.")
+    max_model_len: MaxModelLen = None
     enable_prefix_caching: bool | None = None
     enforce_eager: bool = False
     speculative_config: SpeculativeConfig | None = None
-    extra: dict[ExtraFlag, Scalar] = {}
+    extra: dict[ExtraFlag, Scalar | dict[str, JsonValue]] = Field(default={}, description="Other `vllm serve` flags without the dashes: "
+        "`flag: value`; true passes a switch, false its --no- form. `validate` checks them against vLLM 0.33.0's "
+        "option table. A JSON option takes a mapping (rendered as the JSON vLLM parses) or dotted keys "
+        "(compilation-config.mode: 3), as vLLM defines them.", examples=[{"enable-chunked-prefill": True,
+        "max-num-seqs": 12, "compilation-config": {"mode": 3}}])
 
     @field_validator("gpu_memory_utilization")
     @classmethod
@@ -139,8 +154,9 @@ class BindMount(Model):
 
 
 class Mounts(Model):
-    hf_cache: AbsPath = "/cache/huggingface"  # container path; the host path is the node's hf_cache
-    jit_cache: AbsPath = "/jitcache"  # container path; VLLM_CACHE_ROOT points here
+    hf_cache: AbsPath = Field(default="/cache/huggingface", description="Container path of the HF cache; the host "
+                              "path is the node's hf_cache. Absolute: `~` would mean another user's home on a node.")
+    jit_cache: AbsPath = Field(default="/jitcache", description="Container path of the JIT cache (VLLM_CACHE_ROOT).")
     overlays: list[BindMount] = []  # files mounted over the image; preflight checks each target exists
     extra: list[BindMount] = []
 
@@ -164,7 +180,8 @@ class DockerOptions(Model):
     gpus: Text | None = "all"
     ipc: Literal["host", "private", "shareable"] | None = "host"
     network: Literal["host"] = "host"
-    shm_size: Text | None = Field(default=None, pattern=r"^[0-9]+[bkmgBKMG]?$")
+    shm_size: DockerSize | None = Field(default=None, description="Docker --shm-size, as Docker reads it: bytes, or a "
+                                        "number with k, m, g (binary: 16g = 16GB = 16GiB).", examples=["16g", "16GB"])
     privileged: bool = False
     restart: RestartPolicy = RestartPolicy()
 
@@ -220,14 +237,15 @@ class PreflightSettings(Model):
 
 
 class Recipe(Model):
-    name: Name
+    name: Name = Field(description="The deployment's name: containers, records and labels carry it.")
     description: Text | None = None
     image: ImageSpec
     model: ModelSpec
     serve: ServeSpec = ServeSpec()
     vllm: VllmArgs = VllmArgs()
-    env: dict[EnvName, Text] = {}
-    secrets: list[EnvName] = []
+    env: dict[EnvName, Text] = Field(default={}, description="Environment of the container (not secrets).")
+    secrets: list[EnvName] = Field(default=[], description="Names of variables read from this machine's "
+                                   "environment and passed by file, never written in the recipe.")
     mounts: Mounts = Mounts()
     docker: DockerOptions = DockerOptions()
     expect: Expectations = Expectations()
@@ -259,7 +277,8 @@ def recipe_problems(recipe: Recipe) -> list[tuple[tuple, str]]:
             problems.append((("env", key), f"{key} looks like a secret given as a literal value: "
                                             "remove it and list its name under `secrets:`"))
     for flag, value in recipe.vllm.extra.items():
-        if isinstance(value, str) and TOKEN_VALUE.match(value):
+        text = json.dumps(value) if isinstance(value, dict) else value
+        if isinstance(value, str) and TOKEN_VALUE.match(value) or isinstance(value, dict) and redact(text) != text:
             problems.append((("vllm", "extra", flag), f"--{flag} looks like a secret given as a literal value"))
     for i, name in enumerate(recipe.secrets):
         if TOKEN_VALUE.match(name):

@@ -17,6 +17,7 @@ from ruamel.yaml.error import MarkedYAMLError, ReusedAnchorWarning, YAMLError
 from ruamel.yaml.reader import ReaderError
 
 from .files import FileRefused, read_regular
+from .hints import line_hint
 from .types import redact
 
 
@@ -59,6 +60,7 @@ class Document:
 
     path: str
     tree: Any
+    lines: tuple[str, ...] = ()  # the raw text, for plain-words hints about tabs and typographic quotes
 
     def line_of(self, loc: tuple[Any, ...]) -> int | None:
         """1-based line of the deepest key of `loc` that exists in the file (None without a tree)."""
@@ -79,7 +81,9 @@ class Document:
 
     def issue(self, loc: tuple[Any, ...], message: str) -> ConfigIssue:
         key = ".".join(str(p) for p in loc)
-        return ConfigIssue(self.path, self.line_of(loc), key, message)
+        line = self.line_of(loc)
+        hint = line_hint(self.lines[line - 1]) if line and 0 < line <= len(self.lines) else ""
+        return ConfigIssue(self.path, line, key, f"{message}; {hint}" if hint else message)
 
     def data(self) -> Any:
         """Plain data for validation, within the alias, size and depth limits (else ConfigError)."""
@@ -155,7 +159,9 @@ def read_document(path: str | Path) -> Document:
             context += f" (from line {exc.context_mark.line + 1})"  # e.g. where an unclosed '[' opened
         problem = _DUPLICATE_VALUES.sub("", str(exc.problem or ""))  # the values may be secrets
         message = ": ".join(p for p in (context, problem) if p)
-        raise _refuse(name, line, f"invalid YAML: {message}") from None
+        lines = text.splitlines()
+        hint = line_hint(lines[line - 1]) if line and 0 < line <= len(lines) else ""
+        raise _refuse(name, line, f"invalid YAML: {message}" + (f"; {hint}" if hint else "")) from None
     except ReaderError as exc:  # a character YAML does not allow (a raw control character)
         line = text[: exc.position].count("\n") + 1 if isinstance(exc.position, int) else None
         what = f"character #x{exc.character:04x}" if isinstance(exc.character, int) else "a character"
@@ -166,7 +172,7 @@ def read_document(path: str | Path) -> Document:
         raise _refuse(name, None, "too large or too deeply nested to read") from None
     if not isinstance(tree, CommentedMap):
         raise _refuse(name, _first_line(tree), "the top level must be a mapping of keys")
-    return Document(name, tree)
+    return Document(name, tree, tuple(text.splitlines()))
 
 
 class TooComplex(Exception):

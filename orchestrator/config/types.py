@@ -36,7 +36,9 @@ def _pattern(regex: str, what: str):
 def _abs_path(value: str) -> str:
     _text(value)
     if not value.startswith("/"):
-        raise ValueError(f"{value!r} must be an absolute path")
+        fix = (" (`~` is not expanded: on a node it would be the SSH user's home, so write the full path, "
+               "e.g. /home/USER/...)" if value.startswith("~") else "")
+        raise ValueError(f"{value!r} must be an absolute path{fix}")
     if ":" in value or "," in value:
         raise ValueError(f"{value!r} must not contain ':' or ',' (Docker splits mount specs on them)")
     if "/../" in value + "/" or value.endswith("/.."):
@@ -58,7 +60,9 @@ Host = Annotated[str, AfterValidator(_pattern(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}
 IPAddress = Annotated[str, AfterValidator(_ip)]
 AbsPath = Annotated[str, AfterValidator(_abs_path)]
 EnvName = Annotated[str, AfterValidator(_pattern(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name"))]
-FlagName = Annotated[str, AfterValidator(_pattern(r"[a-z0-9][a-z0-9-]*", "a vLLM flag name without leading dashes (e.g. block-size)"))]
+FlagName = Annotated[str, AfterValidator(_pattern(r"[a-z0-9][a-z0-9-]*(\.[A-Za-z0-9_-]+)*",
+                                                  "a vLLM flag name without leading dashes (e.g. block-size, or "
+                                                  "compilation-config.mode for one key of a JSON option)"))]
 ImageId = Annotated[str, AfterValidator(_pattern(r"sha256:[0-9a-f]{64}", "an image ID (sha256: followed by 64 hex digits)"))]
 ImageRef = Annotated[str, AfterValidator(_pattern(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}", "an image reference"))]
 Port = Annotated[int, Field(ge=1, le=65535)]

@@ -27,6 +27,7 @@ from ..config.load import Deployment
 from ..render.plan import Plan, build_plan
 from .facts import FactInput, Observed, fact
 from .help_parse import Layout, Options, canonical, layout, parse_help
+from .table_agreement import disagreements
 from .registry import Cell, Scope, Status, Verdict, check, missing, worst
 
 Seen = dict[str, dict[str, Observed]]
@@ -197,9 +198,11 @@ def vllm_flags(seen: Seen, dep: Deployment) -> Verdict:
                     {"via": via, "options": {k: list(v) if v else None for k, v in options.items()}})
     flags = rendered_flags(plan)
     fails, warns = judge_flags(flags, options)
+    notes = disagreements(dep.recipe, options)  # why `validate` (the shipped table) answered otherwise
     if fails:
-        return Verdict("vllm-flags", Scope.HEAD, {head: Cell(Status.FAIL, "; ".join(fails))},
-                       "vLLM would exit 2 after start-up (field note 5): " + "; ".join(fails), 5)
+        return Verdict("vllm-flags", Scope.HEAD, {head: Cell(Status.FAIL, "; ".join(fails + notes))},
+                       "vLLM would exit 2 after start-up (field note 5): " + "; ".join(fails + notes), 5)
+    warns += notes
     if warns:
         return Verdict("vllm-flags", Scope.HEAD, {head: Cell(Status.WARN, "; ".join(warns))}, "; ".join(warns), 5)
     return Verdict("vllm-flags", Scope.HEAD, {head: Cell(

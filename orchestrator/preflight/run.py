@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from ..bugs import is_bug, unexpected
+from ..config.hints import suggest
 from ..config.load import Deployment
 from ..render.plan import Plan
 from ..transport.group import Cluster
@@ -27,7 +28,7 @@ def select(only: list[str] | None = None, skip: list[str] | None = None, up_subs
     `include`; with `up_subset`, only those `up` runs first."""
     for name in (only or []) + (skip or []) + (include or []):
         if name not in CHECKS:
-            raise UnknownCheck(f"no check named {name!r}; checks: {', '.join(sorted(CHECKS))}")
+            raise UnknownCheck(f"no check named {name!r}{suggest(name, CHECKS)}; checks: {', '.join(sorted(CHECKS))}")
     named = set(only or []) | set(include or [])
     specs = [s for s in CHECKS.values() if (not only or s.name in named) and s.name not in (skip or [])]
     specs = [s for s in specs if not s.opt_in or s.name in named]

@@ -100,8 +100,14 @@ def _mounts(recipe: Recipe, node: Node) -> tuple[Mount, ...]:
 def _extra_args(recipe: Recipe) -> list[tuple[str, str | bool]]:
     out: list[tuple[str, str | bool]] = []
     for flag, value in recipe.vllm.extra.items():
+        if "." in flag:  # one key of a JSON option: vLLM reads the value as JSON (true, 3, "x") or text
+            out.append((flag, json.dumps(value, separators=(",", ":")) if not isinstance(value, str) else value))
+            continue
         if value is False:  # vLLM's BooleanOptionalAction: the negative form is --no-FLAG (preflight checks it exists)
             out.append((f"no-{flag}", True))
+            continue
+        if isinstance(value, dict):  # a JSON option's value, as the JSON text vLLM's parser reads
+            out.append((flag, json.dumps(value, separators=(",", ":"))))
             continue
         out.append((flag, True if value is True else str(value)))
     return out

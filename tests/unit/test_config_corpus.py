@@ -129,7 +129,15 @@ def test_broken_file_is_refused_with_file_line_and_key(case, network_attempts):
     if case["key"] is not None:
         assert errors[0].startswith(f"{where} {case['key']}: "), f"expected key {case['key']!r} in {errors[0]!r}"
     assert case["says"] in errors[0]
+    if "fix" in case:
+        assert case["fix"] in errors[0], f"the fix {case['fix']!r} is not named in {errors[0]!r}"
     assert LITERAL_SECRET not in result.stderr
+
+
+def test_at_least_25_bad_inputs_name_their_fix():
+    """Issue 22, acceptance 1: the table of bad inputs whose message names the fix (exit code, file,
+    line and key are asserted for every case by the test above)."""
+    assert len([c for c in CASES if "fix" in c]) >= 25
 
 
 # The same through the installed executable, for one case of each kind of failure.

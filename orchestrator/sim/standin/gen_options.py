@@ -93,9 +93,9 @@ def render(src: Path) -> str:
 
 def main() -> None:
     src = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_SRC
-    target = HERE / "options_table.py"
-    target.write_text(render(src))
-    print(f"wrote {target}")
+    for target in (HERE / "options_table.py", HERE.parents[1] / "vllm_table" / "options_table.py"):
+        target.write_text(render(src))  # the stand-in's copy and the core package's (validate's) copy
+        print(f"wrote {target}")
 
 
 if __name__ == "__main__":

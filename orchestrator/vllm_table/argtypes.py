@@ -1,0 +1,111 @@
+"""The real parser's type functions, named as argparse names them in `invalid <name> value: ...` errors.
+
+options_table.py records each option's type as the real function calls itself
+(`optional_type.<locals>._optional_type(int)`); `resolve` turns that name back into a function here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable
+
+
+def normalise_choice(value: str) -> str:
+    """vLLM's enum flags: lower-case, '-' -> '_' (the `<lambda>` type of --moe-backend and friends)."""
+    return value.lower().replace("-", "_")
+
+
+def optional_type(return_type: Callable) -> Callable:
+    def _optional_type(val: str):
+        if val == "" or val == "None":
+            return None
+        return return_type(val)
+    return _optional_type
+
+
+def human_readable_int(value: str) -> int:
+    """32768, 25.6k (x1000) or 32K (x1024; no decimals with a binary suffix), as vLLM parses sizes."""
+    value = value.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value)
+    if match:
+        number, suffix = match.groups()
+        decimal = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+        if suffix in decimal:
+            return int(float(number) * decimal[suffix])
+        binary = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[suffix]
+        try:
+            return int(number) * binary
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(
+                f"Decimals are not allowed with binary suffixes like {suffix}. Did you mean to use "
+                f"{number}{suffix.lower()} instead?") from exc
+    return int(value)
+
+
+def human_readable_int_or_auto(value: str) -> int:
+    value = value.strip()
+    if value in ("auto", "-1"):
+        return -1
+    return human_readable_int(value)
+
+
+def parse_type(return_type: Callable) -> Callable:
+    def _parse_type(val: str):
+        try:
+            return return_type(val)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"Value {val} cannot be converted to {return_type}.") from exc
+    return _parse_type
+
+
+def dataclass_parser(dest: str) -> Callable:
+    """A JSON config option (--compilation-config): pydantic's TypeAdapter(...).validate_json."""
+    cls = "".join(part.capitalize() for part in dest.split("_"))
+
+    def parse_dataclass(val: str):
+        try:
+            return json.loads(val)
+        except ValueError as exc:
+            msg = getattr(exc, "msg", str(exc))
+            raise argparse.ArgumentTypeError(
+                f"1 validation error for {cls}\n  Invalid JSON: {msg} [type=json_invalid, "
+                f"input_value={val!r}, input_type=str]") from exc
+    return parse_dataclass
+
+
+def union_dict_and_str(val: str):
+    if not re.match(r"(?s)^\s*{.*}\s*$", val):
+        return str(val)
+    return optional_type(json.loads)(val)
+
+
+def parse_reasoning_parser(val: str) -> str:
+    return val
+
+
+def resolve(spec: str | None, dest: str, choices) -> Callable | None:
+    """The function for a recorded type name (None: argparse's plain string)."""
+    if spec is None:
+        return None
+    for wrapper, make in (("optional_type.<locals>._optional_type", optional_type),
+                          ("parse_type.<locals>._parse_type", parse_type)):
+        if spec.startswith(wrapper + "("):
+            return make(resolve(spec[len(wrapper) + 1:-1], dest, choices) or str)
+    simple = {
+        "str": str, "int": int, "float": float, "loads": json.loads,
+        "human_readable_int": human_readable_int, "human_readable_int_or_auto": human_readable_int_or_auto,
+        "union_dict_and_str": union_dict_and_str, "parse_reasoning_parser": parse_reasoning_parser,
+    }
+    if spec in simple:
+        return simple[spec]
+    if spec == "_compute_kwargs.<locals>.parse_dataclass":
+        return dataclass_parser(dest)
+    if spec == "EngineArgs.add_cli_args.<locals>.<lambda>":
+        return (lambda s: normalise_choice(s)) if choices else (lambda s: s)
+    raise KeyError(f"no stand-in for the type {spec!r} of --{dest}: regenerate or extend argtypes.py")
+
+
+def takes_json(spec: str | None) -> bool:
+    """Options whose value is a JSON object, so `--opt.key value` dotted keys apply to them."""
+    return bool(spec) and any(k in spec for k in ("loads", "parse_dataclass", "union_dict_and_str"))
