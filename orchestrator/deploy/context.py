@@ -42,6 +42,7 @@ class UpOptions:
     skip_checks: list[str] = field(default_factory=list)  # --skip-check NAME: preflight checks left out
     restore: bool = True  # a failed or interrupted `up` starts the previous release again (--no-restore: not)
     rollback_of: Release | None = None  # this `up` deploys that release again (`rollback`)
+    accept: bool = True  # run the recipe's acceptance checks after readiness (--no-accept: not)
 
 
 @dataclass
@@ -67,6 +68,8 @@ class UpContext:
     decision: Decision | None = None
     sample: str = ""
     expectations: list[ExpectationResult] = field(default_factory=list)  # one per log check
+    after_ready: dict | None = None  # the facts read once ready (deploy/after_ready.py)
+    acceptance: list = field(default_factory=list)  # acceptance.Result per check, once run
     lock: DeployLock | None = None  # while held
     lock_owned: bool = True  # False: an enclosing operation holds the lock; this `up` must not release it
     history: History | None = None  # as read at the start

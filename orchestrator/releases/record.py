@@ -81,6 +81,8 @@ class Release(BaseModel):
     replaced_by: int | None = None
     log_checks: list[dict] = Field(default_factory=list)
     bench: dict | None = None
+    after_ready: dict | None = None  # deploy/after_ready.py: MemAvailable, swap, the KV-cache lines per node
+    acceptance: list[dict] = Field(default_factory=list)  # acceptance/: one result per check, what was seen
 
     def outcome_text(self) -> str:
         """The outcome as a person reads it: "failed in ready (release 2 serves again)"."""

@@ -15,6 +15,7 @@ from orchestrator.transport.cancel import Cancelled, CancelToken
 from orchestrator.transport.node import NodeUnreachable, Result, SSHTarget
 
 from . import docker, scripts
+from .facts import SAMPLES
 from .model import Node, World, stamp
 
 STEP = 0.02  # how often a blocked stream looks at its stop event and the cancel token
@@ -103,6 +104,10 @@ class MemoryNode:
                 if argv[2] not in self.model.files:
                     return 1, "", f"cat: {argv[2]}: No such file or directory\n"
                 return 0, self.model.files[argv[2]], ""
+            if argv == ["cat", "/proc/meminfo"]:  # a Spark's, idle or with the sim recipe's 0.7 serving
+                serving = any(c.running and c.ours for c in self.model.containers.values())
+                name = "meminfo-sim-spark-serving-0.7.txt" if serving else "meminfo-sim-spark-idle.txt"
+                return 0, (SAMPLES / name).read_text(), ""
             if argv[:2] == ["mkdir", "-p"]:
                 return 0, "", ""
             if argv[:2] == ["ss", "-Hltnpe"]:
