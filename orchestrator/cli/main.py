@@ -7,6 +7,7 @@ import typer
 from . import bench_cmd, config_cmds, demo, deploy_cmds, pin_cmd, preflight_cmd, release_cmds
 from . import maintenance_cmd
 from . import boot_cmd
+from . import accept_cmd
 from . import sim as sim_cmds
 from .common import set_debug
 
@@ -34,6 +35,7 @@ app.command()(deploy_cmds.up)
 app.command()(deploy_cmds.down)
 app.command()(deploy_cmds.status)
 app.command()(deploy_cmds.logs)
+app.command(context_settings=accept_cmd.HELP)(accept_cmd.accept)
 app.command()(release_cmds.history)
 app.command()(release_cmds.rollback)
 app.command()(release_cmds.lock)

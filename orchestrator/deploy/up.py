@@ -58,6 +58,8 @@ class UpResult:
     sample: str = ""
     release: int | None = None
     replaced: int | None = None
+    acceptance: list = field(default_factory=list)  # acceptance.Result per check
+    after_ready: dict | None = None
 
 
 def launch_steps(ctx: UpContext) -> list:
@@ -138,7 +140,8 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
         result = UpResult(ctx.endpoint.url, recipe.served_name, plan.plan_hash, plan.run_id,
                           expectations=ctx.expectations, sample=ctx.sample,
                           release=ctx.release.id if ctx.release else None,
-                          replaced=ctx.replaces.id if ctx.replaces else None)
+                          replaced=ctx.replaces.id if ctx.replaces else None,
+                          acceptance=ctx.acceptance, after_ready=ctx.after_ready)
     finally:
         _close(ctx)
     if behind:  # after the lock is let go: `boot enable` is an operation of its own
