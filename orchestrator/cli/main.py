@@ -8,6 +8,7 @@ from . import bench_cmd, config_cmds, demo, deploy_cmds, pin_cmd, preflight_cmd,
 from . import maintenance_cmd
 from . import boot_cmd
 from . import accept_cmd
+from . import watch_cmd
 from . import sim as sim_cmds
 from .common import set_debug
 
@@ -36,6 +37,7 @@ app.command()(deploy_cmds.down)
 app.command()(deploy_cmds.status)
 app.command()(deploy_cmds.logs)
 app.command(context_settings=accept_cmd.HELP)(accept_cmd.accept)
+app.command(context_settings=watch_cmd.HELP)(watch_cmd.watch)
 app.command()(release_cmds.history)
 app.command()(release_cmds.rollback)
 app.command()(release_cmds.lock)

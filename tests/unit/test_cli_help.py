@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from orchestrator.cli.main import app
 
 COMMANDS = [["validate"], ["render"], ["pin"], ["up"], ["down"], ["status"], ["logs"], ["demo"],
-            ["preflight"], ["bench"], ["history"], ["accept"], ["rollback"], ["lock"], ["audit"], ["prune"],
+            ["preflight"], ["bench"], ["history"], ["accept"], ["watch"], ["rollback"], ["lock"], ["audit"], ["prune"],
             ["sim", "up"], ["sim", "down"], ["sim", "fault"], ["sim", "ls"], ["sim", "images"]]
 
 

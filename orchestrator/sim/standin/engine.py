@@ -160,6 +160,8 @@ class Engine:
         """
         self._admit()
         member, finished = Member(req, tokens, 1), False
+        held = len(req["ids"]) + len(tokens)
+        self.metrics.add(kv_used=held)
         try:
             self._until(time.monotonic() + self.truth.prefill_seconds(len(req["ids"]), req["cached"]))
             self.metrics.add(prompt_tokens=len(req["ids"]))
@@ -179,5 +181,6 @@ class Engine:
                 group = self.batch.next_group(member)
         finally:
             self.batch.leave(member)
+            self.metrics.add(kv_used=-held)
             if not finished:
                 self._release("abort")
