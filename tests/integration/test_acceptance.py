@@ -9,6 +9,7 @@ import json
 import time
 
 import pytest
+from ruamel.yaml import YAML
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy_helpers import completion, forget_releases, node_docker, recipe_variant, spark_deploy
@@ -16,6 +17,16 @@ from deploy_helpers import completion, forget_releases, node_docker, recipe_vari
 pytestmark = pytest.mark.integration
 
 TOOLS = {"enable-auto-tool-choice": True, "tool-call-parser": "hermes"}
+
+
+def default_checks(path):
+    """The variant without the test clusters' one-check `acceptance:` (tests/conftest.py): the default set."""
+    yaml = YAML()
+    doc = yaml.load(path.read_text())
+    doc.pop("acceptance", None)
+    with path.open("w") as fh:
+        yaml.dump(doc, fh)
+    return path
 
 
 def history(cluster) -> dict[int, dict]:
@@ -36,12 +47,12 @@ def test_acceptance_in_up_accept_watch_and_faults(clean, tmp_path):
     cluster = clean
     forget_releases(cluster)
     inv = cluster.inventory_path
-    a = recipe_variant(cluster, tmp_path / "a.yaml")
-    a2 = recipe_variant(cluster, tmp_path / "a2.yaml", extra={"max-num-seqs": 10})  # same outputs, another plan
-    nan = recipe_variant(cluster, tmp_path / "nan.yaml", env={"SIM_FAULT_LOGPROBS_NAN": "1"})
-    broken = recipe_variant(cluster, tmp_path / "broken.yaml", extra=TOOLS,
-                            env={"SIM_FAULT_FORGET_BEYOND": "100", "SIM_FAULT_TOOL_PLAIN": "1",
-                                 "SIM_FAULT_PERTURB": "1"})
+    a = default_checks(recipe_variant(cluster, tmp_path / "a.yaml"))
+    a2 = default_checks(recipe_variant(cluster, tmp_path / "a2.yaml", extra={"max-num-seqs": 10}))  # same outputs
+    nan = default_checks(recipe_variant(cluster, tmp_path / "nan.yaml", env={"SIM_FAULT_LOGPROBS_NAN": "1"}))
+    broken = default_checks(recipe_variant(cluster, tmp_path / "broken.yaml", extra=TOOLS,
+                                           env={"SIM_FAULT_FORGET_BEYOND": "100", "SIM_FAULT_TOOL_PLAIN": "1",
+                                                "SIM_FAULT_PERTURB": "1"}))
 
     for recipe in (a, a2):
         done = spark_deploy("up", recipe, "-i", inv, timeout=600)
