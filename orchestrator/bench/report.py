@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import ceiling as ce
-from .headers import Headers
+from ..checks.safetensors_headers import Headers
 from .runner import Group, Plan
 
 

@@ -16,7 +16,7 @@ from ..http_api.endpoint import Endpoint
 from ..operation import Observation, OperationRefused, Reach
 from ..transport.group import Cluster, Connector
 from ..transport.node import NodeError
-from .headers import HeaderError, Headers, read_headers
+from ..checks.safetensors_headers import HeaderError, Headers, read_headers
 
 
 class TargetError(Exception):

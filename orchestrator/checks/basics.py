@@ -91,19 +91,26 @@ def parse_listeners(stdout: str) -> list[Listener]:
     return found
 
 
+LISTENERS = ("ss", "-Hltnpe")  # every listening TCP socket, with its process (ours) and owner (-e)
+
+
 def ports_free(cluster: Cluster, ports: list[int]) -> CheckResult:
     """The serve and master ports on the head must be free (run after this recipe's old containers are gone)."""
     head = cluster.head
-    listeners = parse_listeners(head.run(["ss", "-Hltnpe"], timeout=20, check=True).stdout)
+    return ports_judged(head.name, parse_listeners(head.run(list(LISTENERS), timeout=20, check=True).stdout), ports)
+
+
+def ports_judged(head: str, listeners: list[Listener], ports: list[int]) -> CheckResult:
+    """Pure: the ports check over the head's listening sockets."""
     evidence, taken = {}, []
     for port in ports:
         holders = [item for item in listeners if item.port == port]
-        evidence[f"{head.name}:{port}"] = f"{holders[0].local} {holders[0].holder()}".strip() if holders else "free"
+        evidence[f"{head}:{port}"] = f"{holders[0].local} {holders[0].holder()}".strip() if holders else "free"
         if holders:
             taken.append(port)
     return CheckResult("ports", "fail" if taken else "ok", evidence,
-                       f"port(s) {', '.join(map(str, taken))} on {head.name} are taken by another process: stop it or "
-                       "change serve.port / vllm.master_port" if taken else "", [head.name] if taken else [])
+                       f"port(s) {', '.join(map(str, taken))} on {head} are taken by another process: stop it or "
+                       "change serve.port / vllm.master_port" if taken else "", [head] if taken else [])
 
 
 def jit_cache_local(cluster: Cluster, nodes: dict[str, Node]) -> CheckResult:

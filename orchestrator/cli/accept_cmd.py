@@ -9,9 +9,8 @@ from rich.markup import escape
 
 from ..acceptance import AcceptStatus, UnknownCheck
 from ..acceptance.command import AcceptError, accept as run_accept
-from .common import BadInput, Failed, InventoryOpt, JsonOpt, emit_json, exit_codes, out
+from .common import BadInput, ClusterOpt, Failed, InventoryOpt, JsonOpt, emit_json, exit_codes, out
 
-HELP = {"help_option_names": ["-h", "--help"]}
 COLOURS = {AcceptStatus.PASS: "green", AcceptStatus.FAIL: "red", AcceptStatus.CHANGED: "yellow",
            AcceptStatus.SKIP: "dim"}
 
@@ -19,7 +18,8 @@ COLOURS = {AcceptStatus.PASS: "green", AcceptStatus.FAIL: "red", AcceptStatus.CH
 def accept(
     recipe: Annotated[Optional[Path], typer.Argument(help="The recipe serving now (default: the serving "
                                                           "release's recorded recipe).", show_default=False)] = None,
-    inventory: InventoryOpt = Path("inventory.yaml"),
+    inventory: InventoryOpt = None,
+    cluster: ClusterOpt = None,
     check: Annotated[Optional[list[str]], typer.Option("--check", help="Run only this check (repeatable).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -28,7 +28,7 @@ def accept(
 
     Example: spark-deploy accept --json
     """
-    with exit_codes():
+    with exit_codes(as_json):
         def said(result) -> None:
             if not as_json:
                 mark = " (advisory)" if result.advisory and result.status is AcceptStatus.FAIL else ""

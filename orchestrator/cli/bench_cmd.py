@@ -12,7 +12,7 @@ from rich.markup import escape
 from .common import (
     BadInput,
     Failed,
-    InventoryOpt,
+    ClusterOpt, InventoryOpt,
     JsonOpt,
     emit_json,
     err,
@@ -44,7 +44,7 @@ def _width(text: str) -> float:
 def bench(
     recipe: Annotated[Optional[Path], typer.Argument(help="The recipe whose serving release to measure.",
                                                      show_default=False)] = None,
-    inventory: InventoryOpt = Path("inventory.yaml"),
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
     url: Annotated[Optional[str], typer.Option("--url", help="Any OpenAI-compatible server (no cluster).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Served model name (with --url; default: the "
                                                                  "server's only model).")] = None,
@@ -85,7 +85,7 @@ def bench(
     from ..bench.metrics import MetricsError
     from ..bench.shot import ShotOptions
 
-    with exit_codes():
+    with exit_codes(as_json):
         if sum(x is not None for x in (recipe, url, compare)) != 1:
             raise BadInput("give one of: a RECIPE (its serving release is measured), --url URL, "
                            "or --compare A.yaml B.yaml")

@@ -15,9 +15,12 @@ from ..releases.lock import LockError
 from ..runner.events import Events
 from ..runner.sinks import TerminalSink
 from ..transport.node import NodeError
+from .conventions import sub_app
 from .common import (
     Failed,
-    InventoryOpt,
+    ClusterOpt, InventoryOpt,
+    YesOpt,
+    can_ask,
     JsonOpt,
     RecipeArg,
     emit_json,
@@ -26,7 +29,7 @@ from .common import (
     out,
 )
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+app = sub_app()
 
 OptionalRecipe = Annotated[Optional[Path], typer.Argument(help="Limit to this recipe's unit.", show_default=False)]
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
@@ -40,69 +43,85 @@ def _item_line(item) -> str:
 @app.command()
 def enable(
     recipe: RecipeArg,
-    inventory: InventoryOpt = Path("inventory.yaml"),
-    yes: Annotated[bool, typer.Option("--yes", help="Also turn off the other units and restart policies found.")]
-    = False,
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
+    yes: YesOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Make the serving release come back on boot: one systemd unit per node for its rank (the peers wait,
     bounded, for the head's rendezvous port; restarts are bounded). Anything else that would come back is
-    named, and turned off only with --yes.
+    named, and it asks before turning them off (--yes: it does not ask).
 
     Example: spark-deploy boot enable recipes/dspark-0731-b12x.yaml --yes
     """
-    with exit_codes():
+    with exit_codes(as_json):
         dep = load_deployment(recipe, inventory)
-        events = Events(TerminalSink(out))
+        events = Events(TerminalSink(err if as_json else out))
         try:
             result = boot_mod.enable(dep, events, yes=yes)
+            if result.conflicts and not yes:  # nothing was changed: name them, ask, then enable confirmed
+                listed = "\n".join(f"  {c.describe()}" for c in result.conflicts)
+                if not can_ask(as_json):
+                    raise Failed("other things come back on boot and are not the serving release; nothing was "
+                                 f"changed:\n{listed}\nnot asked without a terminal: run again with --yes to turn "
+                                 "them off (units disabled, restart policies set to no)")
+                err.print("other things come back on boot and are not the serving release:\n" + escape(listed))
+                if not typer.confirm("turn them off (units disabled, restart policies set to no)?", default=False,
+                                     err=True):
+                    raise Failed("not confirmed: nothing was changed")
+                result = boot_mod.enable(dep, events, yes=True)
         except (boot_mod.BootRefused, LockError, NodeError) as exc:
             raise Failed(str(exc)) from exc
         finally:
             events.close()
-        if result.conflicts and not yes:
-            raise Failed("other things come back on boot and are not the serving release; nothing was changed:\n" +
-                         "\n".join(f"  {c.describe()}" for c in result.conflicts) +
-                         "\nrun again with --yes to turn them off (units disabled, restart policies set to no)")
+        missing = [n for n, b in result.after.items() if not any(i.match is BootMatch.SERVING for i in b.items)]
+        if as_json:
+            emit_json({"ok": not missing, "release": result.release.id, "plan_hash": result.release.plan_hash,
+                       "units": [{"node": u.node, "path": u.path, "container": u.container} for u in result.units],
+                       "turned_off": list(result.disabled), "not_coming_back_on": missing})
+        if missing:
+            raise Failed(f"read again, the serving release does not come back on {', '.join(missing)}")
+        if as_json:
+            return
         for line in result.disabled:
             out.print(f"turned off: {escape(line)}")
         out.print(f"release {result.release.id} (plan {result.release.plan_hash}) comes back on boot:")
         for u in result.units:
             out.print(f"  {escape(u.node)}: {escape(u.path)} enabled, starts {escape(u.container)}")
-        missing = [n for n, b in result.after.items() if not any(i.match is BootMatch.SERVING for i in b.items)]
-        if missing:
-            raise Failed(f"read again, the serving release does not come back on {', '.join(missing)}")
 
 
 @app.command()
-def disable(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventory.yaml")) -> None:
+def disable(recipe: OptionalRecipe = None, inventory: InventoryOpt = None, cluster: ClusterOpt = None,
+            as_json: JsonOpt = False) -> None:
     """Disable and remove our boot units (this recipe's, or every one of this cluster), and give the containers
     back their own restart policy.
 
     Example: spark-deploy boot disable
     """
-    with exit_codes():
+    with exit_codes(as_json):
         name = load_deployment(recipe, inventory).recipe.name if recipe else None
         inv, _ = load_inventory(inventory)
-        events = Events(TerminalSink(out))
+        events = Events(TerminalSink(err if as_json else out))
         try:
             result = boot_mod.disable(inv, name, events)
         except (boot_mod.BootRefused, LockError, NodeError) as exc:
             raise Failed(str(exc)) from exc
         finally:
             events.close()
-        if not any(result.removed.values()):
+        if as_json:
+            emit_json({"ok": True, "recipe": name, "removed": result.removed})
+        elif not any(result.removed.values()):
             out.print("no boot unit of spark-deploy" + (f" for {name}" if name else "") + " on any node")
 
 
 @app.command()
-def status(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventory.yaml"),
+def status(recipe: OptionalRecipe = None, inventory: InventoryOpt = None, cluster: ClusterOpt = None,
            as_json: JsonOpt = False) -> None:
     """Per node, what comes back on boot: our unit (enabled?, the container it starts, its plan vs the serving
     release), other units, restart policies. Exit 1 when a node cannot say (no systemd, unreachable).
 
     Example: spark-deploy boot status --json
     """
-    with exit_codes():
+    with exit_codes(as_json):
         name = load_deployment(recipe, inventory).recipe.name if recipe else None
         inv, _ = load_inventory(inventory)
         report = boot_mod.status(inv, name)

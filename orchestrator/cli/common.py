@@ -6,13 +6,16 @@ import json
 import os
 import sys
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Iterator
+from typing import Annotated, Iterator, Optional
 
 import typer
 from rich.console import Console
+from typer._click.core import ParameterSource
 
 from ..config.source import ConfigError
+from . import user_config
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -20,13 +23,100 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 out = Console(highlight=False, soft_wrap=True, emoji=False, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
+_CLUSTER_META = "spark_deploy.cluster"
+
+
+def _remember_cluster(ctx: typer.Context, param, value: str | None) -> str | None:
+    """-c is eager: it is read before -i, whose callback decides between them."""
+    ctx.meta[_CLUSTER_META] = (value, ctx.get_parameter_source(param.name))
+    return value
+
+
+def _resolve_inventory(ctx: typer.Context, param, value: Path | None) -> Path:
+    """Which inventory: -i or -c on the command line, then their env vars, then the config file's default,
+    then ./inventory.yaml (orchestrator/cli/user_config.py). A bad config file or name is bad input (2)."""
+    source = ctx.get_parameter_source(param.name)
+    name, name_source = ctx.meta.get(_CLUSTER_META, (None, None))
+    cmdline, env = ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT
+    try:
+        for level in (cmdline, env):
+            given_i, given_c = value is not None and source is level, name is not None and name_source is level
+            if given_i and given_c:
+                where = "on the command line" if level is cmdline else "in the environment"
+                raise typer.BadParameter(f"-i {value} and -c {name} both given {where}: give one")
+            if given_i:
+                return value
+            if given_c:
+                return user_config.cluster_inventory(user_config.load(), name)
+        return user_config.load().inventory or user_config.DEFAULT_INVENTORY
+    except ConfigError as exc:
+        raise typer.BadParameter("; ".join(str(i) for i in exc.issues)) from None
+
+
 InventoryOpt = Annotated[
-    Path,
-    typer.Option("--inventory", "-i", envvar="SPARK_DEPLOY_INVENTORY", help="The inventory of nodes.",
-                 show_default=True),
+    Optional[Path],
+    typer.Option("--inventory", "-i", envvar="SPARK_DEPLOY_INVENTORY", callback=_resolve_inventory,
+                 help="The inventory of nodes (default: the config file's `inventory`, else ./inventory.yaml).",
+                 show_default=False),
+]
+ClusterOpt = Annotated[
+    Optional[str],
+    typer.Option("--cluster", "-c", envvar="SPARK_DEPLOY_CLUSTER", is_eager=True, callback=_remember_cluster,
+                 help="A cluster named in ~/.config/spark-deploy/config.yaml, instead of -i PATH.",
+                 show_default=False),
 ]
 RecipeArg = Annotated[Path, typer.Argument(help="The recipe YAML file.", show_default=False)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output: one JSON object on stdout "
+                                                       "(event streams: one object per line, the last the result).")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask: answer yes to the confirmation.")]
+NodeOpt = Annotated[Optional[str], typer.Option("--node", help="Only this node.", show_default=False)]
+TailOpt = Annotated[Optional[int], typer.Option("--tail", min=1, help="Only the last N lines.", show_default=False)]
+
+
+class Refusal(StrEnum):
+    """The safety refusals `--force` overrides, each by its name: `--force` overrides only the one its command
+    names, and the refusal's message says which (refused())."""
+
+    LIVE_LOCK = "live-lock"
+    WINDOW_OPEN = "window-open"
+    BLOCKING_CHANGES = "blocking-changes"
+
+    @property
+    def command(self) -> str:
+        return {"live-lock": "lock release", "window-open": "maintenance begin",
+                "blocking-changes": "maintenance end"}[self.value]
+
+    @property
+    def guards(self) -> str:
+        return {"live-lock": "the deploy lock's owner may still be alive",
+                "window-open": "a maintenance window is open: its baseline would be replaced",
+                "blocking-changes": "verify found changes the serving release depends on"}[self.value]
+
+
+def force_opt(refusal: Refusal, what: str):
+    """The `--force` option of a command that has one safety refusal to override."""
+    return Annotated[bool, typer.Option("--force", help=f"Override the '{refusal}' refusal: {what}.")]
+
+
+def refused(refusal: Refusal, why: str) -> "Failed":
+    return Failed(f"refused ({refusal}): {why}; --force overrides this refusal")
+
+
+def can_ask(as_json: bool = False) -> bool:
+    """A question needs a person at a terminal; --json output is for programs, which are never asked."""
+    return not as_json and sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def confirm(question: str, yes: bool, as_json: bool = False) -> None:
+    """`--yes` = do not ask. Otherwise ask on a terminal; with no terminal (or --json), refuse naming --yes.
+    Nothing has been changed when this refuses (exit 1)."""
+    if yes:
+        return
+    if can_ask(as_json):
+        if typer.confirm(question, default=False, err=True):
+            return
+        raise Failed(f"not confirmed: {question} (nothing was changed)")
+    raise Failed(f"{question} — not asked without a terminal: rerun with --yes (nothing was changed)")
 
 
 class BadInput(Exception):
@@ -37,9 +127,32 @@ class Failed(Exception):
     """A check or a deployment failed (exit 1); the message says where and why."""
 
 
+# This invocation's JSON so far: an object written (emit_json) gets no error object after it; an event stream
+# gets one as its last line unless its last line already is a failed result.
+_JSON = {"emitted": False, "stream_ended_failed": False}
+
+
 def emit_json(data) -> None:
+    _JSON["emitted"] = True
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+class JsonLines:
+    """stdout for an event stream (runner/sinks.JsonSink): remembers whether its last line is a failed result."""
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.strip():
+                try:
+                    said = json.loads(line)
+                except ValueError:
+                    said = {}
+                _JSON["stream_ended_failed"] = said.get("event") == "result" and said.get("ok") is False
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
 
 
 _DEBUG = {"flag": False}  # this invocation's --debug (set by the app's callback at every invocation)
@@ -47,6 +160,10 @@ _DEBUG = {"flag": False}  # this invocation's --debug (set by the app's callback
 
 def set_debug(flag: bool) -> None:
     _DEBUG["flag"] = flag
+    if debugging():  # paramiko's own log (a failed handshake's traceback) is shown only when asked for
+        import logging
+
+        logging.getLogger("paramiko").addHandler(logging.StreamHandler(sys.stderr))
 
 
 def debugging() -> bool:
@@ -73,36 +190,52 @@ def print_traceback(exc: BaseException) -> None:
 
 
 @contextmanager
-def exit_codes() -> Iterator[None]:
+def exit_codes(as_json: bool = False) -> Iterator[None]:
     """Map the tool's exceptions to exit codes; a traceback is never the message a user gets unless they
-    ask (--debug). An exception the tool did not expect is a bug: named, exit 1, its traceback on --debug."""
+    ask (--debug). An exception the tool did not expect is a bug: named, exit 1, its traceback on --debug.
+    With --json, a command that ends in an error before writing its JSON writes
+    {"ok": false, "exit_code": N, "errors": [...]} so stdout is always one JSON object."""
     from typer.exceptions import Abort, Exit, TyperException
 
     from ..bugs import unexpected
     from ..operation import OperationRefused
     from ..releases.lock import LockError
 
+    _JSON.update(emitted=False, stream_ended_failed=False)
     try:
         yield
     except ConfigError as exc:
         _debug(exc)
         for issue in exc.issues:
             err.print(f"[bold red]error[/]: {_escape(str(issue))}")
+        _json_error(as_json, EXIT_BAD_INPUT, [str(i) for i in exc.issues])
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except BadInput as exc:
         _debug(exc)
         err.print(f"[bold red]error[/]: {_escape(str(exc))}")
+        _json_error(as_json, EXIT_BAD_INPUT, [str(exc)])
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except (Failed, OperationRefused, LockError) as exc:  # the nodes or the lock said no: nothing was changed
         _debug(exc)
         err.print(f"[bold red]failed[/]: {_escape(str(exc))}")
+        _json_error(as_json, EXIT_FAILED, [str(exc)])
         raise typer.Exit(EXIT_FAILED) from None
-    except (Exit, Abort, TyperException):  # the command line's own ends (typer.Exit is a RuntimeError)
+    except (Exit, Abort, TyperException) as exc:  # the command line's own ends (typer.Exit is a RuntimeError)
+        code = getattr(exc, "exit_code", EXIT_FAILED)
+        if code:
+            _json_error(as_json, code, [f"exit {code}"])
         raise
     except Exception as exc:  # noqa: BLE001 - a bug: said as one, never a bare traceback
         _debug(exc)
         err.print(f"[bold red]failed[/]: {_escape(unexpected(exc))}")
+        _json_error(as_json, EXIT_FAILED, [unexpected(exc)])
         raise typer.Exit(EXIT_FAILED) from None
+
+
+def _json_error(as_json: bool, code: int, errors: list[str]) -> None:
+    if as_json and not _JSON["emitted"] and not _JSON["stream_ended_failed"]:  # one line: also ends a stream
+        sys.stdout.write(json.dumps({"ok": False, "exit_code": code, "errors": errors}) + "\n")
+        sys.stdout.flush()
 
 
 def _debug(exc: BaseException) -> None:

@@ -13,37 +13,44 @@ from ..config.load import load_deployment
 from ..config.local_checks import local_problems
 from ..config.source import ConfigError
 from ..render.plan import PREVIEW_RUN, build_plan
-from .common import BadInput, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
+from .common import BadInput, ClusterOpt, InventoryOpt, JsonOpt, NodeOpt, RecipeArg, emit_json, err, exit_codes, out
 
 
-def validate(recipe: RecipeArg, inventory: InventoryOpt = Path("inventory.yaml")) -> None:
+def validate(recipe: RecipeArg, inventory: InventoryOpt = None, cluster: ClusterOpt = None,
+             as_json: JsonOpt = False) -> None:
     """Check a recipe against an inventory, and this machine's SSH key, known_hosts and the recipe's
     secrets, without contacting any node.
 
     Example: spark-deploy validate recipes/dspark-0731-b12x.yaml -i inventory.yaml
     """
-    with exit_codes():
+    with exit_codes(as_json):
         dep = load_deployment(recipe, inventory)
         problems = local_problems(dep, os.environ)
         if problems:
             raise ConfigError(problems)
+        unpinned = "image.id is not pinned; `up` will refuse to start an unpinned image"
+        if as_json:
+            emit_json({"ok": True, "recipe": str(recipe), "name": dep.recipe.name, "inventory": str(inventory),
+                       "nodes": [{"node": n.name, "rank": r} for r, n in enumerate(dep.inventory.ranked)],
+                       "warnings": [unpinned] if dep.recipe.image.id is None else []})
+            return
         nodes = ", ".join(f"{n.name} (rank {r})" for r, n in enumerate(dep.inventory.ranked))
         out.print(f"[green]ok[/] {escape(str(recipe))}: {escape(dep.recipe.name)} on {nodes}")
         if dep.recipe.image.id is None:
-            err.print("[yellow]warning[/]: image.id is not pinned; `up` will refuse to start an unpinned image")
+            err.print(f"[yellow]warning[/]: {unpinned}")
 
 
 def render(
     recipe: RecipeArg,
-    inventory: InventoryOpt = Path("inventory.yaml"),
-    node: Annotated[Optional[str], typer.Option("--node", help="Only this node's command.")] = None,
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
+    node: NodeOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print each node's `docker run` command (head first) without running anything.
 
     Example: spark-deploy render recipes/dspark-0731-b12x.yaml --node spark-2
     """
-    with exit_codes():
+    with exit_codes(as_json):
         dep = load_deployment(recipe, inventory)
         full = build_plan(dep, PREVIEW_RUN)
         plan = list(full.ranks)

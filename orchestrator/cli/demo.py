@@ -15,13 +15,15 @@ from ..http_api.endpoint import Endpoint
 from ..deploy.up import DeployFailed, UpOptions, up
 from ..runner.events import Events
 from ..runner.sinks import TerminalSink
-from .common import Failed, exit_codes, out
+from .common import Failed, JsonOpt, emit_json, err, exit_codes
+from .common import out as _out
 from .extras import require_sim
 
 
 def demo(
     name: Annotated[str, typer.Option("--name", help="Name of the simulated cluster.")] = "demo",
     nodes: Annotated[int, typer.Option("--nodes", min=1, max=8, help="Number of simulated Sparks.")] = 2,
+    as_json: JsonOpt = False,
 ) -> None:
     """Bring up a simulated cluster (real sshd + dockerd per node), deploy the sim recipe, show it serving.
 
@@ -31,7 +33,8 @@ def demo(
     from ..sim.cluster import SimCluster
     from ..sim.state import SimError, SimInputError
 
-    with exit_codes():
+    out = err if as_json else _out  # --json: the story goes to stderr, stdout holds one JSON object
+    with exit_codes(as_json):
         cluster = SimCluster(name)
         try:
             if cluster.info() is None or not cluster.nodes():
@@ -64,6 +67,12 @@ def demo(
         endpoint = Endpoint(dep.inventory.ranked[0].address, dep.recipe.serve.port)
         answer = endpoint.complete(result.model, "Two DGX Sparks walk into a bar and", max_tokens=24)
         usage = answer.get("usage", {})
+        if as_json:
+            emit_json({"ok": True, "cluster": name, "inventory": str(inventory), "recipe": str(recipe),
+                       "endpoint": endpoint.url, "model": result.model, "release": result.release,
+                       "plan_hash": result.plan_hash, "completion": answer["choices"][0]["text"],
+                       "completion_tokens": usage.get("completion_tokens")})
+            return
         out.print(f"  {escape(answer['choices'][0]['text'])!r}  ({usage.get('completion_tokens')} tokens)")
         sd = "spark-deploy" if shutil.which("spark-deploy") else sys.argv[0]  # what this shell can run
         out.print("\n[bold]Look around[/]:")

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..config.load import load_deployment, load_inventory
+from ..deploy import kv_report
 from ..deploy import logs as logs_mod
 from ..deploy import status as status_mod
 from ..deploy.status import PROBE_TIMEOUT
@@ -25,7 +26,8 @@ from ..runner.events import Events
 from ..runner.sinks import JsonSink, TerminalSink
 from ..transport.cancel import signals_interrupt
 from ..transport.group import Cluster, GroupError
-from .common import BadInput, Failed, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
+from .common import (BadInput, ClusterOpt, Failed, InventoryOpt, JsonLines, JsonOpt, NodeOpt, RecipeArg, TailOpt,
+                     YesOpt, can_ask, emit_json, err, exit_codes, out)
 
 OptionalRecipe = Annotated[Optional[Path], typer.Argument(help="Limit to this recipe's containers.", show_default=False)]
 
@@ -48,13 +50,14 @@ def _signals_for_up() -> Iterator[None]:
 
 
 def _events(as_json: bool) -> Events:
-    return Events(JsonSink() if as_json else TerminalSink(out))
+    return Events(JsonSink(JsonLines()) if as_json else TerminalSink(out))
 
 
 def up(
     recipe: RecipeArg,
-    inventory: InventoryOpt = Path("inventory.yaml"),
-    force: Annotated[bool, typer.Option("--force", help="Redeploy even if this exact plan is already serving.")] = False,
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
+    redeploy: Annotated[bool, typer.Option("--redeploy", help="Deploy again even if this exact plan is already "
+                                                              "serving.")] = False,
     keep_on_failure: Annotated[bool, typer.Option("--keep-on-failure", help="Leave containers for debugging.")] = False,
     sync_image: Annotated[bool, typer.Option("--sync", help="Replace a different image held under the same reference.")] = False,
     ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the API to serve.")] = 5400.0,
@@ -73,6 +76,9 @@ def up(
                                                                 "(docs/acceptance.md).")] = False,
     skip_check: Annotated[Optional[list[str]], typer.Option("--skip-check", help="Leave this preflight check out "
                                                                                "(repeatable; the rare override).")] = None,
+    sync_model: Annotated[bool, typer.Option("--sync-model", help="First copy the model's missing or damaged blobs "
+                                             "to the nodes that lack them (what `model pull` does; can be "
+                                             "hundreds of GB).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Deploy a recipe: preflight, image sync, stop the previous (kept), head, wait LISTEN, peers, ready, log checks,
@@ -80,13 +86,14 @@ def up(
 
     Example: spark-deploy up recipes/dspark-0731-b12x.yaml -i inventory.yaml
     """
-    with _signals_for_up(), exit_codes():
+    with _signals_for_up(), exit_codes(as_json):
         dep = load_deployment(recipe, inventory)
         events = _events(as_json)
-        opts = UpOptions(force=force, keep_on_failure=keep_on_failure, replace_image=sync_image,
+        opts = UpOptions(force=redeploy, keep_on_failure=keep_on_failure, replace_image=sync_image,
                          ready_timeout=ready_timeout, join_timeout=join_timeout, heartbeat=heartbeat,
                          stall_warning=stall_warning, restore=not no_restore, skip_checks=list(skip_check or []),
-                         copy_stall_timeout=copy_stall_timeout, accept=not no_accept)
+                         copy_stall_timeout=copy_stall_timeout, sync_model=sync_model,
+                         accept=not no_accept)
         try:
             preflight_registry.select(skip=opts.skip_checks)
         except preflight_registry.UnknownCheck as exc:
@@ -140,21 +147,55 @@ def _recipe_name(recipe: Path | None, inventory: Path) -> str | None:
     return load_deployment(recipe, inventory).recipe.name if recipe else None
 
 
-def down(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventory.yaml")) -> None:
+def down(
+    recipe: OptionalRecipe = None,
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
+    all_recipes: Annotated[bool, typer.Option("--all", help="Without RECIPE: stop every recipe's containers, "
+                                                            "however many run (else it asks when several do).")] = False,
+    yes: YesOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
     """Stop and remove this tool's containers (peers first, then the head) on every node it can reach.
 
+    Without RECIPE, when more than one recipe runs, it asks first (--yes or --all: it does not ask).
+
+    \b
     Example: spark-deploy down recipes/dspark-0731-b12x.yaml
+    Example: spark-deploy down --all --json
     """
-    with exit_codes():
+    with exit_codes(as_json):
+        if recipe is not None and all_recipes:
+            raise BadInput("give RECIPE or --all, not both")
         name = _recipe_name(recipe, inventory)
         inv, _ = load_inventory(inventory)
-        events = Events(TerminalSink(out))
+        events = Events(TerminalSink(err if as_json else out))
+        asked: list[bool] = []
+
+        def approve(recipes: list[str]) -> bool:
+            if all_recipes or yes:
+                return True
+            if not can_ask(as_json):
+                return False
+            asked.append(typer.confirm(f"stop {len(recipes)} recipes ({', '.join(recipes)}) on {inv.cluster}?",
+                                       default=False, err=True))
+            return asked[-1]
+
         try:
-            result = down_mod.down(inv, name, events)
+            result = down_mod.down(inv, name, events, approve=approve)
         except LockError as exc:
             raise Failed(str(exc)) from exc
-        events.close()
-        if not result.removed and result.ok:
+        except down_mod.DownRefused as exc:
+            if asked:
+                raise Failed(f"not confirmed: {exc}") from exc
+            raise BadInput(f"{exc}: name one (`spark-deploy down RECIPE`), or --all stops every one "
+                           "(--yes: do not ask)") from exc
+        finally:
+            events.close()
+        if as_json:
+            emit_json({"ok": result.ok, "recipe": name,
+                       "removed": [{"node": n, "container": c.name, "id": c.id} for n, c in result.removed],
+                       "failed": result.failed, "unreachable": result.unreachable})
+        elif not result.removed and result.ok:
             out.print("nothing to remove: no container of spark-deploy" + (f" for {name}" if name else ""))
         if not result.ok:
             raise Failed("not everything was removed:\n" + "\n".join(
@@ -163,7 +204,7 @@ def down(recipe: OptionalRecipe = None, inventory: InventoryOpt = Path("inventor
 
 def status(
     recipe: OptionalRecipe = None,
-    inventory: InventoryOpt = Path("inventory.yaml"),
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
     as_json: JsonOpt = False,
     no_probe: Annotated[bool, typer.Option("--no-probe", help="Skip the one short completion.")] = False,
     probe_timeout: Annotated[float, typer.Option("--probe-timeout", min=0.1,
@@ -174,10 +215,13 @@ def status(
 
     Example: spark-deploy status --json
     """
-    with exit_codes():
+    with exit_codes(as_json):
         name = _recipe_name(recipe, inventory)
         inv, _ = load_inventory(inventory)
         report = status_mod.collect(inv, name, probe=not no_probe, probe_timeout=probe_timeout)
+        if not as_json and len(report.unreachable) == len(inv.nodes):
+            raise Failed(f"no node of {inv.cluster} answers, so nothing can be said about what runs: " + "; ".join(
+                f"{node}: {why}" for node, why in report.unreachable.items()))
         if as_json:
             emit_json(report.as_dict())
         else:
@@ -194,6 +238,8 @@ def status(
                     verdict += f" (plan {d.plan_hashes[0]}, " + (f"release {d.release})" if d.release is not None
                                                                   else "no release record)")
                 out.print(f"{escape(d.recipe)}: {verdict}")
+                if d.kv_cache:
+                    out.print(f"  KV cache tokens: {escape(kv_report.text(d.kv_cache))}")
             for e in report.endpoints:
                 health = "[green]healthy[/]" if e.healthy else f"[red]not healthy[/] ({escape(e.error)})"
                 gen = {None: "not probed", True: "[green]generates[/]", False: f"[red]does not generate[/] ({escape(e.probe)})"}[e.generates]
@@ -206,17 +252,23 @@ def status(
 
 def logs(
     recipe: OptionalRecipe = None,
-    inventory: InventoryOpt = Path("inventory.yaml"),
-    node: Annotated[Optional[str], typer.Option("--node", help="Only this node.")] = None,
-    follow_: Annotated[bool, typer.Option("--follow", "-f", help="Keep streaming.")] = False,
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
+    node: NodeOpt = None,
+    follow_: Annotated[bool, typer.Option("--follow", "-f", help="Keep streaming (not with --json).")] = False,
     since: Annotated[Optional[str], typer.Option("--since", help="e.g. 10m, 2h, or a timestamp.")] = None,
-    tail: Annotated[Optional[str], typer.Option("--tail", help="Lines per container from the end.")] = None,
+    tail: TailOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Logs of this tool's containers, each line prefixed by its node, merged in time order.
 
+    \b
     Example: spark-deploy logs --node spark-2 --since 10m
+    Example: spark-deploy logs --tail 50 --json
     """
-    with exit_codes():
+    with exit_codes(as_json):
+        if follow_ and as_json:
+            raise BadInput("--follow streams without end; --json prints one object: use one of them")
+        tail_arg = str(tail) if tail is not None else None
         name = _recipe_name(recipe, inventory)
         cluster, inv = _cluster(inventory)
         try:
@@ -235,11 +287,14 @@ def logs(
 
                 stop = threading.Event()
                 try:
-                    logs_mod.follow(cluster, nodes, name, since, tail, emit, stop)
+                    logs_mod.follow(cluster, nodes, name, since, tail_arg, emit, stop)
                 except KeyboardInterrupt:
                     stop.set()
+            elif as_json:
+                emit_json({"ok": True, "lines": [{"at": at, "node": node_name, "line": line} for at, node_name, line
+                                                 in logs_mod.merged(cluster, nodes, name, since, tail_arg)]})
             else:
-                for _, node_name, line in logs_mod.merged(cluster, nodes, name, since, tail):
+                for _, node_name, line in logs_mod.merged(cluster, nodes, name, since, tail_arg):
                     out.print(f"[cyan]{escape(node_name.ljust(width))}[/] | {escape(line)}")
         except GroupError as exc:
             raise Failed(str(exc)) from exc

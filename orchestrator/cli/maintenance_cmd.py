@@ -21,10 +21,14 @@ from ..maintenance.store import baseline_path
 from ..releases.lock import LockError
 from ..transport.group import GroupError
 from ..transport.node import NodeError
+from .conventions import sub_app
 from .common import (
     BadInput,
     Failed,
-    InventoryOpt,
+    ClusterOpt, InventoryOpt,
+    Refusal,
+    YesOpt,
+    force_opt,
     JsonOpt,
     RecipeArg,
     emit_json,
@@ -34,13 +38,14 @@ from .common import (
 )
 from .deploy_cmds import _events, _signals_for_up
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
-                  help="Before a maintenance window: a baseline of every node; after it: what changed, and the "
+app = sub_app(help="Before a maintenance window: a baseline of every node; after it: what changed, and the "
                        "serving release brought back.")
 
 OptionalRecipe = Annotated[Path | None, typer.Argument(help="The recipe (default: the open window's).",
                                                           show_default=False)]
 MAX_REASON = 300
+BeginForce = force_opt(Refusal.WINDOW_OPEN, "replace the baseline of a window that is already open")
+EndForce = force_opt(Refusal.BLOCKING_CHANGES, "go on although verify found changes the release depends on")
 
 
 def _when(stamp: float | None) -> str:
@@ -122,11 +127,11 @@ def _print_boot(base: Baseline) -> None:
 
 def begin(
     recipe: RecipeArg,
-    inventory: InventoryOpt = Path("inventory.yaml"),
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
     reason: Annotated[str, typer.Option("--reason", help="Why: kept in the baseline and the audit log.")] = "",
     stop: Annotated[bool, typer.Option("--stop", help="Stop the serving release (peers first, containers kept); "
                                                       "`maintenance end` brings it back.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Replace the baseline of a window that is already open.")] = False,
+    force: BeginForce = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Open a maintenance window: preflight, then a baseline of every node (and what serves) on every node.
@@ -134,7 +139,7 @@ def begin(
     Preflight failures are recorded and make it exit 1; the baseline is written anyway.
     Example: spark-deploy maintenance begin recipes/dspark-0731-b12x.yaml --reason "DGX OS update" --stop
     """
-    with exit_codes(), _errors():
+    with exit_codes(as_json), _errors():
         if len(reason) > MAX_REASON:
             raise BadInput(f"--reason is {len(reason)} characters; at most {MAX_REASON} (it goes into every "
                            "node's audit log, one line each)")
@@ -221,14 +226,16 @@ def _print_verify(v: window.VerifyResult) -> None:
 
 def verify(
     recipe: OptionalRecipe = None,
-    inventory: InventoryOpt = Path("inventory.yaml"),
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Every fact of the baseline beside the same fact now, per node: what changed and what it means.
 
-    Exit 1 when something the release depends on changed. Example: spark-deploy maintenance verify --json
+    Exit 1 when something the release depends on changed.
+
+    Example: spark-deploy maintenance verify --json
     """
-    with exit_codes(), _errors():
+    with exit_codes(as_json), _errors():
         result = window.verify(str(inventory), _recipe_name(recipe, inventory))
         if as_json:
             emit_json({**result.drift.as_dict(), "window": {"opened_at": result.baseline.opened_at,
@@ -246,23 +253,34 @@ def verify(
 
 def end(
     recipe: OptionalRecipe = None,
-    inventory: InventoryOpt = Path("inventory.yaml"),
-    yes: Annotated[bool, typer.Option("--yes", help="Go on although verify found changes that block.")] = False,
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
+    force: EndForce = False,
+    yes: YesOpt = False,
     ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the API to serve.")] = 5400.0,
+    as_json: JsonOpt = False,
 ) -> None:
     """Close the window: verify, bring the baseline's release back (a rollback, every wait), audit it.
 
-    Example: spark-deploy maintenance end --yes
+    --yes: deploy it although today's inventory changes its recorded plan (do not ask).
+
+    Example: spark-deploy maintenance end --force
     """
-    with _signals_for_up(), exit_codes(), _errors():
-        events = _events(False)
+    with _signals_for_up(), exit_codes(as_json), _errors():
+        events = _events(as_json)
         try:
             result = end_mod.end(str(inventory), _recipe_name(recipe, inventory), events, yes, ready_timeout,
-                                 on_verified=_print_verify)
-        finally:
+                                 on_verified=None if as_json else _print_verify, force=force)
+        except BaseException:
             events.close()
+            raise
+        if as_json:
+            events.result(result.ok, outcome=str(result.outcome), detail=result.detail,
+                          changes=result.verify.drift.as_dict().get("changes", []))
+        events.close()
         if not result.ok:
             raise Failed(f"{result.detail}; the window stays open: fix it, then `spark-deploy maintenance end` again")
+        if as_json:
+            return
         out.print(f"[bold green]{escape(str(result.outcome))}[/]: {escape(result.detail)}")
         out.print(f"maintenance window closed ({_when(result.verify.baseline.opened_at)} - "
                   f"{_when(result.closed.closed_at if result.closed else None)}); `spark-deploy audit` shows it")

@@ -12,20 +12,21 @@ from ..config.load import load_inventory, load_recipe
 from ..deploy.pin import PinOutcome, PinRefused, pin as pin_image
 from ..releases.lock import LockError
 from ..transport.node import NodeError
-from .common import BadInput, Failed, InventoryOpt, RecipeArg, err, exit_codes, out
+from .common import BadInput, ClusterOpt, Failed, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
 
 
 def pin(
     recipe: RecipeArg,
-    inventory: InventoryOpt = Path("inventory.yaml"),
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
     node: Annotated[Optional[str], typer.Option("--node", help="The node to read the image from (default: the head).")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace an image.id that is already set.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Pin the recipe to the image ID that `image.ref` names on a node (RepoDigests do not survive docker load).
 
     Example: spark-deploy pin recipes/dspark-0731-b12x.yaml --node spark-1
     """
-    with exit_codes():
+    with exit_codes(as_json):
         spec, _ = load_recipe(recipe)
         inv, _ = load_inventory(inventory)
         name = node or inv.head
@@ -36,6 +37,11 @@ def pin(
         except (NodeError, PinRefused, LockError) as exc:
             raise Failed(str(exc)) from exc
         found = result.found
+        if as_json:
+            emit_json({"ok": True, "recipe": str(recipe), "node": name, "ref": spec.image.ref, "image_id": found.id,
+                       "diff_ids": list(found.diff_ids), "repo_digests": list(found.repo_digests),
+                       "digest_verified": result.digest_verified, "outcome": str(result.outcome)})
+            return
         out.print(f"{escape(name)}: {escape(spec.image.ref)} is {found.id}")
         out.print(f"  layers (DiffIDs): {len(found.diff_ids)}; RepoDigests: {', '.join(found.repo_digests) or 'none'}")
         if result.digest_verified:

@@ -12,14 +12,14 @@ from rich.table import Table
 from ..config.load import load_deployment
 from ..render.plan import build_plan
 from ..transport.group import Cluster
-from .common import BadInput, InventoryOpt, JsonOpt, RecipeArg, emit_json, exit_codes, out
+from .common import BadInput, ClusterOpt, InventoryOpt, JsonOpt, RecipeArg, emit_json, exit_codes, out
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
 
 def preflight(
     recipe: RecipeArg,
-    inventory: InventoryOpt = Path("inventory.yaml"),
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
     only: Annotated[Optional[list[str]], typer.Option("--only", help="Run only this check (repeatable).")] = None,
     skip: Annotated[Optional[list[str]], typer.Option("--skip", help="Leave this check out (repeatable).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
@@ -27,13 +27,14 @@ def preflight(
         "--verify-blobs", help="Also hash every model blob on every node (reads all the weights: minutes).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check every node for the failures the field notes name, before a 20-70 minute load. Read only.
+    """Check every node for the failures the field notes name (docs/field-notes.md), before a 20-70 minute load.
+    Read only.
 
     Example: spark-deploy preflight recipes/dspark-0731-b12x.yaml --strict
     """
     from .. import preflight as registry  # registers the checks
 
-    with exit_codes():
+    with exit_codes(as_json):
         dep = load_deployment(recipe, inventory)
         try:
             specs = registry.select(only, skip, include=["model-blobs"] if verify_blobs else None)

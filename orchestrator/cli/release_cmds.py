@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..config.load import load_inventory
+from ..deploy import kv_report
 from ..deploy import prune as prune_mod
 from ..deploy import rollback as rollback_mod
 from ..deploy.up import UpOptions
@@ -22,7 +23,8 @@ from ..runner.events import Events
 from ..runner.sinks import TerminalSink
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeError
-from .common import Failed, InventoryOpt, JsonOpt, emit_json, err, exit_codes, out
+from .common import (ClusterOpt, Failed, InventoryOpt, JsonOpt, Refusal, TailOpt, YesOpt, can_ask, emit_json, err,
+                     exit_codes, force_opt, out, refused)
 from .deploy_cmds import _events, _signals_for_up, _up_and_report
 
 
@@ -40,12 +42,12 @@ def _open(inventory: Path):
     return inv, cluster, alive, unreachable
 
 
-def history(inventory: InventoryOpt = Path("inventory.yaml"), as_json: JsonOpt = False) -> None:
+def history(inventory: InventoryOpt = None, cluster: ClusterOpt = None, as_json: JsonOpt = False) -> None:
     """The releases, newest first, read from every node, and which one serves now (by the running containers).
 
     Example: spark-deploy history --json
     """
-    with exit_codes():
+    with exit_codes(as_json):
         inv, _ = load_inventory(inventory)
         with Observation(inv, what="history") as seen:
             state = seen.state
@@ -70,8 +72,8 @@ def history(inventory: InventoryOpt = Path("inventory.yaml"), as_json: JsonOpt =
                         "rollback_of": r.rollback_of,
                         "started_at": r.started_at, "finished_at": r.finished_at, "by": r.by,
                         "serving": now is not None and r.id == now.id, "run_id": r.run_id,
-                        "bench": r.bench, "drift": drifts.get(r.id, {}), "acceptance": r.acceptance,
-                        "after_ready": r.after_ready} for r in hist.releases])
+                        "bench": r.bench, "kv_cache": r.kv_cache, "drift": drifts.get(r.id, {}),
+                        "acceptance": r.acceptance, "after_ready": r.after_ready} for r in hist.releases])
             return
         if not hist.releases:
             out.print("no releases recorded on any node yet")
@@ -82,14 +84,15 @@ def history(inventory: InventoryOpt = Path("inventory.yaml"), as_json: JsonOpt =
         from ..deploy.after_ready import summary as after_ready_text
 
         for column in ("", "release", "outcome", "recipe", "plan", "image", "started (UTC)", "by", "bench tok/s",
-                       "vs previous", "acceptance", "after ready"):
+                       "KV tokens", "vs previous", "acceptance", "after ready"):
             table.add_column(column, overflow="fold")
         for r in hist.releases:
             mark = "[bold green]▶ serving[/]" if now is not None and r.id == now.id else ""
             table.add_row(mark, str(r.id), escape(r.outcome_text()), escape(r.recipe), r.plan_hash,
                           r.image_id.removeprefix("sha256:")[:12], _when(r.started_at), escape(r.by),
-                          escape(headline_text(r.bench)), escape(drift_text(drifts.get(r.id, {}))),
-                          escape(_acceptance_text(r.acceptance)), escape(after_ready_text(r.after_ready) or "-"))
+                          escape(headline_text(r.bench)), escape(kv_report.text(r.kv_cache)),
+                          escape(drift_text(drifts.get(r.id, {}))), escape(_acceptance_text(r.acceptance)),
+                          escape(after_ready_text(r.after_ready) or "-"))
         out.print(table)
         if not state.serving_known:
             out.print("which release serves is not judged: not every node answered")
@@ -111,8 +114,8 @@ def _acceptance_text(results: list[dict]) -> str:
 def rollback(
     release: Annotated[Optional[int], typer.Argument(help="The release to deploy again (default: the one that "
                                                           "served before the current one).", show_default=False)] = None,
-    inventory: InventoryOpt = Path("inventory.yaml"),
-    yes: Annotated[bool, typer.Option("--yes", help="Deploy even though today's inventory changes the plan.")] = False,
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
+    yes: YesOpt = False,
     no_restore: Annotated[bool, typer.Option("--no-restore", help="If it fails, leave the nodes empty instead of "
                                                                   "starting the current release again.")] = False,
     ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the API to serve.")] = 5400.0,
@@ -120,9 +123,11 @@ def rollback(
 ) -> None:
     """Deploy a previous release again, exactly as recorded (its kept containers are started, not re-created).
 
+    When today's inventory changes the recorded plan, the changes are shown and it asks (--yes: it does not).
+
     Example: spark-deploy rollback 3
     """
-    with _signals_for_up(), exit_codes():
+    with _signals_for_up(), exit_codes(as_json):
         events = _events(as_json)
 
         def announce(prepared: rollback_mod.RollbackPlan) -> None:
@@ -134,14 +139,26 @@ def rollback(
                 out.print(f"rollback: {current} -> release {t.id} ({escape(t.recipe)}, plan {t.plan_hash}, "
                           f"image {t.image_id[:19]})")
 
+        opts = UpOptions(restore=not no_restore, ready_timeout=ready_timeout)
+
+        def start(confirmed: bool) -> None:
+            _up_and_report(lambda: rollback_mod.roll_back(str(inventory), release, events, yes=confirmed,
+                                                          options=opts, announce=announce), events, as_json)
+
         try:
-            opts = UpOptions(restore=not no_restore, ready_timeout=ready_timeout)
-            _up_and_report(lambda: rollback_mod.roll_back(str(inventory), release, events, yes=yes, options=opts,
-                                                          announce=announce), events, as_json)
-        except rollback_mod.InventoryChanged as exc:
-            raise Failed(f"{exc}; rerun with --yes to deploy it anyway") from exc
+            try:
+                start(yes)
+            except rollback_mod.InventoryChanged as exc:  # nothing was touched: ask, then start again confirmed
+                if not can_ask(as_json):
+                    raise Failed(f"{exc}; not asked without a terminal: rerun with --yes to deploy it anyway") from exc
+                if not typer.confirm("deploy it with today's inventory anyway?", default=False, err=True):
+                    raise Failed(f"not confirmed: {exc}") from exc
+                start(True)
         except (rollback_mod.RollbackRefused, GroupError) as exc:
             raise Failed(str(exc)) from exc
+
+
+LockForce = force_opt(Refusal.LIVE_LOCK, "release a lock that is not stale (its owner may be alive)")
 
 
 class LockAction(StrEnum):
@@ -151,15 +168,15 @@ class LockAction(StrEnum):
 
 def lock(
     action: Annotated[LockAction, typer.Argument(help="status, or release.")] = LockAction.STATUS,
-    inventory: InventoryOpt = Path("inventory.yaml"),
-    force: Annotated[bool, typer.Option("--force", help="Release a lock that is not stale (its owner may be alive).")] = False,
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
+    force: LockForce = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Who holds the deploy lock on the head node, since when, and whether it is stale; or release it.
 
     Example: spark-deploy lock release --force
     """
-    with exit_codes():
+    with exit_codes(as_json):
         inv, _ = load_inventory(inventory)
         with Operation(inv, Events(TerminalSink(err)), AuditAction.LOCK_RELEASE, reach=Reach.HEAD,
                        lock=Locking.NONE) as op:
@@ -177,27 +194,33 @@ def lock(
                     out.print(f"held by {escape(shown)}" + (f" — [yellow]stale[/]: {escape(why)}" if why else ""))
                 return
             if held is None:
-                out.print("not held: nothing to release")
+                if as_json:
+                    emit_json({"ok": True, "released": False, "held": False})
+                else:
+                    out.print("not held: nothing to release")
                 return
             if why is None and not force:
                 op.done(Outcome.REFUSED, f"held by a live owner ({held.describe()}) and no --force")
-                raise Failed(f"the lock is held by a live owner ({held.describe()}): --force releases it anyway")
+                raise refused(Refusal.LIVE_LOCK, f"the lock is held by a live owner ({held.describe()})")
             lock_mod.force_release(op.cluster.head, inv)
-            op.done("released", (f"stale: {why}" if why else "forced") + "; was held by "
-                    f"{held.describe() if isinstance(held, lock_mod.LockDetails) else 'unreadable'}")
-            out.print("released")
+            was = held.describe() if isinstance(held, lock_mod.LockDetails) else "unreadable"
+            op.done("released", (f"stale: {why}" if why else "forced") + "; was held by " + was)
+            if as_json:
+                emit_json({"ok": True, "released": True, "stale": why, "was_held_by": was})
+            else:
+                out.print("released")
 
 
 def audit(
-    inventory: InventoryOpt = Path("inventory.yaml"),
-    tail: Annotated[Optional[int], typer.Option("--tail", min=1, help="Only the last N lines.")] = None,
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
+    tail: TailOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The audit log, merged from every node: who did what, when, to which release, with what outcome.
 
     Example: spark-deploy audit --tail 20
     """
-    with exit_codes():
+    with exit_codes(as_json):
         inv, cluster, alive, unreachable = _open(inventory)
         try:
             log = audit_mod.read(cluster, inv, alive)
@@ -228,16 +251,18 @@ def _bytes(n: int) -> str:
 
 
 def prune(
-    inventory: InventoryOpt = Path("inventory.yaml"),
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
     keep: Annotated[int, typer.Option("--keep", min=1, help="Keep the containers and images of this many of the "
                                                             "newest releases that served.")] = 3,
     as_json: JsonOpt = False,
 ) -> None:
     """Remove stopped containers and images of older releases on every node; print the bytes freed.
 
-    Never the serving release's, nor an image any other container uses. Example: spark-deploy prune --keep 2
+    Never the serving release's, nor an image any other container uses.
+
+    Example: spark-deploy prune --keep 2
     """
-    with exit_codes():
+    with exit_codes(as_json):
         inv, _ = load_inventory(inventory)
         events = _events(as_json)
         try:

@@ -9,11 +9,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .common import BadInput, Failed, err, exit_codes, out
+from .conventions import sub_app
+from .common import BadInput, Failed, JsonOpt, emit_json, err, exit_codes, out
 from .extras import require_sim
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  rich_markup_mode=None)
+app = sub_app()
 
 NameOpt = Annotated[str, typer.Option("--name", "-n", envvar="SPARK_DEPLOY_SIM_NAME",
                                       help="Name of the simulated cluster.")]
@@ -26,14 +26,14 @@ def _needs_sim_extra(ctx: typer.Context) -> None:
 
 
 @contextmanager
-def _errors() -> Iterator[None]:
+def _errors(as_json: bool = False) -> Iterator[None]:
     """Sim exceptions -> the CLI's exit codes (2 bad input, 1 failure)."""
     import docker.errors
 
     from ..sim.images import ImageBuildError
     from ..sim.state import SimError, SimInputError
 
-    with exit_codes():
+    with exit_codes(as_json):
         try:
             yield
         except SimInputError as exc:
@@ -54,6 +54,7 @@ def up(
     roce: Annotated[bool, typer.Option(
         "--roce", help="Give every node a Spark's RoCE HCA (rocep1s0f0, GID index 3 RoCE v2) and write the "
                        "inventory with interconnect profile roce.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Start NODES simulated Sparks (sshd + dockerd each) and write inventory.yaml and recipe.yaml.
 
@@ -62,7 +63,7 @@ def up(
     from ..sim.cluster import SimCluster
     from ..sim.state import NODE_USER
 
-    with _errors():
+    with _errors(as_json):
         try:
             load_on = [int(x) for x in load_image_on.split(",") if x.strip()]
         except ValueError:
@@ -70,6 +71,9 @@ def up(
         cluster = SimCluster(name)
         doc = cluster.up(nodes=nodes, load_image_on=load_on, init="systemd" if systemd else "docker-init",
                          roce=roce)
+        if as_json:
+            emit_json({"ok": True, **doc})
+            return
         table = Table("node", "address (enP7s7)", "fabric_ip (enp1s0f0np0)", "container", "vllm-sim image")
         for n in doc["nodes"]:
             table.add_row(n["name"], n["ip"], n.get("fabric_ip", ""), n["container"],
@@ -97,15 +101,18 @@ def up(
 
 
 @app.command()
-def down(name: NameOpt = "demo") -> None:
+def down(name: NameOpt = "demo", as_json: JsonOpt = False) -> None:
     """Remove the cluster's containers, network, volumes and state dir (idempotent).
 
     Example: spark-deploy sim down --name demo
     """
     from ..sim.cluster import SimCluster
 
-    with _errors():
+    with _errors(as_json):
         removed = SimCluster(name).down()
+        if as_json:
+            emit_json({"ok": True, "name": name, "removed": list(removed)})
+            return
         out.print(f"sim cluster {escape(name)}: " + (f"removed {len(removed)} item(s)" if removed
                                                      else "nothing to remove"))
         for item in removed:
@@ -136,31 +143,44 @@ def fault(
                                               "model-remove-shard, model-change-blob, model-incomplete, model-reset")],
     args: Annotated[Optional[list[str]], typer.Argument(help="key=value options, e.g. driver=575.57.08 clock=2200")] = None,
     name: NameOpt = "demo",
+    as_json: JsonOpt = False,
 ) -> None:
-    """Inject a fault into a node.
+    """Inject a fault into a node. `reboot` restarts the node container as a boot (with --systemd nodes,
+    systemd, dockerd and restart policies act as on a real one).
 
-    Examples: spark-deploy sim fault spark-2 partition;  sim fault 2 gpu clock=2200;  sim fault 1 occupy-port 8000;
-    sim fault spark-2 reboot (restart the node container as a boot; with --systemd nodes systemd, dockerd and
-    restart policies act as on a real one);  sim fault 2 roce hca=mlx5_0 | port=down | ipv4=no | remove=true
+    \b
+    Example: spark-deploy sim fault spark-2 partition
+    Example: spark-deploy sim fault 2 gpu clock=2200
+    Example: spark-deploy sim fault 1 occupy-port 8000
+    Example: spark-deploy sim fault spark-2 reboot
+    Example: spark-deploy sim fault 2 roce port=down   (or hca=mlx5_0, ipv4=no, remove=true)
     """
     from ..sim.cluster import SimCluster
 
-    with _errors():
+    with _errors(as_json):
         opts = _parse_fault_args(args or [])
-        for line in SimCluster(name).fault(node, kind, **opts):
+        lines = list(SimCluster(name).fault(node, kind, **opts))
+        if as_json:
+            emit_json({"ok": True, "node": node, "kind": kind, "options": opts, "lines": lines})
+            return
+        for line in lines:
             out.print(escape(line))
 
 
 @app.command("ls")
-def ls_() -> None:
+def ls_(as_json: JsonOpt = False) -> None:
     """List simulated clusters (containers on this engine and state dirs).
 
     Example: spark-deploy sim ls
     """
     from ..sim.cluster import SimCluster, ls
 
-    with _errors():
+    with _errors(as_json):
         clusters = ls()
+        if as_json:
+            emit_json({"ok": True, "clusters": {c: {**info, "addresses": {n.name: n.ip for n in SimCluster(c).nodes()}
+                                                    if info["nodes"] else {}} for c, info in clusters.items()}})
+            return
         if not clusters:
             out.print("no simulated clusters")
             return
@@ -174,6 +194,7 @@ def ls_() -> None:
 @app.command()
 def images(
     systemd: Annotated[bool, typer.Option("--systemd", help="Also the systemd node image (`sim up --systemd`).")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Build (or find cached) the node and vllm-sim images without starting a cluster.
 
@@ -181,8 +202,12 @@ def images(
     """
     from ..sim.images import ensure_images
 
-    with _errors():
+    with _errors(as_json):
         res = ensure_images(systemd=systemd)
+        if as_json:
+            emit_json({"ok": True, "node": res.node.id, "node_systemd": res.node_systemd.id if res.node_systemd else None,
+                       "vllm": res.vllm.id, "vllm_tags": list(res.vllm.tags), "built": list(res.built)})
+            return
         out.print(f"node  {res.node.tags[0] if res.node.tags else ''} {res.node.id[:19]}")
         if res.node_systemd is not None:
             tags = res.node_systemd.tags

@@ -2,6 +2,8 @@
 memory crosses the reserve, or the nodes run another plan than the release's (thin: watching/ does it)."""
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -13,15 +15,13 @@ from ..config.load import load_deployment
 from ..watching.loop import watch as run_watch
 from ..watching.sample import WatchError
 from ..watching.view import render
-from .common import Failed, InventoryOpt, JsonOpt, emit_json, err, exit_codes, out
-
-HELP = {"help_option_names": ["-h", "--help"]}
-
+from .common import ClusterOpt, Failed, InventoryOpt, JsonOpt, emit_json, err, exit_codes, out
 
 def watch(
     recipe: Annotated[Optional[Path], typer.Argument(help="Watch this recipe's release (default: the one the "
                                                           "records say serves).", show_default=False)] = None,
-    inventory: InventoryOpt = Path("inventory.yaml"),
+    inventory: InventoryOpt = None,
+    cluster: ClusterOpt = None,
     interval: Annotated[float, typer.Option("--interval", min=0.5, help="Seconds between samples.")] = 5.0,
     once: Annotated[bool, typer.Option("--once", help="One sample, then exit (0 ok, 1 a problem).")] = False,
     textfile: Annotated[Optional[Path], typer.Option("--textfile", help="Write each sample as Prometheus text here "
@@ -31,17 +31,21 @@ def watch(
     """Watch the serving release: each rank, each node's MemAvailable and SM clock, requests, KV use, tok/s.
 
     Exits 1 at the first sample with a problem (for cron, a systemd timer, an alert); --json prints one
-    JSON object per sample.
+    JSON object per sample (one line each; with --once, the one object).
 
     Example: spark-deploy watch --once --json
     """
-    with exit_codes():
+    with exit_codes(as_json):
         dep = load_deployment(recipe, inventory) if recipe else None
         name = dep.recipe.name if dep else None
         reserve = dep.recipe.preflight.memory_reserve_gib if dep else None
 
         def show_json(sample) -> None:
-            emit_json(sample.as_dict())
+            if once:
+                emit_json(sample.as_dict())
+            else:  # a stream: one compact object per line
+                sys.stdout.write(json.dumps(sample.as_dict(), default=str) + "\n")
+                sys.stdout.flush()
 
         try:
             if as_json or once:

@@ -13,11 +13,20 @@ from .load import load_recipe
 
 def set_image_id(path: str | Path, image_id: str) -> None:
     """Set `image.id` in a recipe file, keeping its comments and key order; the result must still validate."""
+    _set(path, "image", "id", image_id)
+
+
+def set_model_revision(path: str | Path, commit: str) -> None:
+    """Set `model.revision` (to the commit `model pull --revision` resolved), the same way."""
+    _set(path, "model", "revision", commit)
+
+
+def _set(path: str | Path, section: str, key: str, value: str) -> None:
     path = Path(path)
     yaml = YAML()
     yaml.preserve_quotes = True
     doc = yaml.load(path.read_text(encoding="utf-8"))
-    doc["image"]["id"] = image_id
+    doc[section][key] = value
     handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:

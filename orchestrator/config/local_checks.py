@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import paramiko
 
 from .files import FileRefused, check_regular, read_regular
+from .inventory import Inventory
 from .load import Deployment
 from .source import ConfigIssue, Document
 
@@ -71,7 +72,11 @@ def _known_hosts_problem(path: str) -> str | None:
 
 def ssh_problems(dep: Deployment, doc: Document) -> list[ConfigIssue]:
     """Every `ssh.key` written in the inventory (defaults and per node) and the known_hosts file."""
-    inv = dep.inventory
+    return inventory_ssh_problems(dep.inventory, doc)
+
+
+def inventory_ssh_problems(inv: Inventory, doc: Document) -> list[ConfigIssue]:
+    """ssh_problems for an inventory alone (what `setup` checks of the inventory it writes)."""
     issues: list[ConfigIssue] = []
     keys: list[tuple[tuple[Any, ...], str]] = []
     if inv.ssh.key:
@@ -87,7 +92,11 @@ def ssh_problems(dep: Deployment, doc: Document) -> list[ConfigIssue]:
 
 
 def known_hosts_problems(dep: Deployment, doc: Document, environ: Mapping[str, str]) -> list[ConfigIssue]:
-    path = dep.inventory.ssh.known_hosts
+    return inventory_known_hosts_problems(dep.inventory, doc, environ)
+
+
+def inventory_known_hosts_problems(inv: Inventory, doc: Document, environ: Mapping[str, str]) -> list[ConfigIssue]:
+    path = inv.ssh.known_hosts
     problem = _known_hosts_problem(path or default_known_hosts(environ))
     if problem and path is None:
         problem += "; it is the default because the inventory sets no ssh.known_hosts"

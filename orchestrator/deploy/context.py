@@ -42,6 +42,7 @@ class UpOptions:
     skip_checks: list[str] = field(default_factory=list)  # --skip-check NAME: preflight checks left out
     restore: bool = True  # a failed or interrupted `up` starts the previous release again (--no-restore: not)
     rollback_of: Release | None = None  # this `up` deploys that release again (`rollback`)
+    sync_model: bool = False  # --sync-model: copy the model's missing blobs to the nodes before preflight
     accept: bool = True  # run the recipe's acceptance checks after readiness (--no-accept: not)
 
 

@@ -40,7 +40,7 @@ def decide(plan: Plan, found: dict[str, list[Container]], force: bool) -> Decisi
 
     Foreign holders of a name (no `spark-deploy.managed` label) are clashes: never touched, always an error.
     Ours that run are the current deployment: this plan running on every rank -> already serving (unless
-    --force); anything running otherwise -> replace; nothing running -> fresh. Stopped ones (previous
+    --redeploy); anything running otherwise -> replace; nothing running -> fresh. Stopped ones (previous
     releases, kept) are left as they are."""
     names = {l.node.name: l.container for l in plan.ranks}
     clashes = [(node, c) for node, cs in found.items() for c in cs if c.ours is None and c.name == names.get(node)]
@@ -58,7 +58,7 @@ def decide(plan: Plan, found: dict[str, list[Container]], force: bool) -> Decisi
         return Decision(Action.ALREADY_SERVING, f"plan {plan.plan_hash} runs on every rank", current,
                         names_taken=taken)
     if same:
-        reason = "--force"
+        reason = "--redeploy"
     else:
         last = {l.rank: next((c for c in current_of(mine.get(l.node.name, [])) if c.ours.rank == l.rank), None)
                 for l in plan.ranks}

@@ -6,6 +6,7 @@ exactly what is left and where, and the command exits 1.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -40,6 +41,21 @@ class DownResult:
         return {n: cs for n, cs in left.items() if cs}
 
 
+class DownRefused(Exception):
+    """`down` without a recipe would stop several recipes and the caller did not approve: nothing was removed."""
+
+    def __init__(self, recipes: list[str]):
+        self.recipes = recipes
+        super().__init__(f"`down` without a recipe would stop {len(recipes)} running recipes ({', '.join(recipes)}); "
+                         "nothing was removed")
+
+
+def recipes_running(found: dict[str, list[Container]]) -> list[str]:
+    """The distinct recipes that serve among the containers found: what `down` would stop (kept, stopped
+    containers of earlier releases are removed without asking, as they stop nothing)."""
+    return sorted({c.ours.recipe if c.ours else c.name for cs in found.values() for c in cs if c.running})
+
+
 def teardown_order(nodes: list[str], head: str) -> list[list[str]]:
     """Peers (together) before the head, so no rank is left waiting on a dead head."""
     peers = [n for n in nodes if n != head]
@@ -60,15 +76,17 @@ def forget_stale_secrets(conn: NodeConnection, where: tuple[str, str]) -> None:
     conn.run_script(_FORGET, *where, timeout=30, check=True)
 
 
-def down(inventory: Inventory, recipe: str | None, events: Events, *, connector: Connector | None = None) -> DownResult:
+def down(inventory: Inventory, recipe: str | None, events: Events, *, connector: Connector | None = None,
+         approve: Callable[[list[str]], bool] | None = None) -> DownResult:
     """Under the deploy lock when the head answers; without it (said loudly) when only peers do — a peer
-    left running alone holds memory for nothing, so what can be reached is removed either way."""
+    left running alone holds memory for nothing, so what can be reached is removed either way.
+    Without a recipe, when more than one recipe runs, `approve(recipes)` must say yes (else DownRefused)."""
     result = DownResult()
     try:
         with Operation(inventory, events, AuditAction.DOWN, reach=Reach.ANY, lock=Locking.IF_HEAD_ANSWERS,
                        cluster_factory=partial(Cluster, connector=connector)) as op:
             result.unreachable = dict(op.unreachable)
-            _down_locked(op, recipe, events, result)
+            _down_locked(op, recipe, events, result, approve)
     except KeyboardInterrupt as exc:  # the operation audited it and let the lock go; say what may be left
         result.interrupted = interrupt_reason(exc)
         for node, left in result.not_removed().items():
@@ -82,10 +100,15 @@ def down(inventory: Inventory, recipe: str | None, events: Events, *, connector:
     return result
 
 
-def _down_locked(op: Operation, recipe: str | None, events: Events, result: DownResult) -> None:
+def _down_locked(op: Operation, recipe: str | None, events: Events, result: DownResult,
+                 approve: Callable[[list[str]], bool] | None) -> None:
     inventory, cluster, state = op.inventory, op.cluster, op.state
     found = {n: [c for c in cs if recipe is None or (c.ours and c.ours.recipe == recipe)]
              for n, cs in state.containers.items()}
+    several = recipes_running(found)
+    if recipe is None and len(several) > 1 and approve is not None and not approve(several):
+        op.done(Outcome.REFUSED, f"would stop {len(several)} recipes ({', '.join(several)}); not approved")
+        raise DownRefused(several)
     result.unreachable.update({n: why for n, why in state.unread.items() if n not in found})
     result.found = {n: list(cs) for n, cs in found.items() if cs}
     alive = [c for c in op.alive if c.name in found]

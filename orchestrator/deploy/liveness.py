@@ -26,6 +26,10 @@ class NodeLiveness:
         self._thread.start()
         return self
 
+    def signal(self) -> None:
+        """Ask the pinger to end (stop() then waits for it)."""
+        self._stop.set()
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=self.deadline + 1)

@@ -50,6 +50,7 @@ class DeploymentState:
     plan_hashes: list[str] = field(default_factory=list)
     release: int | None = None  # the serving release, from the records on the nodes (None: no record)
     release_outcome: str = ""
+    kv_cache: dict | None = None  # the serving release's predicted vs logged KV tokens (deploy/kv_report)
 
 
 @dataclass
@@ -126,6 +127,7 @@ def collect(inventory: Inventory, recipe: str | None = None, probe: bool = True,
     for d in deployments:
         if d.ok and serving is not None and d.plan_hashes == [serving.plan_hash]:
             d.release, d.release_outcome = serving.id, serving.outcome_text()
+            d.kv_cache = serving.kv_cache
     return StatusReport(rows, unreachable, endpoints, deployments)
 
 

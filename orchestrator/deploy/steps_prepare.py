@@ -11,9 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .. import preflight
+from ..preflight import look
 from ..checks import basics
 from ..docker_cli import image_sync
-from ..docker_cli.containers import Container, recipe_or_named, stop_container
+from ..docker_cli.containers import Container, stop_container
 from ..runner.events import Kind, Phase
 from ..runner.runner import StepFailed
 from ..transport.group import GroupError
@@ -61,43 +62,33 @@ class Connect(NoUndo):
     def run(self, ctx: UpContext) -> None:
         ctx.cluster.open()
         ctx.events.note(f"{len(ctx.plan.ranks)} node(s): " + ", ".join(c.name for c in ctx.cluster.nodes))
-        # a killed `up` may have left this recipe's secrets env-file on a node's disk: never keep it
-        where = stale_secret_files(ctx.dep.inventory, ctx.dep.recipe.name)
-        ctx.cluster.each(lambda conn: forget_stale_secrets(conn, where[conn.name]))
 
 
 class Preflight(NoUndo):
     phase, detail = Phase.PREFLIGHT, "docker, GPU, JIT cache; containers, ports and image on every node"
 
     def run(self, ctx: UpContext) -> None:
+        """Every check's facts, the boot units (up's last word: boot.follow), and what the later steps read
+        (the image survey, the recipe's containers and who holds the plan's names, the head's listening
+        ports: preflight/look.py) in ONE gathering per node; the JIT probe beside it."""
         cluster, plan = ctx.cluster, ctx.plan
-        names = {launch.node.name: [launch.container] for launch in plan.ranks}
-        found = lambda c: recipe_or_named(c, plan.cluster, plan.recipe, names[c.name])  # noqa: E731
         specs = preflight.select(skip=["ports", "image", *ctx.opts.skip_checks], up_subset=True)
-        tasks = {
-            "registry": lambda: preflight.run_checks(ctx.dep, plan, cluster, specs, opened=True, per_boot=True,
-                                                     also=("boot_units",)),  # boot units: up's last word (boot.follow)
-            "ports": lambda: basics.ports_free(cluster, plan.ports),
-            "found": lambda: cluster.each(found),
-            "image": lambda: image_sync.survey(cluster.nodes, plan.image_id, plan.image_ref),
-        }
-        pool = ThreadPoolExecutor(len(tasks), thread_name_prefix="preflight")
-        try:
-            futures = {name: pool.submit(task) for name, task in tasks.items()}
-            outcome = {name: (f.exception() or f.result()) for name, f in futures.items()}
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
-        if isinstance(outcome["registry"], BaseException):
-            error = outcome["registry"]
-            nodes = sorted(error.failures) if isinstance(error, GroupError) else []
-            raise StepFailed(self.phase, f"the checks could not run (a transport error, not a verdict on a node): "
-                             f"{error}", nodes)
-        judge_report(self.phase, outcome["registry"], ctx)  # a dead engine, a missing shard: before anything
-        for name in ("ports", "found", "image"):
-            if isinstance(outcome[name], BaseException):
-                raise outcome[name]
-        ctx.look = Look(outcome["found"], outcome["ports"], outcome["image"],
-                        {n: f for n, f in outcome["registry"].facts.items()})
+        # a killed `up` may have left this recipe's secrets env-file on a node's disk: never keep it. Removed
+        # under the lock (so never the file of an `up` that holds it) and beside the gathering, not before it
+        where = stale_secret_files(ctx.dep.inventory, ctx.dep.recipe.name)
+        with ThreadPoolExecutor(1, thread_name_prefix="stale-secrets") as pool:
+            forgot = pool.submit(cluster.each, lambda conn: forget_stale_secrets(conn, where[conn.name]))
+            try:
+                report = preflight.run_checks(ctx.dep, plan, cluster, specs, opened=True, per_boot=True,
+                                              also=("boot_units", *look.NAMES))
+            except Exception as error:  # noqa: BLE001 - a transport error, not a verdict: named as such
+                nodes = sorted(error.failures) if isinstance(error, GroupError) else []
+                raise StepFailed(self.phase, f"the checks could not run (a transport error, not a verdict on a "
+                                 f"node): {error}", nodes) from error
+            forgot.result()
+        judge_report(self.phase, report, ctx)  # a dead engine, a missing shard: before anything
+        seen = look.looked(report.facts, cluster.nodes, plan)
+        ctx.look = Look(seen.found, seen.ports, seen.image, dict(report.facts))
 
 
 class CurrentState(NoUndo):
@@ -181,7 +172,17 @@ class SyncImage:
             stall_timeout=ctx.opts.copy_stall_timeout)
         route = {image_sync.TransferMode.DIRECT: "node to node over the fabric",
                  image_sync.TransferMode.RELAY: "relayed through this machine (nodes cannot SSH to each other)"}
-        ctx.events.image_moved(moved.source, moved.target, ctx.plan.image_id, moved.bytes, route[moved.mode])
+        what = moved.layers
+        writer = {image_sync.Producer.STORE: f"read from {moved.source}'s layer store",
+                  image_sync.Producer.FILTERED_SAVE: f"docker save, cut on {moved.source}"}.get(moved.producer, "")
+        if what is not None and what.archive is image_sync.Archive.LAYERS:
+            sent = (f"; only the {what.layers - what.held} of {what.layers} layers it lacked "
+                    f"({moved.left_out} bytes of held layers left out; {writer})")
+        elif what is not None and what.held:
+            sent = f"; the whole image ({what.reason})"
+        else:
+            sent = ""
+        ctx.events.image_moved(moved.source, moved.target, ctx.plan.image_id, moved.bytes, route[moved.mode] + sent)
         ctx.events.note(f"now holds {moved.identity.short()}", dst.name)
 
 

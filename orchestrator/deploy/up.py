@@ -16,6 +16,7 @@ to every node, and one audit line.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -28,17 +29,20 @@ from ..runner.events import Events, Phase
 from ..runner.runner import Runner, StepFailed
 from ..transport.group import Cluster, Connector
 from ..releases.record import ReleaseOutcome
-from . import boot
+from . import boot, kv_report
 from .context import UpContext, UpOptions
 from .current import Action
 from .restore import StartKept, restore_previous
 from .steps_accept import accept_steps, acceptance_problems
 from .steps_release import OpenRelease, TakeLock, finish
+from .steps_model import SyncModel
 from .steps_launch import ForgetSecrets, LogChecks, PeersJoined, Ready, Rendezvous, StartRanks
 from .steps_prepare import (Connect, CurrentState, MemoryFree, Preflight, PortsFree, StopPrevious, SyncImage,
                             WriteSecrets)
 
 __all__ = ["DeployFailed", "UnpinnedImage", "UpOptions", "UpResult", "up", "plan_steps"]
+
+UNLOCK_BOUND = 35.0  # seconds: past the unlock script's own 30 s timeout
 
 DeployFailed = StepFailed  # the one error `up` raises: phase, node(s), cause, and what undo did
 
@@ -95,7 +99,7 @@ def launch_steps(ctx: UpContext) -> list:
 
 def plan_steps(ctx: UpContext) -> list:
     """The steps every `up` starts with, read-only (the lock aside): they decide what the rest will be."""
-    steps = [Connect(), TakeLock(), Preflight()]
+    steps = [Connect(), TakeLock(), *([SyncModel()] if ctx.opts.sync_model else []), Preflight()]
     if ctx.opts.rollback_of is not None:
         from .rollback import CheckRollback  # rollback's own refusals, before anything is stopped
         steps.append(CheckRollback())
@@ -124,7 +128,7 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
         runner.run(plan_steps(ctx), ctx)
         if ctx.decision.action is Action.ALREADY_SERVING:
             events.note(f"{recipe.name} plan {plan.plan_hash} is already serving at {ctx.endpoint.url} on every "
-                        "rank: nothing changed (--force redeploys)")
+                        "rank: nothing changed (--redeploy deploys it again)")
             finish(ctx, "already serving")
             return UpResult(ctx.endpoint.url, recipe.served_name, plan.plan_hash, plan.run_id, already_serving=True)
         runner.run(launch_steps(ctx), ctx)
@@ -135,7 +139,9 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
             failure.undo_notes.append("interrupted again after the undo: `spark-deploy status` shows what runs")
         raise
     else:
-        finish(ctx, ReleaseOutcome.SERVING, log_checks=[_check(r) for r in ctx.expectations], **_facts(ctx))
+        kv = _kv_cache(ctx)
+        finish(ctx, ReleaseOutcome.SERVING, log_checks=[_check(r) for r in ctx.expectations], kv_cache=kv,
+               **_facts(ctx))
         behind = _boot_behind(ctx)
         result = UpResult(ctx.endpoint.url, recipe.served_name, plan.plan_hash, plan.run_id,
                           expectations=ctx.expectations, sample=ctx.sample,
@@ -155,6 +161,16 @@ def _boot_behind(ctx: UpContext) -> dict[str, str]:
     if ctx.release is None or ctx.look is None:
         return {}
     return boot.units_behind(ctx.look.facts, ctx.dep.inventory, ctx.dep.recipe.name, ctx.release.id)
+
+
+def _kv_cache(ctx: UpContext) -> dict | None:
+    """model-fit's prediction (from the facts preflight gathered) against the head's logged KV cache size."""
+    head = ctx.plan.head.node.name
+    lines = [line for w in ctx.monitor.watches.values() if w.conn.name == head for line in w.lines]
+    kv = kv_report.record(ctx.look.facts if ctx.look else {}, ctx.dep, lines)
+    if kv:
+        ctx.events.note(f"KV cache tokens: {kv_report.text(kv)}")
+    return kv
 
 
 def _check(result) -> dict:
@@ -223,9 +239,13 @@ def _release_lock(ctx: UpContext) -> None:
 
 
 def _close(ctx: UpContext) -> None:
-    """Stop watching and close every connection (which kills what still runs remotely). A late second
-    interrupt here must not replace the run's outcome: each part is retried once past it."""
-    for part in (ctx.monitor.stop, lambda: _release_lock(ctx), ctx.cluster.close):
+    """Stop watching, let the lock go, and close every connection (which kills what still runs remotely).
+    The unlock (a round trip to the head) runs beside the watches' ends, and the connections close only
+    once it has ended (or its own 30 s timeout has). A late second interrupt here must not replace the
+    run's outcome: each part is retried once past it."""
+    unlock = threading.Thread(target=_release_lock, args=(ctx,), name="unlock", daemon=True)
+    unlock.start()
+    for part in (ctx.monitor.stop, lambda: unlock.join(UNLOCK_BOUND), ctx.cluster.close):
         for _attempt in range(2):
             try:
                 part()

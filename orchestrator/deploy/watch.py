@@ -82,7 +82,7 @@ class Monitor:
         self._ending: set[str] = set()  # watches whose log ended and whose report is on its way
         self._changed = threading.Condition()  # notified on a failure and on every new log line
         self.watches: dict[str, ContainerWatch] = {}
-        self.helpers: list = []  # other threads with a stop() that end with the watches (liveness pings)
+        self.helpers: list = []  # other threads with signal() and stop() that end with the watches (liveness pings)
 
     @property
     def failure(self) -> Failure | None:
@@ -127,17 +127,23 @@ class Monitor:
         complete") so the caller re-checks at once; raise as soon as a failure has settled."""
         deadline = time.monotonic() + seconds
         earliest = time.monotonic() + MIN_RECHECK
+        pending = False  # a line came sooner than MIN_RECHECK after the last check: re-check once that has passed
         with self._changed:
             while True:
                 left = self._settle_left()
                 if left == 0.0:
                     break
                 now = time.monotonic()
-                if now >= deadline and left is None:
+                if left is None and (now >= deadline or (pending and now >= earliest)):
                     break
-                woken = self._changed.wait(left if left is not None else deadline - now)
-                if woken and left is None and time.monotonic() >= earliest:
-                    break
+                wait = left if left is not None else deadline - now
+                if pending and left is None:
+                    wait = min(wait, earliest - now)
+                woken = self._changed.wait(wait)
+                if woken and left is None:
+                    if time.monotonic() >= earliest:
+                        break
+                    pending = True  # not dropped: the last line of a burst (e.g. "Application startup complete")
         self.check()
 
     def call(self, probe: Callable[[], T]) -> T:
@@ -175,13 +181,16 @@ class Monitor:
         return watch
 
     def stop(self, containers: list[str] | None = None) -> None:
-        """Stop watching (these containers, or all): their remote `docker logs -f` ends too."""
-        for watch in list(self.watches.values()):
-            if containers is None or watch.container in containers:
-                watch.stop()
+        """Stop watching (these containers, or all): their remote `docker logs -f` ends too. Every one is
+        told first, then each is waited for: each ends with a kill round trip to its node, which overlap
+        instead of adding up (one after another they cost ~0.1 s per watched container at the end of `up`)."""
+        ending = [w for w in list(self.watches.values()) if containers is None or w.container in containers]
         if containers is None:
-            for helper in self.helpers:
-                helper.stop()
+            ending += list(self.helpers)
+        for part in ending:
+            part.signal()
+        for part in ending:
+            part.stop()
 
     def newest(self) -> tuple[str, str, float] | None:
         """(node, text, age in s) of the newest log line of any watched container."""
@@ -210,6 +219,10 @@ class ContainerWatch:
 
     def start(self) -> None:
         self._thread.start()
+
+    def signal(self) -> None:
+        """Ask the stream to end (stop() then waits for it)."""
+        self._stop.set()
 
     def stop(self) -> None:
         self._stop.set()

@@ -108,21 +108,37 @@ def ours(conn: NodeConnection, recipe: str | None = None) -> list[Container]:
     return list_containers(conn, filters)
 
 
-_EITHER = ('a=$(docker ps --all --quiet --no-trunc --filter "$1" --filter "$2") || exit 1; shift 2; '
-           'b=$(docker ps --all --quiet --no-trunc "$@") || exit 1; '
-           'ids=$(printf "%s\\n" $a $b | sort -u); '
-           'if [ -n "$ids" ]; then docker container inspect $ids; else echo "[]"; fi')
+# "$1" "$2" our recipe's label filters, then the plan's names (either_args): ours by label and whoever holds a
+# name, in ONE `docker container inspect` (a name nobody holds is docker's "No such container", not an error).
+# Prints the JSON array; any other error of docker's is this script's (exit 1, docker's words on stderr).
+RECIPE_OR_NAMED = r'''ids=$(docker ps --all --quiet --no-trunc --filter "$1" --filter "$2") || exit 1; shift 2
+[ -n "$ids" ] || [ $# -gt 0 ] || { echo "[]"; exit 0; }
+{ err=$(docker container inspect $ids "$@" 2>&1 1>&3 3>&-); rc=$?; } 3>&1
+[ "$rc" -eq 0 ] && exit 0
+while IFS= read -r line; do
+  case $line in ""|*"No such container"*|*"No such object"*) ;; *) printf '%s\n' "$err" >&2; exit 1 ;; esac
+done <<< "$err"
+exit 0'''
 
 
-def recipe_or_named(conn: NodeConnection, cluster: str, recipe: str, names: list[str]) -> list[Container]:
-    """In one round trip: our containers of this cluster's recipe (by label, any name, any state; one of a
-    spark-deploy too old to set the cluster label counts as this cluster's), and any container holding
+def either_args(recipe: str, names: list[str]) -> list[str]:
+    """`RECIPE_OR_NAMED`'s arguments: the two label filters of our recipe, then the names."""
+    return [MANAGED_FILTER, f"label={Label.RECIPE}={recipe}", *names]
+
+
+def of_recipe_or_named(found: list[Container], cluster: str, recipe: str, names: list[str]) -> list[Container]:
+    """Pure: of `RECIPE_OR_NAMED`'s containers (one found both ways is listed once), ours of this cluster's
+    recipe (one of a spark-deploy too old to set the cluster label counts as this cluster's) and any holding
     exactly one of `names` (whoever made it: a foreign one is a clash)."""
-    labels = [MANAGED_FILTER, f"label={Label.RECIPE}={recipe}"]
-    argv = [arg for name in names for arg in ("--filter", f"name=^/{name}$")]
-    found = parse_inspect(conn.run_script(_EITHER, *labels, *argv, timeout=30, check=True).stdout)
-    return [c for c in found if (c.ours is not None and c.ours.cluster in (cluster, "") and c.ours.recipe == recipe)
-            or c.name in names]
+    seen: set[str] = set()
+    out = []
+    for c in found:
+        if c.id in seen:
+            continue
+        seen.add(c.id)
+        if (c.ours is not None and c.ours.cluster in (cluster, "") and c.ours.recipe == recipe) or c.name in names:
+            out.append(c)
+    return out
 
 
 def run_container(conn: NodeConnection, argv: tuple[str, ...] | list[str]) -> str:

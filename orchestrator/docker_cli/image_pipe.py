@@ -1,10 +1,11 @@
 """The moving parts of an image copy: the node-to-node pipeline, its progress and stall watch, and
 who is to blame when it fails.
 
-The direct copy runs `docker save | ssh DEST 'dd | docker load'` on the source. The destination's end
-reports, on stderr lines tagged with a marker, its process group (so the controller can kill it there
-even when the link between the nodes is down), the bytes it has received (dd's progress), and docker's
-own errors; the source's end reports docker save's errors and both exit codes. Nothing is parsed out of
+The direct copy runs `WRITER | ssh DEST 'dd | docker load'` on the source, the writer being `docker save`,
+`docker save | layer_filter.py` or layer_store.py (layers.sender picks). The destination's end reports, on
+stderr lines tagged with a marker, its process group (so the controller can kill it there even when the
+link between the nodes is down), the bytes it has received (dd's progress), and docker's own errors; the
+source's end reports the writer's errors, what it left out, and the exit codes. Nothing is parsed out of
 free text except docker's reason for a failure.
 """
 
@@ -28,14 +29,37 @@ STEP = 0.1
 TAG = b"\x1eSD "
 BYTES = re.compile(rb"(\d+) byte")  # dd's "\r123 bytes (...) copied": read up to each "s", so "123 byte"
 
-# On the source. "$1" image ID, "$2" user@destination, "$3" the destination's command (quoted here).
+# On the source. "$1" image ID, "$2" user@destination, "$3" the destination's command (quoted here),
+# "$4" what writes the archive (layers.Producer: store, filter, or docker save), "$5" its python3 program
+# (layer_store.py or layer_filter.py) and "$6" that program's plan.
 SEND = r"""set -o pipefail
 tag() { while IFS= read -r l; do printf '\036SD %s %s\n' "$1" "$l" >&2; done; }
-docker save "$1" 2> >(tag serr) | ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o Compression=no \
-  -o ConnectTimeout=10 "$2" "$3"
-s=("${PIPESTATUS[@]}")
-printf '\036SD status %s %s\n' "${s[0]}" "${s[1]}" >&2
-[ "${s[0]}" = 0 ] && [ "${s[1]}" = 0 ]"""
+to() { ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o Compression=no -o ConnectTimeout=10 "$1" "$2"; }
+case "$4" in
+  store)
+    python3 -c "$5" sdstore "$6" 2> >(tag serr) | to "$2" "$3"
+    s=("${PIPESTATUS[@]}" 0) ;;
+  filter)
+    docker save "$1" 2> >(tag serr) | python3 -c "$5" sdfilter "$6" 2> >(tag filter) | to "$2" "$3"
+    s=("${PIPESTATUS[@]}"); s=("${s[0]}" "${s[2]}" "${s[1]}") ;;
+  *)
+    docker save "$1" 2> >(tag serr) | to "$2" "$3"
+    s=("${PIPESTATUS[@]}" 0) ;;
+esac
+printf '\036SD status %s %s %s\n' "${s[0]}" "${s[1]}" "${s[2]}" >&2
+[ "${s[0]}" = 0 ] && [ "${s[1]}" = 0 ] && [ "${s[2]}" = 0 ]"""
+
+# On the source, for a relayed copy that leaves held layers out: "$1" image ID, "$2" program, "$3" plan.
+SAVE_FILTERED = 'set -o pipefail\ndocker save "$1" | python3 -c "$2" sdfilter "$3"'
+
+
+def source_argv(image_id: str, producer: str, program: str, plan: str) -> list[str]:
+    """What writes the archive on the source for a relayed copy (the direct one has it in SEND)."""
+    if producer == "store":
+        return ["python3", "-c", program, "sdstore", plan]
+    if producer == "filter":
+        return ["bash", "-c", SAVE_FILTERED, "sdsave", image_id, program, plan]
+    return ["docker", "save", image_id]
 
 # On the destination (under the process-group wrapper, whose marker goes back on stdout).
 RECEIVE = r"""set -o pipefail
@@ -76,6 +100,7 @@ class Stall:
         self.src, self.dst, self.target, self.total = src, dst, target, total
         self.progress, self.timeout = progress, timeout
         self.moved = 0
+        self.left_out = 0  # bytes the source's layer filter kept off the link (held layers)
         self.last = time.monotonic()
         self.receiving = True
 
@@ -142,6 +167,15 @@ def wait_exit(job: RemoteJob, watch: Stall) -> int:
     return job.channel.exit_status
 
 
+def left_out(lines: list[str]) -> tuple[int, int]:
+    """The layer filter's last word (`left-out MEMBERS BYTES`), (0, 0) when it did not run or say it."""
+    for line in reversed(lines):
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "left-out" and all(p.isdigit() for p in parts[1:]):
+            return int(parts[1]), int(parts[2])
+    return 0, 0
+
+
 def broken_pipe(lines: list[str], code: int | None = None) -> bool:
     """The writer failed only because its reader went away first (a consequence, not the cause)."""
     return code == 141 or any("broken pipe" in line.lower() for line in lines)
@@ -163,11 +197,18 @@ class DirectCopy:
         self.save_err: list[str] = []
         self.load_err: list[str] = []
         self.ssh_err: list[str] = []
-        self.status: tuple[int, int] | None = None
+        self.filter_err: list[str] = []
+        self.left_out: tuple[int, int] = (0, 0)  # members, bytes the layer filter kept off the link
+        self.status: tuple[int, int, int] | None = None  # docker save, ssh, the filter
+        self.producer = "save"
 
-    def run(self, image_id: str, destination: str) -> int:
+    def run(self, image_id: str, destination: str, producer: str = "save", program: str = "", plan: str = "") -> int:
+        """Move the image; `producer` (store | filter | save) with its python3 `program` and `plan` decide
+        what the source writes (layers.sender)."""
+        self.producer = producer
         remote = shlex.join(wrapped(["bash", "-c", RECEIVE, "sdrecv"]))
-        job = self.src.exec_channel(["bash", "-c", SEND, "sdsend", image_id, destination, remote])
+        job = self.src.exec_channel(["bash", "-c", SEND, "sdsend", image_id, destination, remote, producer, program,
+                                     plan])
         try:
             job.shutdown_write()
             reader = threading.Thread(target=self._read_stdout, args=(job,), daemon=True)
@@ -227,13 +268,23 @@ class DirectCopy:
         elif kind == b"received":
             self.watch.received_all()
         elif kind == b"serr":
-            self.save_err.append(text)
+            said = left_out([text])
+            if said != (0, 0):
+                self.left_out = said
+            else:
+                self.save_err.append(text)
         elif kind == b"terr":
             self.load_err.append(text)
+        elif kind == b"filter":
+            said = left_out([text])
+            if said != (0, 0):
+                self.left_out = said
+            else:
+                self.filter_err.append(text)
         elif kind == b"status":
             parts = text.split()
-            if len(parts) == 2 and all(p.isdigit() for p in parts):
-                self.status = (int(parts[0]), int(parts[1]))
+            if len(parts) in (2, 3) and all(p.isdigit() for p in parts):
+                self.status = (int(parts[0]), int(parts[1]), int(parts[2]) if len(parts) == 3 else 0)
 
     def _stop_both(self, job: RemoteJob) -> None:
         """Kill the destination's end (over the controller's own connection to it) and the source's."""
@@ -251,16 +302,23 @@ class DirectCopy:
         if self.status is None:
             raise TransferFailed(Side.LINK, src, dst, f"the copy to {dst} ended without reporting (exit {code})"
                                  + (f": {self.ssh_err[-1]}" if self.ssh_err else ""))
-        save, ssh = self.status
-        if save == 0 and ssh == 0:
+        save, ssh, kept = self.status
+        if save == 0 and ssh == 0 and kept == 0:
             return self.watch.moved
         if ssh == 255:
             return self._fail(Side.LINK, f"{src} cannot send the image to {dst} over SSH: "
                                          f"{cause(self.ssh_err, ssh)}")
+        if kept not in (0, 141) and not broken_pipe(self.filter_err, kept) and (ssh == 0 or truncated(self.load_err)):
+            return self._fail(Side.SOURCE, f"the layer filter (python3) on {src} failed: {cause(self.filter_err, kept)}")
         source_first = save != 0 and not broken_pipe(self.save_err, save) and (truncated(self.load_err) or ssh == 0)
         if ssh != 0 and not source_first:
             return self._fail(Side.TARGET, f"cannot load the image sent from {src}: {cause(self.load_err, ssh)}")
-        return self._fail(Side.SOURCE, f"docker save of {image_id[:19]} failed: {cause(self.save_err, save)}")
+        return self._fail(Side.SOURCE, f"{self.reading(image_id)} failed: {cause(self.save_err, save)}")
+
+    def reading(self, image_id: str) -> str:
+        if self.producer == "store":
+            return f"reading {image_id[:19]} from the engine's layer store (as docker save would)"
+        return f"docker save of {image_id[:19]}"
 
     def _fail(self, side: Side, message: str) -> int:
         raise TransferFailed(side, self.src.name, self.target, message)

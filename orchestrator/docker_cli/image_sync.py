@@ -1,4 +1,7 @@
-"""Make every node hold the pinned image: compare identities, then stream `docker save | docker load`.
+"""Make every node hold the pinned image: compare identities, then stream an archive into `docker load`
+that leaves out the layers the target already holds (docker_cli/layers.py decides; the source writes it
+from its own layer store when its login can read it, layer_store.py, else `docker save` cut by
+layer_filter.py). docs/distribution-images.md says what moves when.
 
 Node to node over the fabric when the source can SSH to the destination (host key checked on the node),
 otherwise relayed through the controller. Streamed either way: no copy of the image ever lands on disk
@@ -20,13 +23,13 @@ from ..transport.cancel import Cancelled
 from ..transport.group import on_all
 from ..transport.node import NodeConnection, NodeError
 from . import image_pipe as pipe
+from . import layers as lay
 from .images import ImageIdentity, ImageSnapshot, image_size, inspect_image, inspect_images, restore, snapshot, taggable
 
 CHUNK = 1 << 20
 STALL_TIMEOUT = pipe.STALL_TIMEOUT
 STEP = 0.1
 LATE_REMOVER_BOUND = 600.0
-# "$1" image ID, "$2" seconds: detached (own session), so it outlives this connection; ends by itself.
 # "$1" image ID, "$2" seconds. Detached (own session) so it outlives this connection; it ends when it has
 # removed the image, when the engine's staging dir shows no load in progress for 3 s (if readable), or at "$2".
 LATE_REMOVER = r"""setsid bash -c '
@@ -41,6 +44,8 @@ done' sdlate "$1" "$2" </dev/null >/dev/null 2>&1 &"""
 Progress = Callable[[int, int], None]  # (bytes moved so far, expected total)
 
 Side = pipe.Side
+Archive = lay.Archive
+Producer = lay.Producer
 TransferFailed = pipe.TransferFailed
 TransferStalled = pipe.TransferStalled
 
@@ -81,17 +86,33 @@ class Moved:
     bytes: int
     seconds: float
     identity: ImageIdentity
+    layers: lay.LayerPlan | None = None  # what was sent: nothing, the missing layers, or the whole archive
+    left_out: int = 0  # bytes of held layers the source kept off the link
+    producer: lay.Producer | None = None  # what wrote the archive on the source
+
+
+def survey_refs(image_id: str, ref: str) -> list[str]:
+    """What a survey inspects on each node: the pinned ID, and the reference when `docker tag` can set it."""
+    return [image_id, ref] if taggable(ref) else [image_id]
+
+
+def node_image(conn: NodeConnection, found: list[ImageIdentity | None]) -> NodeImage:
+    """`inspect_images(conn, survey_refs(...))`'s answer as that node's NodeImage."""
+    if not found:
+        raise NodeError(conn.name, "docker image inspect printed nothing for the pinned image")
+    return NodeImage(conn, found[0], found[1] if len(found) > 1 else None)
 
 
 def survey(conns: list[NodeConnection], image_id: str, ref: str) -> SyncPlan:
     """Ask every node (in parallel) what it has under the pinned ID and under the reference."""
-    def look(conn: NodeConnection) -> NodeImage:
-        refs = [image_id, ref] if taggable(ref) else [image_id]
-        found = inspect_images(conn, refs)
-        return NodeImage(conn, found[0], found[1] if len(found) > 1 else None)
+    refs = survey_refs(image_id, ref)
+    found = on_all(conns, lambda conn: node_image(conn, inspect_images(conn, refs)), lambda c: c.name)
+    return sync_plan(image_id, ref, [found[c.name] for c in conns])
 
-    found = on_all(conns, look, lambda c: c.name)
-    plan = SyncPlan(image_id, ref, [found[c.name] for c in conns])
+
+def sync_plan(image_id: str, ref: str, nodes: list[NodeImage]) -> SyncPlan:
+    """Pure: which node is the source, which lack the image, which hold another one under the reference."""
+    plan = SyncPlan(image_id, ref, nodes)
     holders = [n for n in plan.nodes if n.pinned is not None]
     plan.source = holders[0] if holders else None
     plan.missing = [n for n in plan.nodes if n.pinned is None]
@@ -113,25 +134,41 @@ def can_reach(src: NodeConnection, dst_host: str, dst_user: str) -> bool:
 
 def copy_image(src: NodeConnection, dst: NodeConnection, image_id: str, expected: ImageIdentity, *,
                dst_host: str, dst_user: str, mode: TransferMode | None = None, progress: Progress | None = None,
-               stall_timeout: float = STALL_TIMEOUT) -> Moved:
+               stall_timeout: float = STALL_TIMEOUT, read_store: bool = True) -> Moved:
     """The whole copy of one image to one node: pick direct or relay (None: direct when `src` can SSH to
-    the destination), move it, verify it. On any failure or cancel the destination's images are put back
+    the destination), move it, verify it. `read_store=False` writes the archive with `docker save` even
+    where the source's layer store is readable. On any failure or cancel the destination's images are put back
     as they were. Raises TransferFailed (naming the side that failed), Cancelled or NodeError."""
     started = time.monotonic()
     before = snapshot(dst)
     watches: list[pipe.Stall] = []
     try:
+        layers, send = layer_plan(src, dst, image_id, read_store)
+        if layers.archive is lay.Archive.NOTHING:
+            return Moved(src.name, dst.name, mode or TransferMode.DIRECT, 0, time.monotonic() - started,
+                         verify(dst, image_id, expected), layers)
         if mode is None:
             mode = TransferMode.DIRECT if can_reach(src, dst_host, dst_user) else TransferMode.RELAY
         if mode is TransferMode.DIRECT:
-            moved = _direct(src, dst, dst_host, dst_user, image_id, progress, stall_timeout, watches)
+            moved = _direct(src, dst, dst_host, dst_user, image_id, progress, stall_timeout, watches, layers, send)
         else:
-            moved = _relay(src, dst, image_id, progress, stall_timeout, watches)
+            moved = _relay(src, dst, image_id, progress, stall_timeout, watches, layers, send)
         got = verify(dst, image_id, expected)
     except BaseException as exc:
         _undo(dst, before, exc, image_id, watches)
         raise
-    return Moved(src.name, dst.name, mode, moved, time.monotonic() - started, got)
+    return Moved(src.name, dst.name, mode, moved, time.monotonic() - started, got, layers, watches[0].left_out,
+                 send.producer)
+
+
+def layer_plan(src: NodeConnection, dst: NodeConnection, image_id: str,
+               read_store: bool = True) -> tuple[lay.LayerPlan, lay.Send]:
+    """What this copy must carry, and what writes it on the source, from both engines (read in parallel)."""
+    found = on_all([src, dst], lay.read_layers, lambda c: c.name)
+    source = found[src.name]
+    size, diffs = source.images.get(image_id) or (image_size(src, image_id), ())
+    layers = lay.plan(ImageIdentity(image_id, diffs, (), ()), size, source, found[dst.name])
+    return layers, lay.sender(layers, source, image_id, read_store)
 
 
 def transfer_direct(src: NodeConnection, dst_host: str, dst_user: str, image_id: str, *,
@@ -167,18 +204,22 @@ def transfer_relay(src: NodeConnection, dst: NodeConnection, image_id: str, prog
 
 
 def _direct(src: NodeConnection, dst: NodeConnection | None, dst_host: str, dst_user: str, image_id: str,
-            progress: Progress | None, stall_timeout: float, watches: list[pipe.Stall]) -> int:
-    total = image_size(src, image_id)
+            progress: Progress | None, stall_timeout: float, watches: list[pipe.Stall],
+            layers: lay.LayerPlan | None = None, send: lay.Send = lay.Send(lay.Producer.SAVE)) -> int:
+    total = layers.expected_bytes if layers is not None else image_size(src, image_id)
     target_name = dst.name if dst is not None else dst_host
     copy = pipe.DirectCopy(src, dst, target_name, total, progress, stall_timeout)
     watches.append(copy.watch)
-    return copy.run(image_id, f"{dst_user}@{dst_host}")
+    moved = copy.run(image_id, f"{dst_user}@{dst_host}", send.producer.value, send.program, send.argument)
+    copy.watch.left_out = copy.left_out[1]
+    return moved
 
 
 def _relay(src: NodeConnection, dst: NodeConnection, image_id: str, progress: Progress | None,
-           stall_timeout: float, watches: list[pipe.Stall]) -> int:
-    total = image_size(src, image_id)
-    save = src.exec_channel(["docker", "save", image_id])
+           stall_timeout: float, watches: list[pipe.Stall], layers: lay.LayerPlan | None = None,
+           send: lay.Send = lay.Send(lay.Producer.SAVE)) -> int:
+    total = layers.expected_bytes if layers is not None else image_size(src, image_id)
+    save = src.exec_channel(pipe.source_argv(image_id, send.producer.value, send.program, send.argument))
     try:
         load = dst.exec_channel(["docker", "load"])
     except BaseException:
@@ -224,17 +265,20 @@ def _relay(src: NodeConnection, dst: NodeConnection, image_id: str, progress: Pr
         save.close()
         load.close()
     if save_code == 0 and load_code == 0:
+        watch.left_out = pipe.left_out(save_err.lines())[1]
         return watch.moved
     watch.cancelled()
     load_text, save_text = load_err.lines(), save_err.lines()
+    reading = (f"reading {image_id[:19]} from the engine's layer store" if send.producer is lay.Producer.STORE
+               else f"docker save of {image_id[:19]}")
     if load_code != 0:
         if save_code not in (0, -1) and not pipe.broken_pipe(save_text) and pipe.truncated(load_text):
             raise TransferFailed(Side.SOURCE, src.name, dst.name,
-                                 f"docker save of {image_id[:19]} failed: {pipe.cause(save_text, save_code)}")
+                                 f"{reading} failed: {pipe.cause(save_text, save_code)}")
         raise TransferFailed(Side.TARGET, src.name, dst.name,
                              f"cannot load the image relayed from {src.name}: {pipe.cause(load_text, load_code)}")
     raise TransferFailed(Side.SOURCE, src.name, dst.name,
-                         f"docker save of {image_id[:19]} failed: {pipe.cause(save_text, save_code)}")
+                         f"{reading} failed: {pipe.cause(save_text, save_code)}")
 
 
 def _undo(dst: NodeConnection, before: ImageSnapshot, exc: BaseException, image_id: str,

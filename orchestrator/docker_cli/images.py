@@ -32,14 +32,18 @@ def inspect_image(conn: NodeConnection, ref: str) -> ImageIdentity | None:
 
 
 # "$@" refs: one `{{json .}}` line per ref, `null` where the engine has none
-_INSPECT = ('for r in "$@"; do out=$(docker image inspect --format "{{json .}}" "$r" 2>&1) && echo "$out" && continue; '
+INSPECT_IMAGES = ('for r in "$@"; do out=$(docker image inspect --format "{{json .}}" "$r" 2>&1) && echo "$out" && continue; '
             'case "$out" in *"No such"*|*"no such"*) echo null ;; *) echo "$out" >&2; exit 1 ;; esac; done')
 
 
 def inspect_images(conn: NodeConnection, refs: list[str]) -> list[ImageIdentity | None]:
     """`docker image inspect` of each ref in one round trip; None where the node does not have it."""
-    result = conn.run_script(_INSPECT, *refs, timeout=30, check=True)
-    return [_identity(json.loads(line)) for line in result.stdout.splitlines() if line.strip()]
+    return parse_identities(conn.run_script(INSPECT_IMAGES, *refs, timeout=30, check=True).stdout)
+
+
+def parse_identities(stdout: str) -> list[ImageIdentity | None]:
+    """Pure: `INSPECT_IMAGES`'s lines (one `{{json .}}` or `null` per ref, in order) -> identities."""
+    return [_identity(json.loads(line)) for line in stdout.splitlines() if line.strip()]
 
 
 def _identity(data: dict | None) -> ImageIdentity | None:

@@ -35,7 +35,7 @@ class EndOutcome(StrEnum):
 
 
 class EndRefused(MaintenanceError):
-    """Nothing was touched: verify found changes that block (or something else serves), and no --yes."""
+    """Nothing was touched: verify found changes that block (or something else serves), and no --force."""
 
 
 @dataclass
@@ -52,7 +52,7 @@ class EndResult:
 
 
 def refusal(v: VerifyResult) -> str | None:
-    """Pure: why `end` must not go on without --yes, or None."""
+    """Pure: why `end` must not go on without --force, or None."""
     reasons = []
     if v.drift.blocking:
         reasons.append("since the baseline: " + "; ".join(c.text() + f" ({c.consequence})" for c in v.drift.blocking)
@@ -66,19 +66,22 @@ def refusal(v: VerifyResult) -> str | None:
 
 
 def end(inventory_path: str, recipe: str | None, events: Events, yes: bool = False,
-        ready_timeout: float = 5400.0, on_verified: Callable[[VerifyResult], None] | None = None) -> EndResult:
+        ready_timeout: float = 5400.0, on_verified: Callable[[VerifyResult], None] | None = None, *,
+        force: bool = False) -> EndResult:
     """One operation from the verify to the window closed: the lock is held throughout (the rollback inside
     reuses it), so nothing can replace the window or the release between the look and the close.
-    `on_verified` sees the drift before anything is started (the CLI prints it there)."""
+    `on_verified` sees the drift before anything is started (the CLI prints it there). `force` overrides
+    the 'blocking-changes' refusal; `yes` confirms a rollback whose plan today's inventory changes."""
     inventory, _ = load_inventory(inventory_path)
     with Operation(inventory, events, AuditAction.MAINTENANCE_END, reach=Reach.HEAD) as op:
         v = verify_open(op, inventory_path, recipe)
         if on_verified is not None:
             on_verified(v)
         why = refusal(v)
-        if why and not yes:
+        if why and not force:
             op.done(Outcome.REFUSED, why, release=v.baseline.release)
-            raise EndRefused(f"{why}. Nothing was started; `maintenance end --yes` goes on anyway")
+            raise EndRefused(f"refused (blocking-changes): {why}. Nothing was started; `maintenance end --force` "
+                             "overrides this refusal")
         base = v.baseline
         if base.release is None:
             result = EndResult(v, EndOutcome.NOTHING_SERVED, "nothing served when the window began")

@@ -85,8 +85,9 @@ def _begin_locked(dep: Deployment, op: Operation, reason: str, stop: bool, force
     state = op.state
     open_window = state.window
     if open_window and not force:
-        raise MaintenanceInput(f"a maintenance window is already open on {inventory.cluster}: {open_window.describe()}; "
-                               "`maintenance end` closes it, `maintenance begin --force` replaces its baseline")
+        raise MaintenanceInput(f"refused (window-open): a maintenance window is already open on {inventory.cluster}: "
+                               f"{open_window.describe()}; `maintenance end` closes it, `maintenance begin --force` "
+                               "overrides this refusal and replaces its baseline")
     if stop and not state.serving_known:  # stopping the ranks that answer would leave the others alone
         why = {**state.unread, **state.unreachable}
         missing = [n.name for n in inventory.ranked if n.name not in state.containers]

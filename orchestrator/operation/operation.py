@@ -69,6 +69,7 @@ class AuditAction(StrEnum):
     MAINTENANCE_END = "maintenance-end"
     BENCH_RECORD = "bench-record"
     BENCH_COMPARE = "bench-compare"
+    MODEL_PULL = "model-pull"
 
 
 class OperationRefused(Exception):
@@ -188,6 +189,8 @@ class Operation:
             why = "; ".join(f"{n} is unreachable ({self.unreachable[n]})" for n in missing)
             needs = "every node" if self.reach is Reach.ALL else (
                 "at least one node" if head not in missing else f"the head {head} (the deploy lock lives there)")
+            if not alive:  # said first: nothing at all answered (a wrong inventory, the network, a VPN)
+                needs = f"a node that answers, and no node of {self.inventory.cluster} does"
             raise OperationRefused(f"{self.action} needs {needs}: {why}; nothing was changed", missing)
         for node, why in self.unreachable.items():
             self.events.warn(f"unreachable, left as it is: {why}", node)

@@ -9,6 +9,8 @@ from . import replaced, checks_memory, checks_fabric  # noqa: F401
 from . import checks_vllm  # noqa: F401
 from . import checks_boot  # noqa: F401
 from . import checks_blobs  # noqa: F401
+from . import checks_fit  # noqa: F401
+from . import look  # noqa: F401  (up's own reads, gathered with the facts)
 from .run import Report, UnknownCheck, run_checks, select
 
 __all__ = ["Report", "UnknownCheck", "run_checks", "select"]

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..checks.blob_hash import BLOB_DIGEST_SH
 from ..checks.model_cache import SNAPSHOT_SH
 from ..transport.group import GroupError
 from .registry import Cell, Scope, Status, Verdict, active_check
 
-# "$1" = the node's HF cache, "$2" = the repo id, "$3" = the revision. LFS blobs are named by sha256 (64 hex);
-# small files by their git blob id, sha1("blob <size>\0" + content) (40 hex). One record per file, as it ends.
-_SCRIPT = r'''cache=$1; repo=$2; rev=$3
+# "$1" = the node's HF cache, "$2" = the repo id, "$3" = the revision; the hash rule is checks/blob_hash.py's.
+# One record per file, as it ends.
+_SCRIPT = BLOB_DIGEST_SH + r'''
+cache=$1; repo=$2; rev=$3
 if [ "${repo#/}" != "$repo" ]; then printf 'plain\t%s\n' "$repo"; exit 0; fi
 ''' + SNAPSHOT_SH + r'''
 printf 'start\t%s\n' "$(date +%s.%N)"
@@ -25,12 +27,8 @@ find "$snap" -mindepth 1 -type l -printf '%P\t%l\n' | sort | while IFS=$'\t' rea
   blob=${target##*/}; f=$snap/$name
   if [ ! -e "$f" ]; then printf 'file\t%s\t%s\tmissing\t0\n' "$name" "$blob"; continue; fi
   size=$(stat -L -c %s -- "$f") || exit
-  case ${#blob} in
-    64) sum=$(sha256sum < "$f") || exit ;;
-    40) sum=$({ printf 'blob %s\0' "$size"; cat -- "$f"; } | sha1sum) || exit ;;
-    *) sum=unnamed ;;
-  esac
-  printf 'file\t%s\t%s\t%s\t%s\n' "$name" "$blob" "${sum%% *}" "$size"
+  sum=$(blob_digest "$f" "$blob") || exit
+  printf 'file\t%s\t%s\t%s\t%s\n' "$name" "$blob" "$sum" "$size"
 done
 printf 'end\t%s\n' "$(date +%s.%N)"'''
 

@@ -10,12 +10,15 @@ when loading fails, 20-70 minutes in.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from ..checks.model_cache import RESOLVE_SH
 from ..config.load import Deployment
 from .facts import Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 Seen = dict[str, dict[str, Observed]]
 
@@ -125,13 +128,16 @@ def _download_cmd(dep: Deployment) -> str:
     model = dep.recipe.model
     if model.repo.startswith("/"):
         return f"copy the model directory {model.repo} to the same path there"
-    return f"huggingface-cli download {model.repo} --revision {model.revision}"
+    # THE command that fixes it: downloads once (where no node holds it) and copies only the blobs a node
+    # lacks or holds damaged, over the fabric; `up --sync-model` runs the same inside up
+    pin = "" if _COMMIT.fullmatch(model.revision) else f" --revision {model.revision}"
+    return f"spark-deploy model pull {dep.recipe_path}{pin} -i {dep.inventory_path} (or up --sync-model)"
 
 
 def _download_fix(dep: Deployment) -> str:
     if dep.recipe.model.repo.startswith("/"):
         return _download_cmd(dep)
-    return f"download the model there: {_download_cmd(dep)}"
+    return f"copy the model there: {_download_cmd(dep)}"
 
 
 def _ranked(seen: Seen, dep: Deployment) -> Seen:

@@ -81,6 +81,7 @@ class Release(BaseModel):
     replaced_by: int | None = None
     log_checks: list[dict] = Field(default_factory=list)
     bench: dict | None = None
+    kv_cache: dict | None = None  # model-fit's predicted KV tokens against the engine's logged ones (deploy/kv_report)
     after_ready: dict | None = None  # deploy/after_ready.py: MemAvailable, swap, the KV-cache lines per node
     acceptance: list[dict] = Field(default_factory=list)  # acceptance/: one result per check, what was seen
 

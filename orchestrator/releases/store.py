@@ -100,11 +100,18 @@ def reconcile(copies: list[NodeCopy]) -> History:
     """Pure: the newest version (updated_at) of every record wins; every node that lacks it, or holds an
     older version, is named."""
     readable = [c for c in copies if c.error is None]
+    hashes: dict[int, str] = {}  # id(record) -> its content hash, each computed once (a JSON dump of the record)
+
+    def digest(record: Release) -> str:
+        if id(record) not in hashes:
+            hashes[id(record)] = record.content_hash()
+        return hashes[id(record)]
+
     newest: dict[int, Release] = {}
     for copy in readable:
         for rid, record in copy.records.items():
             best = newest.get(rid)
-            if best is None or (record.updated_at, record.content_hash()) > (best.updated_at, best.content_hash()):
+            if best is None or (record.updated_at, digest(record)) > (best.updated_at, digest(best)):
                 newest[rid] = record
     history = History(sorted(newest.values(), key=lambda r: r.id, reverse=True))
     for copy in copies:
@@ -117,7 +124,7 @@ def reconcile(copies: list[NodeCopy]) -> History:
             history.behind[copy.node] = sorted(newest)
         else:
             lacking = sorted(rid for rid in newest if rid not in copy.records)
-            older = sorted(rid for rid, r in copy.records.items() if r.content_hash() != newest[rid].content_hash())
+            older = sorted(rid for rid, r in copy.records.items() if digest(r) != digest(newest[rid]))
             if lacking:
                 notes.append("lacks release(s) " + ", ".join(map(str, lacking)))
             if older:

@@ -60,7 +60,7 @@ def base_name(recipe: str, rank: int) -> str:
 def container_name(recipe: str, rank: int, plan_hash: str, run: str | None = None) -> str:
     """`sd-RECIPE-rN-HASH8`: the plan is readable from the name, and two plans of one recipe never share a
     name, so a kept container is never renamed. `run` only when that name is already held on the node by an
-    earlier container of the same plan (`up --force`, or an `up` of a plan kept from before)."""
+    earlier container of the same plan (`up --redeploy`, or an `up` of a plan kept from before)."""
     name = f"{base_name(recipe, rank)}-{plan_hash[:8]}"
     return f"{name}-{run}" if run else name
 

@@ -16,6 +16,7 @@ from typing import Iterator, Protocol
 class Phase(StrEnum):
     CONNECT = "connect"
     LOCK = "lock"
+    MODEL = "model"
     PREFLIGHT = "preflight"
     CURRENT = "current state"
     RELEASE = "release"

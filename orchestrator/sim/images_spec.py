@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import node_files, node_files_systemd, node_roce
+from . import hub_client, node_files, node_files_systemd, node_roce
 
 SUITE = "bookworm"
 REPO_PREFIX = "spark-deploy-sim"
@@ -170,6 +170,7 @@ def vllm_spec() -> ImageSpec:
         strip=VLLM_STRIP,
         files={
             **standin_files(),
+            **hub_client.image_files(),  # huggingface_hub: `model pull` downloads inside the pinned image
             "usr/local/bin/vllm": (VLLM_WRAPPER.encode(), 0o755),
         },
         entrypoint=("vllm", "serve"),

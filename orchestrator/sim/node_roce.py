@@ -14,6 +14,8 @@ import ipaddress
 import json
 from dataclasses import dataclass, field
 
+from .state import FABRIC_IFACE
+
 ROCE_SPEC = "/etc/sim-roce.json"
 SPARK_HCA = "rocep1s0f0"
 SPARK_GID_INDEX = 3  # RoCE v2 on ::ffff:<fabric ip>, the entry NCCL_IB_GID_INDEX names on a Spark
@@ -40,6 +42,7 @@ def link_local(fabric_ip: str) -> str:
 class Port:
     state: str = ACTIVE
     gids: list[tuple[str, str]] = field(default_factory=list)  # (gid, "RoCE v1"/"RoCE v2"), by index
+    netdev: str = FABRIC_IFACE  # the Ethernet device behind the port (gid_attrs/ndevs names it per GID)
 
 
 @dataclass
@@ -56,7 +59,7 @@ def spark(fabric_ip: str, hca: str = SPARK_HCA) -> RoceSpec:
     """The HCA a Spark shows, with its fabric IP's GIDs at the indexes a Spark puts them."""
     ll, mapped = link_local(fabric_ip), gid_text(fabric_ip)
     gids = [(ll, "RoCE v1"), (ll, "RoCE v2"), (mapped, "RoCE v1"), (mapped, "RoCE v2")]
-    return RoceSpec({hca: {"1": Port(ACTIVE, gids)}})
+    return RoceSpec({hca: {"1": Port(ACTIVE, gids, FABRIC_IFACE)}})
 
 
 def files(spec: RoceSpec) -> dict[str, str]:
@@ -71,8 +74,9 @@ def files(spec: RoceSpec) -> dict[str, str]:
             for i in range(GID_TABLE):
                 gid, kind = port.gids[i] if i < len(port.gids) else (ZERO_GID, "")
                 out[f"{base}/gids/{i}"] = gid + "\n"
-                if kind:
+                if kind:  # a used slot names its type and netdev (what `show_gids` and ibdev2netdev read)
                     out[f"{base}/gid_attrs/types/{i}"] = kind + "\n"
+                    out[f"{base}/gid_attrs/ndevs/{i}"] = port.netdev + "\n"
     return out
 
 

@@ -8,6 +8,7 @@ Every command runs in its own remote process group (see jobs.py), at most `max_c
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import socket
@@ -27,6 +28,11 @@ from .result import NodeError, NodeTimeout, NodeUnreachable, Result, drain
 
 __all__ = ["NodeConnection", "NodeError", "NodeTimeout", "NodeUnreachable", "Result", "SSHTarget", "drain"]
 
+# paramiko's transport thread logs a failed handshake (a reset, an EOF) with its whole traceback through
+# logging's last-resort stderr handler, before our one-line NodeUnreachable. The failure is said once, by
+# us; `--debug` attaches a real handler (cli/common.set_debug).
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
 CONNECT_TIMEOUT = 10.0
 DEFAULT_MAX_CHANNELS = 8  # sshd refuses an 11th session per connection by default (MaxSessions 10)
 CONTROL_CHANNELS = 2  # kept free of the bound above for kills
@@ -34,6 +40,20 @@ KILL_TIMEOUT = 5.0
 KILLER_JOIN = 3.0
 SESSION_RETRY = 10.0  # seconds a refused channel open is retried (see _open_session)
 STEP = 0.1  # how often a blocked read looks at the clock and the cancel token
+
+
+def _closed_in_handshake(exc: BaseException) -> bool:
+    """The peer accepted TCP and then closed or reset before speaking SSH (paramiko: 'Error reading SSH
+    protocol banner', caused by an EOFError or a reset)."""
+    cause = exc.__cause__ or exc.__context__
+    return "protocol banner" in str(exc) or isinstance(cause, (EOFError, ConnectionResetError))
+
+
+def _handshake_closed(where: str, exc: BaseException) -> str:
+    what = "reset" if isinstance(exc, ConnectionResetError) or isinstance(exc.__context__, ConnectionResetError) \
+        else "closed"
+    return (f"{where} accepted the connection, then {what} it during the SSH handshake: is sshd (and not another "
+            "service) listening on that port, and does it allow this address (MaxStartups, tcp wrappers)?")
 
 
 @dataclass(frozen=True)
@@ -93,9 +113,14 @@ class NodeConnection:
         if not os.path.exists(self.target.known_hosts):
             raise NodeUnreachable(self.name, f"known_hosts file {self.target.known_hosts} does not exist")
         client.load_host_keys(self.target.known_hosts)
+        where = f"{self.target.user}@{self.target.host}:{self.target.port}"
         try:
             self._conn.open()
+        except (EOFError, ConnectionResetError) as exc:
+            raise NodeUnreachable(self.name, _handshake_closed(where, exc)) from None
         except paramiko.SSHException as exc:
+            if _closed_in_handshake(exc):
+                raise NodeUnreachable(self.name, _handshake_closed(where, exc)) from None
             if "not found in known_hosts" in str(exc) or "known_hosts" in str(exc):
                 raise NodeUnreachable(self.name, f"host key of {self.target.host} is not in {self.target.known_hosts}; "
                                                  "refusing to connect (verify its fingerprint, then add it)") from None

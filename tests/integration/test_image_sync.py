@@ -14,6 +14,7 @@ import time
 import pytest
 
 from orchestrator.docker_cli import image_sync as sync
+from orchestrator.docker_cli import layers
 from orchestrator.docker_cli.images import ImageIdentity, inspect_image, snapshot
 from orchestrator.sim.cluster import SimCluster
 from orchestrator.sim.images import VLLM_REFERENCE_TAG
@@ -25,7 +26,7 @@ from deploy_helpers import CLI, pinned_id
 
 pytestmark = pytest.mark.integration
 
-COPY_PROCESSES = ("docker save", "docker load", "sdsend", "sdrecv", "dd bs=1M")
+COPY_PROCESSES = ("docker save", "docker load", "sdsend", "sdrecv", "dd bs=1M", "sdstore", "sdfilter")
 
 
 @pytest.fixture
@@ -261,6 +262,7 @@ def test_a_cancel_after_the_whole_stream_arrived_still_leaves_no_image(clean, co
     real engine): the image appears after the copy was cancelled, and the remover deletes it then."""
     before = images(clean, 2)
     image_id = pinned_id(clean)
+    assert not layers.read_layers(conns.head).streams_from_store, "the login reads no store: docker save writes"
     total = int(clean.exec(1, ["sh", "-c", f"docker save {image_id} | wc -c"]).stdout)
 
     def cancel_at_the_end(done: int, _total: int) -> None:

@@ -93,11 +93,12 @@ def test_a_driver_update_and_reboot_on_spark_2_is_shown_beside_the_baseline_and_
 
     before = {n: containers(cluster, n) for n in (1, 2)}
     refused = sd(cluster, "maintenance", "end")
-    assert refused.returncode == 1 and "Nothing was started" in refused.stderr and "--yes" in refused.stderr
+    assert refused.returncode == 1 and "Nothing was started" in refused.stderr and "--force" in refused.stderr
+    assert "refused (blocking-changes)" in refused.stderr
     assert f"driver {old_driver} → {NEW_DRIVER} on spark-2" in refused.stderr
     assert {n: containers(cluster, n) for n in (1, 2)} == before
 
-    forced = sd(cluster, "maintenance", "end", "--yes")  # the rollback's own preflight still refuses it
+    forced = sd(cluster, "maintenance", "end", "--force")  # the rollback's own preflight still refuses it
     assert forced.returncode == 1 and "gpu-parity" in forced.stderr + forced.stdout
     assert "the window stays open" in forced.stderr
     assert baseline_on(cluster, 2)["state"] == "open"

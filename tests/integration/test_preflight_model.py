@@ -104,7 +104,7 @@ def test_incomplete_blob(pair):
     got = verdicts(res)["model-incomplete"]
     assert got["per_node"]["spark-1"] == {"status": "ok", "value": "no .incomplete blob"}
     assert got["per_node"]["spark-2"] == {"status": "fail", "value": f"partial download: blobs/{partial[0]} (4096 B)"}
-    assert "spark-2" in got["fix"] and "huggingface-cli download sim/tiny-moe --revision main" in got["fix"]
+    assert "spark-2" in got["fix"] and f"spark-deploy model pull {pair.recipe_path} --revision main -i {pair.inventory_path}" in got["fix"]
     assert_up_refuses(pair, pair.recipe_path, "model-incomplete", "spark-2", partial[0])
     pair.fault(2, "model-reset")
     assert not incomplete_blobs(pair, 2)
@@ -124,7 +124,7 @@ def test_revision_not_in_the_cache(pair, tmp_path):
         if name in CHECKS:
             assert {n: c["status"] for n, c in check["per_node"].items()} == {"spark-1": "fail", "spark-2": "fail"}
             assert check["per_node"]["spark-2"]["value"] == f"no snapshot: no refs/v2 in {ROOT}"
-            assert "huggingface-cli download sim/tiny-moe --revision v2" in check["fix"]
+            assert f"spark-deploy model pull {recipe} --revision v2" in check["fix"]
 
 
 

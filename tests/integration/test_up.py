@@ -23,6 +23,7 @@ from deploy_helpers import (
     spark_deploy,
 )
 
+from orchestrator.sim import fake_model
 from orchestrator.sim.state import NODE_USER
 
 pytestmark = pytest.mark.integration
@@ -250,6 +251,9 @@ def test_logs_and_a_half_dead_deployment_is_replaced_not_reported_as_serving(cle
     assert merged.returncode == 0
     prefixes = {line.split("|", 1)[0].strip() for line in merged.stdout.splitlines() if "|" in line}
     assert prefixes == {"spark-1", "spark-2"}
+    as_json = json.loads(spark_deploy("logs", "-i", cluster.inventory_path, "--tail", "5", "--json").stdout)
+    per_node = {n: [l for l in as_json["lines"] if l["node"] == n] for n in ("spark-1", "spark-2")}
+    assert all(1 <= len(lines) <= 5 for lines in per_node.values()), per_node  # one container each: --tail 5
     only = spark_deploy("logs", "-i", cluster.inventory_path, "--node", "spark-2")
     assert {line.split("|", 1)[0].strip() for line in only.stdout.splitlines() if "|" in line} == {"spark-2"}
     assert "Profiling CUDA graph memory" in only.stdout
@@ -263,6 +267,9 @@ def test_logs_and_a_half_dead_deployment_is_replaced_not_reported_as_serving(cle
     again = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
     assert again.returncode == 0, again.stderr
     assert "already serving" not in again.stdout and "will replace" in again.stdout and "rank 1 exited" in again.stdout
+    down = spark_deploy("down", "-i", cluster.inventory_path, "--json")  # issue 22: one object, events on stderr
+    said = json.loads(down.stdout)
+    assert down.returncode == 0 and said["ok"] and {r["node"] for r in said["removed"]} == {"spark-1", "spark-2"}
 
 
 def test_secret_reaches_the_container_by_env_file_only(clean, tmp_path):
@@ -346,6 +353,8 @@ def test_pin_writes_the_image_id_keeping_comments(clean, tmp_path):
     assert recipe.read_text().startswith("# my notes stay")
     again = spark_deploy("pin", recipe, "-i", clean.inventory_path)
     assert again.returncode == 0 and "already pinned" in again.stdout
+    said = json.loads(spark_deploy("pin", recipe, "-i", clean.inventory_path, "--json").stdout)  # issue 22
+    assert (said["ok"], said["image_id"], said["outcome"], said["node"]) == (True, pinned, "already pinned", "spark-1")
 
     other = recipe.read_text().replace(pinned, "sha256:" + "0" * 64)
     recipe.write_text(other)
@@ -360,12 +369,20 @@ def test_model_missing_on_the_peer(clean):
     clean.exec(2, ["mv", "/srv/hf-cache/hub", "/srv/hf-cache/hub.off"])
     try:
         result = _fails(clean, clean.recipe_path, expect=["during preflight", "model-files", "spark-2",
-                                                          "huggingface-cli download sim/tiny-moe"])
+                                                          f"spark-deploy model pull {clean.recipe_path} --revision main"])
         assert "started sd-sim-tiny" not in result.stdout
         skip = [arg for name in ("model-files", "model-shards", "model-incomplete") for arg in ("--skip-check", name)]
         _fails(clean, clean.recipe_path, expect=["spark-2", "exited with code 1", "not in this node's HF cache"],
                extra_args=skip)
+        # the fix the message names, inside up: the blobs spark-2 lacks, copied from spark-1 over the fabric
+        synced = spark_deploy("up", clean.recipe_path, "-i", clean.inventory_path, "--sync-model")
+        assert synced.returncode == 0, synced.stdout + synced.stderr
+        assert "5 of 5 blobs to fetch from spark-1" in synced.stdout
+        assert f"sim/tiny-moe@main on every node ({fake_model.model_metadata()['total_bytes']} bytes copied from spark-1)" \
+            in synced.stdout, synced.stdout
+        assert spark_deploy("down", "-i", clean.inventory_path).returncode == 0
     finally:
+        clean.exec(2, ["rm", "-rf", "/srv/hf-cache/hub"])
         clean.exec(2, ["mv", "/srv/hf-cache/hub.off", "/srv/hf-cache/hub"])
 
 

@@ -69,11 +69,27 @@ def _restart(node: Node, fmt: str) -> Answer:
     return restart_policies(node, fmt)
 
 
+def listening(node: Node) -> str:
+    """`ss -Hltnpe` on the node: a root-owned vllm process on each port a container of ours listens on."""
+    return "".join(f"LISTEN 0 4096 0.0.0.0:{p} 0.0.0.0:* users:((\"vllm\",pid=644,fd=5)) ino:4242 "
+                   f"sk:1 cgroup:/system.slice/docker.service <->\n" for p in node.listening())
+
+
+def _script(handler: str) -> Callable[..., Answer]:
+    """A fact whose script is one of the product's scripts (preflight/look.py): scripts.py's handler answers."""
+    def answer(node: Node, *args: str) -> Answer:
+        from . import scripts  # scripts imports this module
+        return getattr(scripts, handler)(node, *args)
+    return answer
+
+
 ANSWERS: dict[str, Callable[..., Answer]] = {
     "boot_id": _boot_id, "boot_units": _boot_units, "restart_policies": _restart, "kernel": _kernel,
     "gpu": _gpu, "docker_info": _sample("docker-info.json"), "os_release": _sample("os-release.txt"),
     "meminfo": _sample("meminfo-sim-spark-idle.txt"), "model_snapshot": _model_snapshot,
     "maintenance_image": _maintenance_image,
+    "image_refs": _script("_image_inspect"), "recipe_or_named": _script("_recipe_or_named"),
+    "listeners": lambda node: (0, listening(node), ""),
 }
 
 
@@ -91,5 +107,5 @@ def driver(node: Node, *argv: str) -> Answer:
         name, script, count = rest[0], rest[1], int(rest[2])
         args, rest = rest[3:3 + count], rest[3 + count:]
         code, stdout, stderr = fact_answer(node, name, script, args)
-        out.append(f"{SEP}F {name} {code}\n{stdout.rstrip(chr(10))}\n{SEP}E\n{stderr}")
+        out.append(f"{SEP}F {name} {code}\n{stdout}\n{SEP}E\n{stderr}")  # stdout as printed (parse_framed strips)
     return 0, "".join(out), ""

@@ -14,8 +14,7 @@ from typing import Callable, Sequence
 from orchestrator.transport.cancel import Cancelled, CancelToken
 from orchestrator.transport.node import NodeUnreachable, Result, SSHTarget
 
-from . import docker, scripts
-from .facts import SAMPLES
+from . import docker, facts, scripts
 from .model import Node, World, stamp
 
 STEP = 0.02  # how often a blocked stream looks at its stop event and the cancel token
@@ -107,12 +106,11 @@ class MemoryNode:
             if argv == ["cat", "/proc/meminfo"]:  # a Spark's, idle or with the sim recipe's 0.7 serving
                 serving = any(c.running and c.ours for c in self.model.containers.values())
                 name = "meminfo-sim-spark-serving-0.7.txt" if serving else "meminfo-sim-spark-idle.txt"
-                return 0, (SAMPLES / name).read_text(), ""
+                return 0, (facts.SAMPLES / name).read_text(), ""
             if argv[:2] == ["mkdir", "-p"]:
                 return 0, "", ""
             if argv[:2] == ["ss", "-Hltnpe"]:
-                return 0, "".join(f"LISTEN 0 4096 0.0.0.0:{p} 0.0.0.0:* users:((\"vllm\",pid=644,fd=5)) ino:4242 "
-                                  f"sk:1 cgroup:/system.slice/docker.service <->\n" for p in self.model.listening()), ""
+                return 0, facts.listening(self.model), ""
             if argv[:2] == ["ss", "-Hltn"] and argv[2].startswith("sport = :"):
                 port = int(argv[2].rsplit(":", 1)[1])
                 listening = port in self.model.listening()

@@ -111,10 +111,11 @@ def _list(node: Node, *filters: str) -> Answer:
     return 0, (json.dumps([node.containers[i].inspect() for i in ids], indent=4) if ids else "[]") + "\n", ""
 
 
-def _recipe_or_named(node: Node, managed: str, recipe: str, *name_filters: str) -> Answer:
-    """containers._EITHER: ours of the recipe (two label filters) OR'ed with the name filters."""
+def _recipe_or_named(node: Node, managed: str, recipe: str, *names: str) -> Answer:
+    """containers.RECIPE_OR_NAMED: ours of the recipe (two label filters), then the containers holding the
+    names, in one inspect (docker lists one found both ways twice; a name nobody holds is left out)."""
     ids = ps_ids(node, ["--all", "--quiet", "--no-trunc", "--filter", managed, "--filter", recipe])
-    ids += [i for i in ps_ids(node, ["--all", "--quiet", "--no-trunc", *name_filters]) if i not in ids]
+    ids += [c.id for name in names for c in node.containers.values() if c.name == name]
     return 0, (json.dumps([node.containers[i].inspect() for i in ids], indent=4) if ids else "[]") + "\n", ""
 
 
@@ -151,8 +152,8 @@ SCRIPTS = [
     (lock._CREATE, _lock_create), (lock._SET_ASIDE, _lock_set_aside), (lock._REFRESH, _lock_refresh),
     (lock._RELEASE, _lock_release), (lock._READ, _cat), (audit._APPEND, _audit_append), (audit._READ, _cat),
     (store.READ, _store_read), (store._WRITE, _store_write), (state._READ, _state_read), (containers._LIST, _list),
-    (containers._EITHER, _recipe_or_named), (containers._REMOVE, _remove),
-    (images._INSPECT, _image_inspect), (model_cache._RESOLVE, _resolve),
+    (containers.RECIPE_OR_NAMED, _recipe_or_named), (containers._REMOVE, _remove),
+    (images.INSPECT_IMAGES, _image_inspect), (model_cache._RESOLVE, _resolve),
     (down._FORGET, _forget_secrets), (window_store._READ, _window_read), (facts._DRIVER, fact_driver),
     *systemd.SCRIPTS,
 ]

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -43,7 +44,8 @@ def make_model(hf_home: Path, name: str = "sim/tiny", config: dict | None = None
     cfg = {"model_type": "gpt_oss", "max_position_embeddings": 32768, **(config or {})}
     (snap / "config.json").write_text(json.dumps(cfg))
     for i in range(1, shards + 1):
-        (snap / f"model-{i:05d}-of-{shards:05d}.safetensors").write_bytes(b"\0" * 8)
+        header = b'{"__metadata__":{"format":"pt"}}'  # a valid safetensors file holding no tensor
+        (snap / f"model-{i:05d}-of-{shards:05d}.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
     return snap
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.bench import ceiling as ce
-from orchestrator.bench import headers as hd
+from orchestrator.checks import safetensors_headers as hd
 from orchestrator.sim import fake_model as fm
 
 

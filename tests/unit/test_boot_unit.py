@@ -71,7 +71,7 @@ def test_peer_waits_bounded_for_the_heads_rendezvous(plan):
 
 
 def test_the_unit_starts_the_container_boot_enable_found_by_its_labels(plan):
-    """`up --force` of the same plan, or a container an older spark-deploy named: the name is the one found."""
+    """`up --redeploy` of the same plan, or a container an older spark-deploy named: the name is the one found."""
     for found in (f"sd-sim-tiny-r1-{plan.plan_hash[:8]}-20261201T000000Z-abc123", "sd-sim-tiny-r1"):
         peer = render_unit(plan, plan.ranks[1], 4, container=found)
         k = keys(peer.text)

@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 from orchestrator.cli.main import app
 
 COMMANDS = [["validate"], ["render"], ["pin"], ["up"], ["down"], ["status"], ["logs"], ["demo"],
-            ["preflight"], ["bench"], ["history"], ["accept"], ["watch"], ["rollback"], ["lock"], ["audit"], ["prune"],
-            ["sim", "up"], ["sim", "down"], ["sim", "fault"], ["sim", "ls"], ["sim", "images"]]
+            ["preflight"], ["bench"], ["history"], ["accept"], ["watch"], ["rollback"], ["lock"], ["audit"], ["prune"], ["setup"],
+            ["sim", "up"], ["sim", "down"], ["sim", "fault"], ["sim", "ls"], ["sim", "images"], ["export", "k8s"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)

@@ -64,7 +64,7 @@ def test_a_same_plan_redeploy_takes_a_run_suffixed_name(plan):
 
 
 def test_up_of_a_plan_whose_names_are_held_by_its_own_kept_containers(plan):
-    """`up --force` (serving) or `up A` after `up B` (A kept, stopped): the names are taken by our own
+    """`up --redeploy` (serving) or `up A` after `up B` (A kept, stopped): the names are taken by our own
     containers of this plan, never a clash; the caller then names this run's containers with the run."""
     serving = {n: [ours(plan, r)] for r, n in enumerate(("spark-1", "spark-2"))}
     forced = decide(plan, serving, force=True)

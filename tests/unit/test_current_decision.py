@@ -54,7 +54,7 @@ CASES = {
                                                ("no container",)),
     "this plan on every rank": Case(both, Action.ALREADY_SERVING, ("runs on every rank",),
                                     previous=("spark-1", "spark-2"), taken=True),
-    "this plan, --force": Case(both, Action.REPLACE, ("--force",), force=True, previous=("spark-1", "spark-2"),
+    "this plan, --redeploy": Case(both, Action.REPLACE, ("--redeploy",), force=True, previous=("spark-1", "spark-2"),
                                taken=True),
     "an older plan on every rank": Case(lambda p: both(p, plan_hash=OLD), Action.REPLACE,
                                         ("rank 0 runs plan " + OLD, "rank 1 runs plan " + OLD),

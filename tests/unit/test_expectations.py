@@ -1,4 +1,4 @@
-"""Issue 7, acceptance 2: deploy/expectations.evaluate on vLLM's log lines (shape: shared/docs/vllm-reference.md).
+"""Issue 7, acceptance 2: deploy/expectations.evaluate on vLLM's log lines (shape: vLLM 0.33's own log lines).
 
 The sim recipe expects `Using '...' Mxfp4 MoE backend` containing B12X on every node, and the
 `Profiling CUDA graph memory: ...` line identical on every node.

@@ -186,7 +186,11 @@ SHARD3 = "model-00003-of-00003.safetensors"
 GOOD_BLOB2 = "b6d0f23ed1b19bcf39892930207da64b4e8f058a3f375d8420f470a13ee5f3cd"
 CHANGED_BLOB2 = "ae2aac641e3cd776ea002d081abc744b5504ccd950815ce0070c4c5c58105319"
 PARTIAL = "b75a517ae5ece145c2a4dffa00424a37f70fa5a7028bf6bd2d3ec613d0dfcc68.incomplete"
-DOWNLOAD = "huggingface-cli download sim/tiny-moe --revision main"
+
+
+def download(d) -> str:
+    """The one command the model checks name (issue 21: `model pull`, no longer a huggingface-cli hint)."""
+    return f"spark-deploy model pull {d.recipe_path} --revision main -i {d.inventory_path} (or up --sync-model)"
 
 
 @pytest.fixture(scope="module")
@@ -286,7 +290,7 @@ def test_files_changed_blob_names_the_node_the_file_and_both_values(dep):
     assert "spark-1" in cell.value
     # two nodes, two blobs: nobody can tell which is right without hashing, so both are marked
     assert v.cells["spark-1"].status is Status.FAIL
-    assert GOOD_BLOB2 in v.fix and CHANGED_BLOB2 in v.fix and "spark-2" in v.fix and DOWNLOAD in v.fix
+    assert GOOD_BLOB2 in v.fix and CHANGED_BLOB2 in v.fix and "spark-2" in v.fix and download(dep) in v.fix
 
 
 
@@ -329,7 +333,7 @@ def test_files_no_snapshot_fails_with_the_download_fix(dep):
     v = model_files(seen("healthy", "no_ref"), dep)
     assert v.cells["spark-1"].status is Status.OK
     assert v.cells["spark-2"].status is Status.FAIL and "no refs/v2" in v.cells["spark-2"].value
-    assert f"on spark-2: download the model there: {DOWNLOAD}" in v.fix
+    assert f"on spark-2: copy the model there: {download(dep)}" in v.fix
 
 
 def test_files_unreadable_fact_is_a_skip_that_says_why(dep):
@@ -351,7 +355,7 @@ def test_shards(dep):
     assert v.cells["spark-2"].status is Status.FAIL
     assert v.cells["spark-2"].value == f"missing: {SHARD2} (the index names 3)"
     assert v.cells["spark-3"].status is Status.FAIL and f"blob missing: {SHARD3}" in v.cells["spark-3"].value
-    assert "spark-2, spark-3" in v.fix and DOWNLOAD in v.fix
+    assert "spark-2, spark-3" in v.fix and download(dep) in v.fix
 
 
 def test_shards_without_an_index(dep):
@@ -373,7 +377,7 @@ def test_incomplete(dep):
     assert v.cells["spark-1"].status is Status.OK
     assert v.cells["spark-2"].status is Status.FAIL
     assert v.cells["spark-2"].value == f"partial download: blobs/{PARTIAL} (4096 B)"
-    assert "spark-2" in v.fix and DOWNLOAD in v.fix
+    assert "spark-2" in v.fix and download(dep) in v.fix
 
 
 def test_incomplete_and_shards_fail_without_the_snapshot(dep):
@@ -381,4 +385,4 @@ def test_incomplete_and_shards_fail_without_the_snapshot(dep):
         v = judge(seen("healthy", "no_repo"), dep)
         assert v.cells["spark-2"].status is Status.FAIL, judge.__name__
         assert "no /srv/hf-cache/hub/models--sim--other" in v.cells["spark-2"].value
-        assert f"download the model there: {DOWNLOAD}" in v.fix
+        assert f"copy the model there: {download(dep)}" in v.fix

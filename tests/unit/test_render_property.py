@@ -410,7 +410,9 @@ def test_through_the_cli_render_json_exits_0_with_the_same_argv_or_2(slot, data,
     try:
         plan = render_plan(load_deployment(rpath, ipath))
     except ConfigError:
-        assert result.exit_code == 2 and result.stdout == ""
+        assert result.exit_code == 2  # --json: stdout holds one JSON object, the error's (issue 22)
+        error = json.loads(result.stdout)
+        assert error["ok"] is False and error["exit_code"] == 2 and error["errors"]
         assert result.stderr.startswith("error: ")
         return
     assert result.exit_code == 0, result.stderr

@@ -1,6 +1,6 @@
 """Acceptance 1 (issue #2): `render` reproduces the report's final command, token for token.
 
-The report "DeepSeek 0731 on DGX Spark" (shared/seeds/002, section 8) ends with the head's `docker run`.
+The report "DeepSeek 0731 on DGX Spark" (report [C] of docs/field-notes.md, section 8) ends with the head's `docker run`.
 `spark-deploy render recipes/dspark-0731-b12x.yaml -i inventory.yaml` must print, for the head, a
 command that holds every docker option, env var, mount, image, model and vLLM argument of that command,
 and adds only what the tool adds on purpose (detach, name, labels, the per-node JIT cache, the secrets

@@ -81,10 +81,12 @@ class _Conn:
         self.name, self.cancel = name, CancelToken()
 
 
-def _judged(status, save_err=(), load_err=(), ssh_err=(), cancel=False):
+def _judged(status, save_err=(), load_err=(), ssh_err=(), cancel=False, kept=0, filter_err=()):
+    """status: (docker save, ssh) exit codes; kept: the layer filter's (0 when none ran)."""
     src, dst = _Conn("spark-1"), _Conn("spark-2")
     copy = DirectCopy(src, dst, "spark-2", 100, None, 30)
-    copy.status, copy.save_err, copy.load_err, copy.ssh_err = status, list(save_err), list(load_err), list(ssh_err)
+    copy.status, copy.save_err, copy.load_err, copy.ssh_err = (*status, kept), list(save_err), list(load_err), list(ssh_err)
+    copy.filter_err = list(filter_err)
     if cancel:
         src.cancel.set("interrupted (Ctrl-C)")
     copy.watch.moved = 100

@@ -179,3 +179,50 @@ def test_a_wrapper_alone_still_explains_the_failure(monkeypatch):
     monitor = Monitor()
     monitor.watch(node, "sd-x-r1")._thread.join(5)
     assert monitor.failure is not None and monitor.failure.explanation == "the engine failed to start"
+
+
+def test_stopping_the_monitor_tells_every_watch_and_helper_before_waiting_for_any():
+    """Each watch ends with a kill round trip to its node: told all at once, those overlap (the end of `up`)."""
+    calls: list[str] = []
+
+    class Part:
+        def __init__(self, name: str):
+            self.name, self.container = name, name
+
+        def signal(self) -> None:
+            calls.append(f"signal {self.name}")
+
+        def stop(self) -> None:
+            calls.append(f"stop {self.name}")
+
+    monitor = Monitor()
+    monitor.watches = {"spark-1": Part("w1"), "spark-2": Part("w2")}
+    monitor.helpers = [Part("alive")]
+    monitor.stop(["w2"])
+    assert calls == ["signal w2", "stop w2"]
+    calls.clear()
+    monitor.stop()
+    assert calls == ["signal w1", "signal w2", "signal alive", "stop w1", "stop w2", "stop alive"]
+
+
+def test_a_log_line_that_comes_sooner_than_the_recheck_minimum_still_wakes_the_wait():
+    """The last line of a burst ("Application startup complete" right after the server listens) may come
+    within MIN_RECHECK of the previous wake: the wait re-checks once that minimum has passed, not at the end
+    of its interval (up's /health poll: 0.5 s later on most runs)."""
+    import time
+
+    monitor = Monitor()
+    threading.Timer(0.01, monitor.activity).start()  # well within MIN_RECHECK of the sleep's start
+    started = time.monotonic()
+    monitor.sleep(5)
+    took = time.monotonic() - started
+    assert watch_mod.MIN_RECHECK <= took < 1.0, took
+
+
+def test_a_wait_with_no_line_sleeps_its_interval():
+    import time
+
+    monitor = Monitor()
+    started = time.monotonic()
+    monitor.sleep(0.3)
+    assert time.monotonic() - started >= 0.3

@@ -9,8 +9,7 @@ import time
 from . import VERSION  # noqa: F401 - re-exported
 
 TOP_USAGE = "vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ..."
-GPU_TOTAL_GIB = 119.70  # what torch reports as total memory on a GB10
-MODEL_GIB = 61.18  # weights of the simulated checkpoint, split evenly across ranks
+GPU_TOTAL_GIB = 119.70  # what torch reports as total memory on a GB10 (outside a simulated node)
 JIT_FRESH_SECONDS = 5.0
 RINGBUFFER_MSG = (
     "No available shared memory broadcast block found in {} seconds. This typically happens when "

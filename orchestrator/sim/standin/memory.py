@@ -42,8 +42,8 @@ class Held:
     """The open connection that holds the share, and whether it went past memory and swap (then the
     process thrashes: it makes no progress until the OOM killer or earlyoom ends it)."""
 
-    def __init__(self, sock: socket.socket, thrashing: bool):
-        self.sock, self.thrashing = sock, thrashing
+    def __init__(self, sock: socket.socket, thrashing: bool, total_kb: int = 0):
+        self.sock, self.thrashing, self.total_kb = sock, thrashing, total_kb
 
 
 def claim(utilization: float, env, what: str) -> "Held | None":
@@ -67,7 +67,7 @@ def claim(utilization: float, env, what: str) -> "Held | None":
                        "by other processes.")
     sock.settimeout(None)
     _prefer_me_for_oom()
-    return Held(sock, reply.get("over_kb", 0) > 0)
+    return Held(sock, reply.get("over_kb", 0) > 0, total_kb)
 
 
 def _prefer_me_for_oom() -> None:

@@ -12,13 +12,13 @@ import threading
 import time
 
 from .api import ROUTES, ApiServer, Handler
-from .base import MODEL_GIB, MOE_BACKENDS, RINGBUFFER_MSG, VERSION, Life, Log, SimError, Stopped, env_float
+from .base import GPU_TOTAL_GIB, MOE_BACKENDS, RINGBUFFER_MSG, VERSION, Life, Log, SimError, Stopped, env_float
 from .cli import non_default_args, normalise_choice
 from .config import derive_max_model_len, resolve_model_dir, validate_parallel, validate_speculative
 from .engine import Engine
 from .jit import JitLock
 from . import memory, transport
-from .derived import cudagraph_profile, kv_cache_tokens, worker_name
+from .derived import checkpoint_bytes, cudagraph_profile, profile, worker_name
 from .rendezvous import Rendezvous
 from .supervisor import exhaust_memory, oom_fault_applies
 
@@ -40,6 +40,8 @@ class Node:
         self.engine: Engine | None = None
         self.max_model_len = 0
         self.memory: memory.Held | None = None  # holds this rank's share of the node's memory (None: no daemon)
+        self.weights = 0  # bytes this rank loads, from the checkpoint's headers
+        self.draft = False  # speculative decoding loads the checkpoint's own MTP/draft head
 
     def on_signal(self, signum, frame) -> None:
         """SIGTERM/SIGINT: exit 0 promptly; raising interrupts whatever the main thread blocks on."""
@@ -94,6 +96,8 @@ class Node:
             self.life.stop.wait()  # past memory and swap: no progress until something kills it
             raise Stopped()
         n_shards = max(1, len(glob.glob(os.path.join(model_dir, "*.safetensors"))))
+        self.draft = bool(spec) and "model" not in spec
+        self.weights = checkpoint_bytes(model_dir, hf, args.tensor_parallel_size, self.draft)
         self._load_weights(n_shards, env_float(env, "SIM_LOAD_SECONDS", 2.0))
         if oom_fault_applies(env, self.rank):
             exhaust_memory(env, self.life)  # until the kernel or the supervisor kills this process
@@ -189,7 +193,7 @@ class Node:
         took = time.monotonic() - t0
         self.log.info(self.worker, "default_loader.py:314", f"Loading weights took {took:.2f} seconds")
         self.log.info(self.worker, "gpu_model_runner.py:3722",
-                      f"Model loading took {round(MODEL_GIB / self.world, 4)} GiB memory and "
+                      f"Model loading took {round(self.weights / 2**30, 4)} GiB memory and "
                       f"{took + 0.05:.6f} seconds")
 
     def _jit_compile(self) -> None:
@@ -213,7 +217,10 @@ class Node:
             text, graph_gib = cudagraph_profile(self.args, k, perturb)
             self.log.info(self.worker, "gpu_model_runner.py:6304", f"Profiling CUDA graph memory: {text}")
             self.log.info(self.worker, "gpu_model_runner.py:6330", f"Estimated CUDA graph memory: {graph_gib:.2f} GiB total")
-        avail, tokens = kv_cache_tokens(self.args, hf, self.world, graph_gib, k)
+        total_kb = self.memory.total_kb if self.memory is not None else 0
+        prof = profile(self.args, hf, self.weights, total_kb * 1024 or int(GPU_TOTAL_GIB * 2**30), graph_gib,
+                       self.draft)
+        avail, tokens = prof.available / 2**30, prof.tokens
         if avail <= 0:
             raise SimError("ValueError: No available memory for the cache blocks. Try increasing "
                            "`gpu_memory_utilization` when initializing the engine.")

@@ -1,4 +1,5 @@
-"""Read a model snapshot's safetensors headers (and config.json) on a node, never its weights.
+"""Read a model snapshot's safetensors headers (and config.json) on a node, never its weights (bench's
+ceiling and preflight's model-fit both size the model from them).
 
 A safetensors file starts with an 8-byte little-endian header length n and n bytes of JSON; `dd`
 reads exactly those bytes (skip_bytes/count_bytes), so a 100 GB checkpoint costs a few KB-MB over SSH.
@@ -11,7 +12,7 @@ import base64
 import json
 from dataclasses import dataclass
 
-from ..checks.model_cache import SNAPSHOT_SH
+from .model_cache import SNAPSHOT_SH
 from ..transport.node import NodeConnection
 
 # Records, one per line, tab-separated: snap <dir> | config <base64> | header <file> <n> <base64> |
@@ -54,6 +55,7 @@ class Headers:
 
 
 def parse(node: str, stdout: str) -> Headers:
+    """The script's records -> Headers; HeaderError (its message starts with the node) when unreadable."""
     snap, config, headers, read, bad = "", {}, {}, 0, []
     for line in stdout.splitlines():
         kind, _, rest = line.partition("\t")

@@ -1,0 +1,251 @@
+"""Does the model fit? Weights per rank, KV-cache bytes per token, and the tokens vLLM's budget leaves.
+
+Pure arithmetic on what a snapshot says about itself (safetensors headers: dtype, shape and byte extent of
+every tensor; config.json: the attention shape), so it is known in seconds, before a 20-70 minute load.
+vLLM's own accounting (v1 gpu_worker.determine_available_memory, kv_cache_utils):
+
+    KV memory = gpu_memory_utilization x total - (weights + activation peak + non-torch memory + CUDA graphs)
+    tokens    = KV memory // (KV bytes per token x block_size) x block_size
+
+The weights are read exactly; the other three are what vLLM measures in its profiling run, estimated
+here (their constants below), so the prediction is close, not exact: `up` records the engine's own line
+next to it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+GIB = 1 << 30
+
+# Estimates of what vLLM's profiling run measures (the weights are not estimated).
+NON_TORCH_BYTES = int(0.5 * GIB)  # CUDA context, NCCL and cuBLAS workspaces outside torch's allocator
+CUDA_GRAPH_BYTES = int(0.5 * GIB)  # captured graphs' pools (0 with enforce_eager)
+ACTIVATION_BYTES_PER_HIDDEN = 2 * 16  # bf16 activations x ~16 live buffers per batched token in the peak
+LOGIT_BYTES = 4 * 2  # fp32 logits and their softmax per sampled sequence x vocab
+
+# vLLM's defaults when the recipe leaves them unset
+DEFAULT_BLOCK_SIZE = 16
+DEFAULT_MAX_NUM_SEQS = 256
+DEFAULT_MAX_BATCHED_TOKENS = 8192
+
+DRAFT = re.compile(r"(^|\.)(mtp|mtp_layers|draft|draft_model|eagle|medusa|nextn)(\.|_|$)")
+LAYER = re.compile(r"(^|\.)layers\.(\d+)\.")
+
+
+class FitError(ValueError):
+    """config.json or the headers do not say what the arithmetic needs (named)."""
+
+
+class KvKind(StrEnum):
+    ATTENTION = "attention"  # K and V per KV head per layer, the KV heads split across TP ranks
+    MLA = "mla"  # one compressed latent (kv_lora_rank + rope dims) per layer, whole on every rank
+    HYBRID = "hybrid"  # linear-attention layers keep a fixed state per sequence: only attention layers grow
+
+
+def text_config(config: dict) -> dict:
+    """Multimodal configs keep the language model's numbers under text_config (or llm/language_config)."""
+    for key in ("text_config", "llm_config", "language_config"):
+        if isinstance(config.get(key), dict):
+            return {**config, **config[key]}
+    return config
+
+
+def _int(cfg: dict, *keys: str) -> int | None:
+    for k in keys:
+        if isinstance(cfg.get(k), int) and not isinstance(cfg.get(k), bool) and cfg[k] > 0:
+            return cfg[k]
+    return None
+
+
+def _need(cfg: dict, *keys: str) -> int:
+    value = _int(cfg, *keys)
+    if value is None:
+        raise FitError(f"config.json has no {' or '.join(keys)}")
+    return value
+
+
+def dtype_bytes(kv_cache_dtype: str | None, cfg: dict) -> int:
+    """fp8* caches store one byte; `auto` stores the model's dtype (float32 four, otherwise two)."""
+    if kv_cache_dtype and kv_cache_dtype.startswith("fp8"):
+        return 1
+    if kv_cache_dtype in (None, "auto"):
+        model = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+        return 4 if model in ("float32", "float") else 2
+    return 2  # bfloat16 / float16
+
+
+@dataclass(frozen=True)
+class KvShape:
+    kind: KvKind
+    layers: int  # layers that hold a per-token cache (target + draft)
+    values: int  # cached values per token per layer on one rank
+    dtype: int  # bytes per value
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.layers * self.values * self.dtype
+
+    def formula(self) -> str:
+        return f"{self.layers} layers x {self.values} values x {self.dtype} B"
+
+
+def attention_layers(cfg: dict) -> tuple[int, bool]:
+    """(layers with a per-token KV cache, hybrid?): Qwen3-Next-style models name each layer's type
+    (`layer_types`) or put full attention every `full_attention_interval` layers; the rest are linear
+    attention (a fixed state per sequence, not per token)."""
+    layers = _need(cfg, "num_hidden_layers", "n_layers", "num_layers")
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        attn = sum(1 for t in types if "attention" in str(t) and "linear" not in str(t))
+        return attn, attn < len(types)
+    interval = _int(cfg, "full_attention_interval")
+    if interval and interval > 1:
+        return layers // interval, True
+    return layers, False
+
+
+def draft_layers(cfg: dict) -> int:
+    """Decoder layers an in-checkpoint MTP head adds (vLLM gives them their own KV cache)."""
+    return _int(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers") or 0
+
+
+def kv_shape(config: dict, tp: int, kv_cache_dtype: str | None, draft: bool) -> KvShape:
+    """What one token costs in one rank's KV cache, as vLLM lays it out for this architecture."""
+    cfg = text_config(config)
+    layers, hybrid = attention_layers(cfg)
+    layers += draft_layers(cfg) if draft else 0
+    size = dtype_bytes(kv_cache_dtype, cfg)
+    if _int(cfg, "kv_lora_rank"):  # DeepSeek MLA: the latent and the rope key, not split by TP
+        return KvShape(KvKind.MLA, layers, _need(cfg, "kv_lora_rank") + (_int(cfg, "qk_rope_head_dim") or 0), size)
+    heads = _need(cfg, "num_attention_heads", "n_heads")
+    kv_heads = _int(cfg, "num_key_value_heads", "num_kv_heads") or heads
+    head_dim = _int(cfg, "head_dim") or _need(cfg, "hidden_size") // heads
+    per_rank = max(1, kv_heads // tp)  # fewer KV heads than ranks: vLLM replicates one per rank
+    return KvShape(KvKind.HYBRID if hybrid else KvKind.ATTENTION, layers, 2 * per_rank * head_dim, size)
+
+
+def _extent(name: str, entry: dict) -> int:
+    try:
+        start, end = entry["data_offsets"]
+        return int(end) - int(start)
+    except (KeyError, TypeError, ValueError):
+        raise FitError(f"tensor {name}: not a safetensors entry: {entry!r:.120}") from None
+
+
+def is_draft(name: str, cfg: dict) -> bool:
+    """An MTP/draft head's tensor (named so, or DeepSeek-style layers numbered after the last decoder layer)."""
+    if DRAFT.search(name):
+        return True
+    layer, layers = LAYER.search(name), _int(cfg, "num_hidden_layers")
+    return bool(layer and layers and draft_layers(cfg) and int(layer.group(2)) >= layers)
+
+
+def weights_per_rank(headers: dict[str, dict], config: dict, tp: int, draft: bool) -> int:
+    """Bytes one rank loads: matrices split across the TP ranks, 1-D tensors (norms, biases, scales)
+    whole on every rank; the draft head only when speculative decoding loads it from this checkpoint."""
+    cfg = text_config(config)
+    split = whole = 0
+    for shard in headers.values():
+        for name, entry in shard.items():
+            if name == "__metadata__":
+                continue
+            size = _extent(name, entry)
+            if not draft and is_draft(name, cfg):
+                continue
+            if len(entry.get("shape") or []) <= 1:
+                whole += size
+            else:
+                split += size
+    return whole + -(-split // tp)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The recipe's numbers that the budget depends on."""
+    tp: int
+    utilization: float
+    kv_cache_dtype: str | None
+    max_model_len: int | None  # None: the model's max_position_embeddings
+    max_num_seqs: int | None
+    max_batched_tokens: int | None
+    block_size: int | None
+    enforce_eager: bool
+    draft: bool  # speculative decoding loads an in-checkpoint draft head
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One node's budget, as vLLM will split it. Bytes throughout."""
+    mem_total: int
+    utilization: float
+    weights: int
+    activation: int
+    non_torch: int
+    cuda_graphs: int
+    kv: KvShape
+    block_size: int
+    max_model_len: int
+    max_num_seqs: int | None
+
+    @property
+    def budget(self) -> int:
+        return int(self.utilization * self.mem_total)
+
+    @property
+    def kv_memory(self) -> int:
+        return self.budget - self.weights - self.activation - self.non_torch - self.cuda_graphs
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the KV cache holds (whole blocks), as vLLM's `GPU KV cache size` line counts them."""
+        page = self.kv.bytes_per_token * self.block_size
+        return max(0, self.kv_memory) // page * self.block_size
+
+    @property
+    def weights_fit(self) -> bool:
+        return self.kv_memory > 0
+
+    @property
+    def concurrency(self) -> float:
+        return self.tokens / self.max_model_len
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if k != "kv"}
+        return {**out, "kv_kind": str(self.kv.kind), "kv_bytes_per_token": self.kv.bytes_per_token,
+                "budget": self.budget, "kv_memory": self.kv_memory, "tokens": self.tokens}
+
+
+def fit(headers: dict[str, dict], config: dict, mem_total: int, s: Settings) -> Fit:
+    cfg = text_config(config)
+    max_len = s.max_model_len or _need(cfg, "max_position_embeddings")
+    seqs = s.max_num_seqs or DEFAULT_MAX_NUM_SEQS
+    batched = s.max_batched_tokens or DEFAULT_MAX_BATCHED_TOKENS
+    hidden = _need(cfg, "hidden_size")
+    vocab = _int(cfg, "vocab_size") or 0
+    activation = batched * hidden * ACTIVATION_BYTES_PER_HIDDEN + seqs * vocab * LOGIT_BYTES
+    return Fit(mem_total, s.utilization, weights_per_rank(headers, config, s.tp, s.draft), activation,
+               NON_TORCH_BYTES, 0 if s.enforce_eager else CUDA_GRAPH_BYTES,
+               kv_shape(config, s.tp, s.kv_cache_dtype, s.draft), s.block_size or DEFAULT_BLOCK_SIZE, max_len,
+               s.max_num_seqs)
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def describe(f: Fit) -> str:
+    """The numbers behind the verdict, in one line."""
+    text = (f"weights {gib(f.weights)}/rank + activations {gib(f.activation)} + non-torch {gib(f.non_torch)} + "
+            f"graphs {gib(f.cuda_graphs)} of {f.utilization:g} x {gib(f.mem_total)} = {gib(f.budget)}")
+    if not f.weights_fit:
+        return f"{text}: {gib(-f.kv_memory)} short, no room for a KV cache"
+    text += (f" leaves {gib(f.kv_memory)} KV; {f.kv.bytes_per_token:,} B/token ({f.kv.kind}: {f.kv.formula()}) "
+             f"-> {f.tokens:,} tokens = {f.concurrency:.2f}x max_model_len {f.max_model_len:,}")
+    if f.max_num_seqs:
+        need = f.max_num_seqs * f.max_model_len
+        text += (f"; max_num_seqs {f.max_num_seqs} at full length needs {need:,}: "
+                 + ("fits" if f.tokens >= need else "the rest queue"))
+    return text

@@ -1,0 +1,124 @@
+"""The help every command shows, held in one place: readable metavars (RECIPE, PATH, N, SECONDS instead of
+typer's `{recipe}`, `<list[str]>`, `<float range>`), `-h` as well as `--help`, and `--version`.
+
+Applied by the group class, so a command registered later by anyone gets the same help without doing
+anything; tests/unit/test_cli_conventions.py walks every registered command and holds it.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any
+
+import typer
+from typer import _click as click  # typer vendors its own click: its classes are these
+from typer.core import TyperArgument, TyperGroup, TyperOption
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+# A name says more than a type: these option names get these metavars.
+_BY_NAME = {"inventory": "PATH", "cluster": "NAME", "node": "NODE", "tail": "N", "since": "WHEN",
+            "name": "NAME", "url": "URL", "model": "NAME", "reason": "TEXT"}
+
+
+def version() -> str:
+    try:
+        return metadata.version("spark-deploy")
+    except metadata.PackageNotFoundError:  # a checkout run without installing: say so, never guess
+        return "unknown (not installed)"
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"spark-deploy {version()}")
+        raise typer.Exit(0)
+
+
+def _metavar(param: click.Parameter) -> str:
+    """The word a user reads for a value: the parameter's own name for arguments (RECIPE, RELEASE), the
+    kind of value for options (PATH, N, SECONDS, one|two)."""
+    desc = getattr(param, "type_descriptor", None)
+    if isinstance(param, TyperArgument):
+        return (param.name or "value").upper()
+    if param.name in _BY_NAME:
+        return _BY_NAME[param.name]
+    if desc is not None and desc.is_choice and desc.choices:
+        return "|".join(str(getattr(c, "value", c)) for c in desc.choices)
+    annotation = getattr(desc, "annotation", None)
+    args = getattr(annotation, "__args__", None) or ()
+    if desc is not None and desc.is_tuple:
+        return " ".join(_type_word(a, param) for a in args)
+    if desc is not None and desc.is_list and args:
+        annotation = args[0]
+    return _type_word(annotation, param)
+
+
+def _type_word(annotation: Any, param: click.Parameter) -> str:
+    from pathlib import Path
+
+    if annotation is Path:
+        return "PATH"
+    if annotation is int:
+        return "N"
+    if annotation is float:
+        return "SECONDS" if any(w in (param.name or "") for w in ("timeout", "heartbeat", "warning", "bound",
+                                                                   "interval", "wait")) else "NUMBER"
+    return "TEXT"
+
+
+class ReadableArgument(TyperArgument):
+    """An argument shown as RECIPE (required) or [RECIPE] (optional), with no `<type>` after it."""
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw
+        name = name if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    def display_type_rich(self, ctx: click.Context) -> str | None:
+        return None
+
+
+def examples_one_per_line(text: str) -> str:
+    """click rewraps each paragraph of a help text, running `Example:` lines together: from a paragraph's
+    first `Example` line on, keep its lines as they are (click's \\b marker)."""
+    paragraphs = []
+    for para in text.split("\n\n"):
+        lines = para.strip("\n").splitlines()
+        first = next((i for i, line in enumerate(lines) if line.strip().startswith("Example")), None)
+        if first is None or para.lstrip("\n").startswith("\b"):
+            paragraphs.append(para)
+            continue
+        if first:
+            paragraphs.append("\n".join(lines[:first]))
+        paragraphs.append("\b\n" + "\n".join(line.strip() for line in lines[first:]))
+    return "\n\n".join(paragraphs)
+
+
+def make_readable(command: click.Command) -> click.Command:
+    """Give every parameter of a command (and of a sub-group's commands, when asked for) a readable metavar,
+    and its help text one example per line."""
+    if command.help:
+        command.help = examples_one_per_line(command.help)
+    for param in command.params:
+        if param.metavar is None and not getattr(param, "is_flag", False) and not getattr(param, "count", False):
+            if isinstance(param, (TyperArgument, TyperOption)):
+                param.metavar = _metavar(param)
+        if type(param) is TyperArgument:
+            param.__class__ = ReadableArgument  # same fields; only how it is shown differs
+    if type(command) is TyperGroup:
+        command.__class__ = ReadableGroup
+    return command
+
+
+class ReadableGroup(TyperGroup):
+    """The group every spark-deploy command is looked up through: readable help for each, whoever added it."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        return make_readable(command) if command is not None else None
+
+
+def sub_app(**kwargs: Any) -> typer.Typer:
+    """A sub-command group (`boot`, `sim`, `maintenance`, ...) with the project's conventions."""
+    return typer.Typer(cls=ReadableGroup, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                       rich_markup_mode=None, context_settings=CONTEXT_SETTINGS, **kwargs)

@@ -1,0 +1,180 @@
+"""`model pull`: the recipe's model on every node, downloaded once, copied node to node as verified blobs.
+
+1. the revision must be a commit (a branch moves: two nodes downloading `main` a day apart can hold two
+   models); `--revision BRANCH` is resolved by the download and the commit written into the recipe;
+2. the source node (default the head) downloads it unless it already holds that snapshot (model/download);
+3. every other node gets the blobs it lacks or holds damaged from the source, over the fabric (model/copy),
+   all targets at once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..checks.model_cache import revision_on
+from ..config.edit import set_model_revision
+from ..config.inventory import Inventory
+from ..config.recipe import Recipe
+from ..operation import AuditAction, Locking, Operation, Outcome, Reach
+from ..runner.events import Events
+from ..transport.group import Cluster
+from ..transport.node import NodeConnection, NodeError
+from . import copy as blobcopy
+from .download import download_on
+from .scripts import LIST_SH, Listing, parse_listing
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+SOURCE_STREAMS = 8  # SSH connections opened to the source at once: sshd's MaxStartups drops past 10
+
+
+class PullRefused(Exception):
+    """Nothing was moved: the input does not say what to pull (a branch without --revision, a local path)."""
+
+
+@dataclass
+class PullResult:
+    commit: str
+    source: str
+    downloaded: bool
+    recipe_updated: bool = False
+    copies: dict[str, blobcopy.CopyResult] = field(default_factory=dict)
+
+    @property
+    def bytes(self) -> int:
+        return sum(c.bytes for c in self.copies.values())
+
+
+def wanted_revision(recipe: Recipe, revision: str | None) -> str:
+    """Pure: what to download. The recipe's revision must be a commit unless --revision is given."""
+    if recipe.model.repo.startswith("/"):
+        raise PullRefused(f"model.repo {recipe.model.repo} is a local path: there is nothing to pull from the Hub")
+    if revision:
+        return revision
+    if not _COMMIT.match(recipe.model.revision):
+        raise PullRefused(f"model.revision {recipe.model.revision!r} is a branch or tag, which can name another "
+                          "commit tomorrow: run `spark-deploy model pull RECIPE --revision "
+                          f"{recipe.model.revision}` to resolve it and write the commit into the recipe")
+    return recipe.model.revision
+
+
+def listing_on(conn: NodeConnection, hf_cache: str, repo: str, commit: str) -> Listing:
+    result = conn.run_script(LIST_SH, hf_cache, repo, commit, timeout=120, check=True)
+    listing = parse_listing(result.stdout)
+    broken = [f.name for f in listing.files if f.size < 0]
+    if listing.absent or not listing.files or broken:
+        why = listing.absent or (f"{', '.join(broken)} link to missing blobs" if broken else "an empty snapshot")
+        raise NodeError(conn.name, f"cannot copy {repo}@{commit[:12]} from here: {why}")
+    return listing
+
+
+def sync_model(cluster: Cluster, conns: dict[str, NodeConnection], inventory: Inventory, repo: str, commit: str,
+               source: str, events: Events, *, streams: int = 4, ref: str = "") -> dict[str, blobcopy.CopyResult]:
+    """Copy the snapshot from `source` to every other node in `conns`, at once. Each target is surveyed
+    (its present blobs hashed) and gets only what it lacks or holds damaged."""
+    src = inventory.node(source)
+    listing = listing_on(conns[source], src.hf_cache, repo, commit)
+    user = (src.ssh and src.ssh.user) or inventory.ssh.user
+    port = (src.ssh and src.ssh.port) or inventory.ssh.port
+    blobs_dir = f"{src.hf_cache}/hub/models--{repo.replace('/', '--')}/blobs"
+    report = _reporter(events)
+
+    def one(conn: NodeConnection) -> blobcopy.CopyResult:
+        node = inventory.node(conn.name)
+        held = blobcopy.survey(conn, node.hf_cache, repo, listing)
+        todo = blobcopy.to_fetch(listing, held)
+        if todo:
+            need = sum(listing.blobs()[b] for b in todo)
+            events.note(f"{len(todo)} of {len(listing.blobs())} blobs to fetch from {source} ({need / 1e6:.1f} MB)",
+                        conn.name)
+        route = blobcopy.Route(source, conn.name, blobs_dir, f"{user}@{src.fabric_ip}", port)
+        return blobcopy.copy_blobs(conn, route, node.hf_cache, repo, commit, listing, held, streams=streams,
+                                   ref=ref, on_progress=report)
+
+    targets = [c for name, c in conns.items() if name != source]
+    if targets and streams * len(targets) > SOURCE_STREAMS:
+        streams = max(1, SOURCE_STREAMS // len(targets))
+        events.note(f"{streams} stream(s) per node: {len(targets)} nodes fetch from {source} at once, and its sshd "
+                    f"takes at most {SOURCE_STREAMS} new connections at a time (MaxStartups)")
+    return cluster.each(one, targets) if targets else {}
+
+
+def _reporter(events: Events, every: float = 2.0) -> Callable[[str, int, int, float], None]:
+    """Per target: the bar (bytes) on every report, and a line with bytes, rate and ETA every `every` s."""
+    said: dict[str, float] = {}
+
+    def report(target: str, done: int, total: int, rate: float) -> None:
+        events.progress(f"model → {target}", done, max(total, done))
+        now = time.monotonic()
+        if now - said.get(target, 0.0) >= every or done >= total:
+            said[target] = now
+            eta = "done" if done >= total else f"ETA {(total - done) / rate:.0f} s" if rate > 0 else "ETA unknown"
+            events.note(f"{done / 1e6:.1f} of {total / 1e6:.1f} MB, {rate / 1e6:.1f} MB/s, {eta}", target)
+    return report
+
+
+def holder(conns: dict[str, NodeConnection], inventory: Inventory, repo: str, revision: str,
+           prefer: str) -> tuple[str, str] | None:
+    """(node, commit) of a node whose cache resolves `revision` to a snapshot: `prefer` first, then rank order."""
+    order = [prefer] + [n.name for n in inventory.ranked if n.name != prefer]
+    for name in order:
+        if name in conns:
+            commit = revision_on(conns[name], inventory.node(name).hf_cache, repo, revision)
+            if commit:
+                return name, commit
+    return None
+
+
+def download(conn: NodeConnection, inventory: Inventory, recipe: Recipe, revision: str, events: Events,
+             endpoint: str | None = None) -> str:
+    """The download on `conn`'s node, in the pinned image, as the login user; returns the commit."""
+    image = recipe.image.id or recipe.image.ref
+    uid = f"{conn.run(['id', '-u'], check=True).stdout.strip()}:{conn.run(['id', '-g'], check=True).stdout.strip()}"
+    events.note(f"downloading {recipe.model.repo}@{revision} with huggingface_hub in {image[:19]}", conn.name)
+    got = download_on(conn, image_id=image, hf_cache=inventory.node(conn.name).hf_cache, repo=recipe.model.repo,
+                      revision=revision, endpoint=endpoint or os.environ.get("HF_ENDPOINT"),
+                      token=os.environ.get("HF_TOKEN") or None, uid=uid)
+    return got.commit
+
+
+def pull_on(cluster: Cluster, conns: dict[str, NodeConnection], inventory: Inventory, recipe: Recipe,
+            events: Events, *, source: str, revision: str | None, streams: int = 4,
+            endpoint: str | None = None) -> PullResult:
+    """Download on `source` unless it already holds the commit (an explicit branch is always resolved by
+    the Hub: it may have moved), then copy to every other node."""
+    want = wanted_revision(recipe, revision)
+    repo = recipe.model.repo
+    commit = revision_on(conns[source], inventory.node(source).hf_cache, repo, want) if _COMMIT.match(want) else ""
+    downloaded = not commit
+    if not commit:
+        commit = download(conns[source], inventory, recipe, want, events, endpoint)
+    result = PullResult(commit, source, downloaded)
+    ref = "" if _COMMIT.match(want) else want
+    result.copies = sync_model(cluster, conns, inventory, repo, commit, source, events, streams=streams, ref=ref)
+    return result
+
+
+def pull(recipe_path: str | Path, recipe: Recipe, inventory: Inventory, *, node: str | None = None,
+         revision: str | None = None, streams: int = 4, endpoint: str | None = None,
+         events: Events | None = None) -> PullResult:
+    """The command: every node must answer (a node left out would serve another model or none). The
+    deploy lock is not taken: a pull of hundreds of GB must not block `status`/`down` for an hour, and it
+    never touches what serves (a blob is renamed into place only whole and verified)."""
+    events = events or Events()
+    wanted_revision(recipe, revision)  # refused before any connection
+    source = node or inventory.head
+    with Operation(inventory, events, AuditAction.MODEL_PULL, reach=Reach.ALL, lock=Locking.NONE) as op:
+        conns = {c.name: c for c in op.alive}
+        result = pull_on(op.cluster, conns, inventory, recipe, events, source=source, revision=revision,
+                         streams=streams, endpoint=endpoint)
+        if revision and recipe.model.revision != result.commit:
+            set_model_revision(recipe_path, result.commit)
+            result.recipe_updated = True
+            events.note(f"{recipe_path}: model.revision = {result.commit} (was {recipe.model.revision})")
+        op.done(Outcome.OK, f"{recipe.model.repo}@{result.commit[:12]} on every node; {result.bytes} bytes copied "
+                f"from {source}", nodes={n: f"{c.bytes} bytes" for n, c in result.copies.items()})
+        return result
