@@ -41,7 +41,7 @@ def plan(ctx: AcceptContext, only: list[str] | None = None) -> list[tuple[str, o
     """(name, exchange factory) in order: the built-in ones selected, then the recipe's own."""
     names = selected(ctx, only)
     own = {c.name: c for c in ctx.settings.custom}
-    unknown = [n for n in names if n not in CHECKS and n not in own]
+    unknown = [n for n in [*names, *ctx.settings.advisory] if n not in CHECKS and n not in own]
     if unknown:
         raise UnknownCheck(f"unknown acceptance check(s): {', '.join(unknown)} (built in: {', '.join(CHECKS)}; "
                            f"the recipe's own: {', '.join(own) or 'none'})")

@@ -124,4 +124,7 @@ def test_an_unknown_check_in_the_recipe_is_bad_input_before_anything_runs(mem, t
     dep = mem.deployment(lambda r: r.__setitem__("acceptance", {"checks": ["logprobs-finite", "nope"]}))
     with pytest.raises(ConfigError, match="unknown acceptance check"):
         mem.up(dep)
+    dep = mem.deployment(lambda r: r.__setitem__("acceptance", {"advisory": ["langauge"]}))
+    with pytest.raises(ConfigError, match="langauge"):
+        mem.up(dep)
     assert not any(c for n in mem.world.nodes.values() for c in n.containers.values())
