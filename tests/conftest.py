@@ -105,7 +105,8 @@ TEST_LOAD_SECONDS = "0.2"  # the stand-in's weight load where a test does not me
 @pytest.fixture(scope="session")
 def sim_home(tmp_path_factory) -> str:
     """State dirs of test clusters go to a per-session temp dir, not the user's ~/.local/state; every test
-    cluster's recipe is the shipped one with a short load (a test that needs a long one sets its own)."""
+    cluster's recipe is the shipped one with a short load (a test that needs a long one sets its own) and
+    one acceptance check."""
     from ruamel.yaml import YAML
 
     from orchestrator.sim.provision import DEFAULT_RECIPE
@@ -114,6 +115,9 @@ def sim_home(tmp_path_factory) -> str:
     yaml = YAML()
     doc = yaml.load(DEFAULT_RECIPE.read_text())
     doc["env"]["SIM_LOAD_SECONDS"] = TEST_LOAD_SECONDS
+    # one cheap acceptance check per `up` (~0.1 s, not the default set's ~1 s): test_acceptance.py runs the
+    # default set on a variant without this key
+    doc["acceptance"] = {"checks": ["logprobs-finite"]}
     template = path / "recipe-template.yaml"
     with template.open("w") as fh:
         yaml.dump(doc, fh)

@@ -26,6 +26,7 @@ WEIGHTS: dict[str, float] = {
     "tests/integration/test_release_guard.py": 96,
     "tests/integration/test_plan.py": 83,
     "tests/integration/test_waits.py": 68,
+    "tests/integration/test_acceptance.py": 45,
     "tests/integration/test_sim_boot.py": 67,
     "tests/bench/test_bench_accuracy.py": 60,
     "tests/integration/test_preflight_host.py": 54,

@@ -72,6 +72,8 @@ def up(
                                                            "fails.")] = STALL_TIMEOUT,
     no_restore: Annotated[bool, typer.Option("--no-restore", help="If it fails, leave the nodes empty instead of "
                                                                   "starting the previous release again.")] = False,
+    no_accept: Annotated[bool, typer.Option("--no-accept", help="Skip the acceptance checks after readiness "
+                                                                "(docs/acceptance.md).")] = False,
     skip_check: Annotated[Optional[list[str]], typer.Option("--skip-check", help="Leave this preflight check out "
                                                                                "(repeatable; the rare override).")] = None,
     sync_model: Annotated[bool, typer.Option("--sync-model", help="First copy the model's missing or damaged blobs "
@@ -79,7 +81,8 @@ def up(
                                              "hundreds of GB).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Deploy a recipe: preflight, image sync, stop the previous (kept), head, wait LISTEN, peers, ready, log checks.
+    """Deploy a recipe: preflight, image sync, stop the previous (kept), head, wait LISTEN, peers, ready, log checks,
+    the facts after ready and the acceptance checks.
 
     Example: spark-deploy up recipes/dspark-0731-b12x.yaml -i inventory.yaml
     """
@@ -89,7 +92,8 @@ def up(
         opts = UpOptions(force=redeploy, keep_on_failure=keep_on_failure, replace_image=sync_image,
                          ready_timeout=ready_timeout, join_timeout=join_timeout, heartbeat=heartbeat,
                          stall_warning=stall_warning, restore=not no_restore, skip_checks=list(skip_check or []),
-                         copy_stall_timeout=copy_stall_timeout, sync_model=sync_model)
+                         copy_stall_timeout=copy_stall_timeout, sync_model=sync_model,
+                         accept=not no_accept)
         try:
             preflight_registry.select(skip=opts.skip_checks)
         except preflight_registry.UnknownCheck as exc:
@@ -114,7 +118,8 @@ def _up_and_report(start: Callable[[], UpResult], events: Events, as_json: bool)
                   run=result.run_id, already_serving=result.already_serving, phases=timings,
                   release=result.release, replaced=result.replaced,
                   expectations=[{"name": r.name, "status": r.status, "per_node": r.per_node}
-                                for r in result.expectations])
+                                for r in result.expectations],
+                  acceptance=[r.as_dict() for r in result.acceptance], after_ready=result.after_ready)
     events.close()
     if as_json:
         return

@@ -11,6 +11,8 @@ from . import export_cmd
 from . import setup_cmd
 from . import model_cmd
 from . import schema_cmd
+from . import accept_cmd
+from . import watch_cmd
 from . import sim as sim_cmds
 from .common import set_debug
 from .conventions import CONTEXT_SETTINGS, ReadableGroup, version_callback
@@ -46,6 +48,8 @@ app.command()(deploy_cmds.up)
 app.command()(deploy_cmds.down)
 app.command()(deploy_cmds.status)
 app.command()(deploy_cmds.logs)
+app.command()(accept_cmd.accept)
+app.command()(watch_cmd.watch)
 app.command()(release_cmds.history)
 app.command()(release_cmds.rollback)
 app.command()(release_cmds.lock)

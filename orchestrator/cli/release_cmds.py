@@ -62,6 +62,9 @@ def history(inventory: InventoryOpt = None, cluster: ClusterOpt = None, as_json:
             if node not in state.unreachable:
                 err.print(f"[yellow]warning[/]: {escape(node)}'s copy of the history disagrees: "
                           f"{escape('; '.join(notes))}")
+        from ..bench.drift import drift, drift_text  # each release's bench next to the previous one's
+
+        drifts = drift(hist.releases)
         if as_json:
             emit_json([{"id": r.id, "plan_hash": r.plan_hash, "recipe": r.recipe, "image_id": r.image_id,
                         "outcome": str(r.outcome), "outcome_text": r.outcome_text(), "failed_phase": r.failed_phase,
@@ -69,7 +72,8 @@ def history(inventory: InventoryOpt = None, cluster: ClusterOpt = None, as_json:
                         "rollback_of": r.rollback_of,
                         "started_at": r.started_at, "finished_at": r.finished_at, "by": r.by,
                         "serving": now is not None and r.id == now.id, "run_id": r.run_id,
-                        "bench": r.bench, "kv_cache": r.kv_cache} for r in hist.releases])
+                        "bench": r.bench, "kv_cache": r.kv_cache, "drift": drifts.get(r.id, {}),
+                        "acceptance": r.acceptance, "after_ready": r.after_ready} for r in hist.releases])
             return
         if not hist.releases:
             out.print("no releases recorded on any node yet")
@@ -77,19 +81,34 @@ def history(inventory: InventoryOpt = None, cluster: ClusterOpt = None, as_json:
         table = Table(title=f"releases of {inv.cluster}")
         from ..bench.record import headline_text  # the bench headline recorded with the release
 
+        from ..deploy.after_ready import summary as after_ready_text
+
         for column in ("", "release", "outcome", "recipe", "plan", "image", "started (UTC)", "by", "bench tok/s",
-                       "KV tokens"):
+                       "KV tokens", "vs previous", "acceptance", "after ready"):
             table.add_column(column, overflow="fold")
         for r in hist.releases:
             mark = "[bold green]▶ serving[/]" if now is not None and r.id == now.id else ""
             table.add_row(mark, str(r.id), escape(r.outcome_text()), escape(r.recipe), r.plan_hash,
                           r.image_id.removeprefix("sha256:")[:12], _when(r.started_at), escape(r.by),
-                          escape(headline_text(r.bench)), escape(kv_report.text(r.kv_cache)))
+                          escape(headline_text(r.bench)), escape(kv_report.text(r.kv_cache)),
+                          escape(drift_text(drifts.get(r.id, {}))), escape(_acceptance_text(r.acceptance)),
+                          escape(after_ready_text(r.after_ready) or "-"))
         out.print(table)
         if not state.serving_known:
             out.print("which release serves is not judged: not every node answered")
         elif now is None:
             out.print("no release serves now (no plan runs on every rank)")
+
+
+def _acceptance_text(results: list[dict]) -> str:
+    """`4 pass, 1 skip; FAILED logprobs-finite`."""
+    if not results:
+        return "-"
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    failed = [r["name"] for r in results if r["status"] in ("fail", "changed")]
+    return ", ".join(f"{n} {s}" for s, n in counts.items()) + (f"; {', '.join(failed)}" if failed else "")
 
 
 def rollback(

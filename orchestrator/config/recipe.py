@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from .forms import DockerSize, MaxModelLen
+from .acceptance import AcceptanceSettings
 from .types import (
     CONTROL,
     SECRET_FLAGS,
@@ -250,6 +251,7 @@ class Recipe(Model):
     docker: DockerOptions = DockerOptions()
     expect: Expectations = Expectations()
     preflight: PreflightSettings = PreflightSettings()
+    acceptance: AcceptanceSettings = AcceptanceSettings()
 
     @field_validator("secrets")
     @classmethod
@@ -264,7 +266,7 @@ class Recipe(Model):
 
     def digest(self) -> str:
         """A short stable hash of everything that shapes the launch; labels carry it."""
-        canonical = json.dumps(self.model_dump(mode="json", exclude={"preflight"}), sort_keys=True,
+        canonical = json.dumps(self.model_dump(mode="json", exclude={"preflight", "acceptance"}), sort_keys=True,
                                separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 

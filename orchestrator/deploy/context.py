@@ -43,6 +43,7 @@ class UpOptions:
     restore: bool = True  # a failed or interrupted `up` starts the previous release again (--no-restore: not)
     rollback_of: Release | None = None  # this `up` deploys that release again (`rollback`)
     sync_model: bool = False  # --sync-model: copy the model's missing blobs to the nodes before preflight
+    accept: bool = True  # run the recipe's acceptance checks after readiness (--no-accept: not)
 
 
 @dataclass
@@ -68,6 +69,8 @@ class UpContext:
     decision: Decision | None = None
     sample: str = ""
     expectations: list[ExpectationResult] = field(default_factory=list)  # one per log check
+    after_ready: dict | None = None  # the facts read once ready (deploy/after_ready.py)
+    acceptance: list = field(default_factory=list)  # acceptance.Result per check, once run
     lock: DeployLock | None = None  # while held
     lock_owned: bool = True  # False: an enclosing operation holds the lock; this `up` must not release it
     history: History | None = None  # as read at the start

@@ -4,6 +4,7 @@
                                                 └─ release record → image → secrets → stop previous (kept)
                                                    → ports → head → rendezvous → peers → peers joined
                                                    → forget secrets → ready → log checks
+                                                   → after ready (facts) → acceptance (unless --no-accept)
 
 Everything that can fail without consequence (preflight, image sync, ports, secrets) happens before the
 serving release is stopped. Any failure or interrupt undoes the completed steps in reverse (this run's
@@ -32,6 +33,7 @@ from . import boot, kv_report
 from .context import UpContext, UpOptions
 from .current import Action
 from .restore import StartKept, restore_previous
+from .steps_accept import accept_steps, acceptance_problems
 from .steps_release import OpenRelease, TakeLock, finish
 from .steps_model import SyncModel
 from .steps_launch import ForgetSecrets, LogChecks, PeersJoined, Ready, Rendezvous, StartRanks
@@ -60,6 +62,8 @@ class UpResult:
     sample: str = ""
     release: int | None = None
     replaced: int | None = None
+    acceptance: list = field(default_factory=list)  # acceptance.Result per check
+    after_ready: dict | None = None
 
 
 def launch_steps(ctx: UpContext) -> list:
@@ -90,7 +94,7 @@ def launch_steps(ctx: UpContext) -> list:
     if writer:
         steps.append(ForgetSecrets(writer))
     steps += [Ready(ctx.endpoint.url), LogChecks()]
-    return steps
+    return steps + accept_steps(ctx)
 
 
 def plan_steps(ctx: UpContext) -> list:
@@ -109,7 +113,7 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
     (ConfigError, exit 2, before any connection), a pinned image (UnpinnedImage). `connector` and
     `endpoint_at` make the nodes' connections and the head's API (default: SSH and HTTP)."""
     recipe = dep.recipe
-    problems = local_problems(dep, os.environ)
+    problems = local_problems(dep, os.environ) + acceptance_problems(dep)
     if problems:
         raise ConfigError(problems)
     if recipe.image.id is None:
@@ -136,12 +140,14 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
         raise
     else:
         kv = _kv_cache(ctx)
-        finish(ctx, ReleaseOutcome.SERVING, log_checks=[_check(r) for r in ctx.expectations], kv_cache=kv)
+        finish(ctx, ReleaseOutcome.SERVING, log_checks=[_check(r) for r in ctx.expectations], kv_cache=kv,
+               **_facts(ctx))
         behind = _boot_behind(ctx)
         result = UpResult(ctx.endpoint.url, recipe.served_name, plan.plan_hash, plan.run_id,
                           expectations=ctx.expectations, sample=ctx.sample,
                           release=ctx.release.id if ctx.release else None,
-                          replaced=ctx.replaces.id if ctx.replaces else None)
+                          replaced=ctx.replaces.id if ctx.replaces else None,
+                          acceptance=ctx.acceptance, after_ready=ctx.after_ready)
     finally:
         _close(ctx)
     if behind:  # after the lock is let go: `boot enable` is an operation of its own
@@ -171,11 +177,21 @@ def _check(result) -> dict:
     return {"name": result.name, "status": result.status, "per_node": result.per_node, "detail": result.detail}
 
 
+def _facts(ctx: UpContext) -> dict:
+    """The release record's after-ready facts and acceptance results, once they were gathered."""
+    out: dict = {}
+    if ctx.after_ready is not None:
+        out["after_ready"] = ctx.after_ready
+    if ctx.acceptance:
+        out["acceptance"] = [r.as_dict() for r in ctx.acceptance]
+    return out
+
+
 def _after_failure(ctx: UpContext, failure: StepFailed) -> None:
     """The new release is undone; start the previous one again (unless --no-restore) and record both."""
     ctx.failure = failure
     stop = ctx.stop_step
-    fields = {"failed_phase": str(failure.phase) if failure.phase else None, "cause": failure.cause}
+    fields = {"failed_phase": str(failure.phase) if failure.phase else None, "cause": failure.cause, **_facts(ctx)}
     if stop is None or not stop.touched:
         if ctx.replaces is not None:
             failure.undo_notes.append(f"nothing was stopped: release {ctx.replaces.id} still serves")

@@ -82,6 +82,8 @@ class Release(BaseModel):
     log_checks: list[dict] = Field(default_factory=list)
     bench: dict | None = None
     kv_cache: dict | None = None  # model-fit's predicted KV tokens against the engine's logged ones (deploy/kv_report)
+    after_ready: dict | None = None  # deploy/after_ready.py: MemAvailable, swap, the KV-cache lines per node
+    acceptance: list[dict] = Field(default_factory=list)  # acceptance/: one result per check, what was seen
 
     def outcome_text(self) -> str:
         """The outcome as a person reads it: "failed in ready (release 2 serves again)"."""

@@ -31,6 +31,8 @@ class Phase(StrEnum):
     FORGET_SECRETS = "forget secrets"
     READY = "ready"
     LOG_CHECKS = "log checks"
+    AFTER_READY = "after ready"
+    ACCEPTANCE = "acceptance"
     UNDO = "undo"
     RESTORE = "restore"
     DOWN = "down"

@@ -7,8 +7,9 @@ import urllib.error
 from dataclasses import dataclass
 
 from orchestrator.http_api.endpoint import Endpoint
+from orchestrator.sim.standin import answers
 
-from .model import World
+from .model import Fault, World
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,21 @@ class MemoryEndpoint(Endpoint):
         if (method, path) == ("POST", "/v1/completions"):
             if body.get("model") != model:
                 return 404, json.dumps({"error": {"message": f"The model `{body.get('model')}` does not exist."}}).encode()
-            return 200, json.dumps({"id": "cmpl-1", "object": "text_completion", "model": model,
-                                    "choices": [{"index": 0, "text": " fast", "finish_reason": "length"}]}).encode()
+            return 200, json.dumps(self._completion(head, body)).encode()
         return 404, b'{"detail":"Not Found"}'
+
+
+    @staticmethod
+    def _completion(head, body: dict) -> dict:
+        """The stand-in's answers (answers.py): a needle retrieved, finite logprobs unless the head's fault says
+        NaN; otherwise the same filler for every prompt, so greedy outputs are identical across releases."""
+        faults = answers.Faults(logprobs_nan=head.fault is Fault.NAN_LOGPROBS)
+        prompt = body.get("prompt") or ""
+        planned = answers.plan(prompt, body, False, answers.Features(), faults, 0)
+        tokens = planned.pieces if planned.pieces is not None else [" fast"] * min(int(body.get("max_tokens") or 1), 4)
+        logprobs = None if body.get("logprobs") is None else answers.completion_logprobs(tokens, 1, faults)
+        return {"id": "cmpl-1", "object": "text_completion", "model": body.get("model"),
+                "choices": [{"index": 0, "text": "".join(tokens), "logprobs": logprobs, "finish_reason": "length"}]}
 
 
 def endpoint_at(world: World):

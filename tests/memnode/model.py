@@ -28,6 +28,7 @@ class Fault(enum.Enum):
     DIE_AT_START = "logs an engine failure and exits 1 at once"
     NEVER_READY = "runs and joins, but /health never answers 200"
     WRONG_BACKEND = "serves, but logs another MoE backend than asked for"
+    NAN_LOGPROBS = "serves, but every logprob it answers is NaN (the stand-in's SIM_FAULT_LOGPROBS_NAN)"
 
 
 def stamp(at: float) -> str:
@@ -170,7 +171,10 @@ class Node:
         self.log(container, f"INFO [mxfp4.py:312] Using '{backend}' Mxfp4 MoE backend.")
         self.log(container, "INFO [gpu_model_runner.py:6304] Profiling CUDA graph memory: 0.38 GiB for 35 "
                             "graphs")
+        self.log(container, "INFO [gpu_worker.py:391] Available KV cache memory: 52.34 GiB")
         if rank == 0:
+            self.log(container, "INFO [kv_cache_utils.py:1291] GPU KV cache size: 1,228,288 tokens, Maximum "
+                                "concurrency for 4,096 tokens per request: 299.88x")
             self.log(container, "INFO [launcher.py:46] Route: /v1/completions, Methods: POST")
             if container.fault is not Fault.NEVER_READY:
                 self.log(container, "INFO:     Application startup complete.")

@@ -103,6 +103,10 @@ class MemoryNode:
                 if argv[2] not in self.model.files:
                     return 1, "", f"cat: {argv[2]}: No such file or directory\n"
                 return 0, self.model.files[argv[2]], ""
+            if argv == ["cat", "/proc/meminfo"]:  # a Spark's, idle or with the sim recipe's 0.7 serving
+                serving = any(c.running and c.ours for c in self.model.containers.values())
+                name = "meminfo-sim-spark-serving-0.7.txt" if serving else "meminfo-sim-spark-idle.txt"
+                return 0, (facts.SAMPLES / name).read_text(), ""
             if argv[:2] == ["mkdir", "-p"]:
                 return 0, "", ""
             if argv[:2] == ["ss", "-Hltnpe"]:

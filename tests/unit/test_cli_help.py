@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 from orchestrator.cli.main import app
 
 COMMANDS = [["validate"], ["render"], ["pin"], ["up"], ["down"], ["status"], ["logs"], ["demo"],
-            ["preflight"], ["bench"], ["schema"], ["history"], ["rollback"], ["lock"], ["audit"], ["prune"], ["setup"],
+            ["preflight"], ["bench"], ["schema"], ["history"], ["accept"], ["watch"], ["rollback"], ["lock"], ["audit"],
+            ["prune"], ["setup"],
             ["sim", "up"], ["sim", "down"], ["sim", "fault"], ["sim", "ls"], ["sim", "images"], ["export", "k8s"]]
 
 

@@ -85,6 +85,8 @@ def two_releases(mem: MemCluster):
                                                 "last seen: GET /health: 503"),
     ("spark-2", Fault.WRONG_BACKEND, Phase.LOG_CHECKS, "moe-backend: expected 'B12X', got spark-2: \"Using 'MARLIN' "
                                                        "Mxfp4 MoE backend\""),
+    ("spark-1", Fault.NAN_LOGPROBS, Phase.ACCEPTANCE, "acceptance check logprobs-finite failed at spark-1's API "
+                                                      "(http://spark-1.local:8000): 4 of 4 logprobs not finite"),
 ])
 def test_failed_up_is_undone_and_the_previous_release_serves_again(mem, node, fault, phase, said):
     before = mem.up(mem.deployment(variant(8)))

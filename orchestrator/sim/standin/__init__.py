@@ -32,6 +32,9 @@ Other knobs:
   SIM_AUTO_BACKEND [DEEPGEMM_MXFP4]  what `--moe-backend auto` picks
 Faults: SIM_FAULT_JIT_ASSERT, SIM_FAULT_CRASH_AT_START, SIM_FAULT_HANG_LOAD, SIM_FAULT_OOM,
 SIM_FAULT_COMPLETIONS_HANG (=1), SIM_FAULT_CUDA_GRAPH_RANK (=<rank>).
+Answers for the acceptance checks (answers.py, docs/acceptance.md) and their faults: SIM_FAULT_LOGPROBS_NAN,
+SIM_FAULT_FORGET_BEYOND (=<tokens>), SIM_FAULT_TOOL_PLAIN, SIM_FAULT_SIMPLIFIED, SIM_FAULT_REASONING_INLINE,
+SIM_FAULT_PERTURB (=1 each).
 SIM_FAULT_OOM=1: after "Model loading took", the server really allocates memory in 8 MiB steps.
 In a container with a memory limit below SIM_FAULT_OOM_MIB [128] the kernel's OOM killer kills it
 (Docker: OOMKilled=true); otherwise the supervisor (the process's parent, PID 1 in a container)

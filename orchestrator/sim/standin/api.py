@@ -6,9 +6,11 @@ import socket
 import socketserver
 import time
 import uuid
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
+from . import answers
 from .base import VERSION, Stopped
 from .engine import token_id, tokenize
 from .shapes import ApiError, Shape, chat_prompt, sampling, usage
@@ -180,18 +182,41 @@ class Handler(BaseHTTPRequestHandler):
                                 f"requested {n_prompt + max_tokens} tokens ({n_prompt} in the messages, "
                                 f"{max_tokens} in the completion). Please reduce the length of the "
                                 "messages or completion.")
+        try:
+            answer = answers.plan(prompt, body, shape.chat, engine.features, engine.faults,
+                                  zlib.crc32(prompt.encode()))
+        except answers.ToolChoiceError as exc:
+            raise ApiError(400, str(exc)) from None
         req = engine.prepare(prompt)
-        tokens, reason = engine.output_tokens(req, max_tokens, ignore_eos)
+        tokens, finished = engine.output_tokens(req, max_tokens, ignore_eos, answer.pieces)
+        # the engine finished on a stop either way; the serving layer names a parsed call `tool_calls`
+        reason = "tool_calls" if answer.finish == "tool_calls" and finished == "stop" else finished
         use = usage(n_prompt, len(tokens), req["cached"], bool(self.app.args.enable_prompt_tokens_details))
-        steps = engine.steps(req, tokens, reason)
+        steps = engine.steps(req, tokens, finished)
         try:
             if body.get("stream"):
                 self._stream(shape, steps, len(tokens), reason, use if include_usage else None)
             else:
                 text = "".join(t for group in steps for t in group)
-                self._json(200, shape.body(text, reason, use))
+                self._json(200, shape.body(text, reason, use, self._extra(shape, body, tokens, answer)))
         finally:
             steps.close()  # frees the batch slot (counted as abort) when the client went away
+
+    def _extra(self, shape: Shape, body: dict, tokens: list[str], answer: answers.Plan) -> dict:
+        """What a non-streamed answer carries besides its text: logprobs, tool calls, reasoning."""
+        faults, extra = self.app.engine.faults, {}
+        shown = [t for t in tokens if t]
+        top = body.get("top_logprobs") or 0
+        if shape.chat and body.get("logprobs"):
+            extra["logprobs"] = answers.chat_logprobs(shown, int(top), faults)
+        elif not shape.chat and body.get("logprobs") is not None:
+            extra["logprobs"] = answers.completion_logprobs(shown, int(body["logprobs"]), faults)
+        if answer.tool_call:
+            extra["tool_calls"] = answers.tool_calls(answer.tool_call)
+        if answer.reasoning:
+            extra["reasoning"] = answer.reasoning
+            extra["reasoning_inline"] = faults.reasoning_inline
+        return extra
 
     def _stream(self, shape: Shape, steps, total: int, reason: str, use: dict | None) -> None:
         self.send_response(200)

@@ -8,13 +8,12 @@ import threading
 import time
 import zlib
 
+from .answers import CJK, TOKEN_RE, Faults, Features, salt
 from .base import Life, Stopped
 from .batch import Batch, Member
 from .metrics import Metrics
 from .speed import Truth
 
-CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-TOKEN_RE = re.compile(rf"[{CJK}]|[^\W{CJK}]+|[^\w\s]")
 PROSE = [" the", " model", " runs", " on", " two", " nodes", " and", " each", " rank", " loads",
          " its", " shard", " of", " weights", ",", " then", " serves", " tokens", " quickly", "."]
 CODE = [" def", " return", " x", " =", " +", " 1", "(", ")", ":", " if", " for", " in", " range",
@@ -83,6 +82,7 @@ class Engine:
         if env.get("SIM_FAULT_COMPLETIONS_HANG") == "1":
             self.stalled.set()
         self.dead = False
+        self.faults, self.features = Faults.from_env(env), Features.from_args(args)
         enabled = args.enable_prefix_caching is not False  # on by default in vLLM V1
         self.cache = PrefixCache(args.block_size, enabled)
         self.metrics = Metrics(args.served_name, self.spec_k, self._metrics_lag, self.truth.seed)
@@ -130,14 +130,20 @@ class Engine:
             self.counter += 1
             n = self.counter
         self.metrics.add(prefix_cache_queries=len(ids) if self.cache.enabled else 0, prefix_cache_hits=cached)
-        digest = int(hashlib.sha256(prompt.encode()).hexdigest()[:16], 16)
+        digest = salt(int(hashlib.sha256(prompt.encode()).hexdigest()[:16], 16), self.faults)
         rng = random.Random(self.truth.seed * 1_000_003 + n)
         profile = profile_of(prompt)
         return {"ids": ids, "cached": cached, "profile": profile, "digest": digest, "rng": rng,
                 "level": self.truth.level(profile, rng)}
 
-    def output_tokens(self, req: dict, max_tokens: int, ignore_eos: bool) -> tuple[list[str], str]:
-        """The greedy continuation (text tokens; '' stands for EOS, which counts but prints nothing)."""
+    def output_tokens(self, req: dict, max_tokens: int, ignore_eos: bool,
+                      forced: list[str] | None = None) -> tuple[list[str], str]:
+        """The greedy continuation (text tokens; '' stands for EOS, which counts but prints nothing);
+        `forced`: an answer's own pieces (answers.py), cut at max_tokens, then EOS."""
+        if forced is not None:
+            if len(forced) + 1 > max_tokens:
+                return forced[:max_tokens], "length"
+            return forced + [""], "stop"
         vocab = {"code": CODE, "zh": ZH}.get(req["profile"], PROSE)
         pick = random.Random(req["digest"])
         eos_at = 20 + req["digest"] % 480
@@ -154,6 +160,8 @@ class Engine:
         """
         self._admit()
         member, finished = Member(req, tokens, 1), False
+        held = len(req["ids"]) + len(tokens)
+        self.metrics.add(kv_used=held)
         try:
             self._until(time.monotonic() + self.truth.prefill_seconds(len(req["ids"]), req["cached"]))
             self.metrics.add(prompt_tokens=len(req["ids"]))
@@ -173,5 +181,6 @@ class Engine:
                 group = self.batch.next_group(member)
         finally:
             self.batch.leave(member)
+            self.metrics.add(kv_used=-held)
             if not finished:
                 self._release("abort")

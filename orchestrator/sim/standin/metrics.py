@@ -25,7 +25,9 @@ class Metrics:
         self.lock = threading.Lock()
         self.c = {"prompt_tokens": 0, "generation_tokens": 0, "prefix_cache_queries": 0,
                   "prefix_cache_hits": 0, "spec_decode_num_drafts": 0,
-                  "spec_decode_num_draft_tokens": 0, "spec_decode_num_accepted_tokens": 0}
+                  "spec_decode_num_draft_tokens": 0, "spec_decode_num_accepted_tokens": 0,
+                  "kv_used": 0}  # tokens the running requests hold in the KV cache (prompt + output)
+        self.kv_capacity = 0  # the GPU KV cache size in tokens, set once the engine has profiled
         self.success = dict.fromkeys(FINISH_REASONS, 0)
         self.per_pos = [0] * spec_k
         self.running = self.waiting = 0
@@ -93,6 +95,8 @@ class Metrics:
                [("", running)])
         metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
                [("", waiting)])
+        usage = min(1.0, c["kv_used"] / self.kv_capacity) if self.kv_capacity else 0.0
+        metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [("", usage)])
         metric("vllm:request_success", "counter", "Count of successfully processed requests.",
                [(f',finished_reason="{r}"', n) for r, n in success.items()])
         metric("vllm:prefix_cache_queries", "counter",

@@ -231,6 +231,7 @@ class Node:
                            f"memory ({avail:.2f} GiB). Based on the available memory, the estimated maximum "
                            f"model length is {tokens}. Try increasing `gpu_memory_utilization` or "
                            "decreasing `max_model_len` when initializing the engine.")
+        self.engine.metrics.kv_capacity = tokens
         if self.head:
             self.log.info("EngineCore_DP0", "kv_cache_utils.py:1291",
                           f"GPU KV cache size: {tokens:,} tokens, Maximum concurrency for "

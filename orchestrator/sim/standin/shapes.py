@@ -93,15 +93,20 @@ class Shape:
     def usage_chunk(self, use: dict) -> dict:
         return {**self.head, "choices": [], "usage": use}
 
-    def body(self, text: str, finish: str, use: dict) -> dict:
-        """The non-streamed answer."""
+    def body(self, text: str, finish: str, use: dict, extra: dict | None = None) -> dict:
+        """The non-streamed answer; `extra` (api._extra): logprobs, tool_calls, reasoning."""
+        extra = extra or {}
+        logprobs = extra.get("logprobs")
         if not self.chat:
-            return {**self.head, "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
+            return {**self.head, "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish,
                                               "stop_reason": None, "prompt_logprobs": None}], "usage": use}
-        message = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
-                   "function_call": None, "tool_calls": [], "reasoning_content": None}
+        calls, reasoning = extra.get("tool_calls") or [], extra.get("reasoning")
+        if reasoning and extra.get("reasoning_inline"):  # no parser split it: the thinking stays in content
+            text, reasoning = f"<think>{reasoning}</think>{text}", None
+        message = {"role": "assistant", "content": None if calls else text, "refusal": None, "annotations": None,
+                   "audio": None, "function_call": None, "tool_calls": calls, "reasoning_content": reasoning}
         return {**self.head, "object": "chat.completion",
-                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish,
+                "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish,
                              "stop_reason": None}],
                 "service_tier": None, "system_fingerprint": None, "usage": use, "prompt_logprobs": None,
                 "kv_transfer_params": None}

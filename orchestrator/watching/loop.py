@@ -1,0 +1,25 @@
+"""The watch loop: a sample every interval until one shows a problem (exit 1) or the user stops it."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from . import textfile
+from .model import Sample
+from .sample import take
+
+
+def watch(inventory_path: Path, recipe: str | None, *, interval: float, once: bool, textfile_path: str | None,
+          show: Callable[[Sample], None], reserve_gib: float | None = None, stop: Callable[[], bool] = lambda: False,
+          **seams) -> Sample:
+    """Returns the last sample: the first with a problem, or (`once`) the only one."""
+    while True:
+        started = time.monotonic()
+        sample = take(inventory_path, recipe, reserve_gib, window=min(1.0, interval), **seams)
+        if textfile_path:
+            textfile.write(textfile_path, sample)
+        show(sample)
+        if once or sample.problems or stop():
+            return sample
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))  # the sampling period itself
