@@ -51,6 +51,7 @@ OFFLINE = {
     ("sim", "images"): ([], NO_DOCKER),
     ("demo",): (["--name", "Not A Name!"], {}),
     ("setup",): (["10.0.0.1", "10.0.0.1"], {}),  # a host given twice: bad input before any connection
+    ("schema",): (["recipe"], {}),  # reads the models only
 }
 # One name, two kinds of value, on purpose: each says why.
 SAME_NAME_OTHER_VALUE = {
