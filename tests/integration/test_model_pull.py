@@ -214,10 +214,7 @@ def test_downloads_once_in_the_pinned_image_then_copies(pair, hub, tmp_path):
     assert leaked.stdout == "", f"the token was left on spark-1: {leaked.stdout}"
 
 
-@pytest.mark.skipif(os.environ.get("SPARK_DEPLOY_TEST_FOUR_NODES") != "1",
-                    reason="a 4-node cluster of its own (~1 min): SPARK_DEPLOY_TEST_FOUR_NODES=1 runs it; the suite "
-                           "has no shared 4-node cluster")
-def test_four_nodes_blob_deleted_on_spark2_and_corrupted_on_spark3(sim_cluster_factory, tmp_path):
+def _four_nodes_blob_deleted_on_spark2_and_corrupted_on_spark3(sim_cluster_factory, tmp_path):
     quad = sim_cluster_factory(nodes=4, load_image_on=(1,))
     yaml = YAML()
     doc = yaml.load(quad.recipe_path.read_text())
@@ -238,3 +235,9 @@ def test_four_nodes_blob_deleted_on_spark2_and_corrupted_on_spark3(sim_cluster_f
                               "spark-3": {"bytes": BLOBS[SHARD3], "blobs": [SHARD3]},
                               "spark-4": {"bytes": 0, "blobs": []}}
     assert verify_blobs(quad, recipe) == {f"spark-{i}": "ok" for i in (1, 2, 3, 4)}
+
+
+# Opt-in (a 4-node cluster of its own, ~1 min; the suite has no shared 4-node cluster): collected only with
+# SPARK_DEPLOY_TEST_FOUR_NODES=1, so a CI run neither pays for it nor reports a skip.
+if os.environ.get("SPARK_DEPLOY_TEST_FOUR_NODES") == "1":
+    test_four_nodes_blob_deleted_on_spark2_and_corrupted_on_spark3 = _four_nodes_blob_deleted_on_spark2_and_corrupted_on_spark3
