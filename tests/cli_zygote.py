@@ -28,7 +28,9 @@ proto_in, proto_out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
 null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 0)
 os.dup2(null, 1)
-from orchestrator.cli.main import run  # once; every call below forks from here
+from orchestrator.cli.lazy import load_all
+from orchestrator.cli.main import COMMANDS, run  # once; every call below forks from here
+load_all(COMMANDS)  # the commands' modules too (the CLI imports each only when it is used)
 
 def child(req):
     os.setpgid(0, 0)  # its own group, as the client kills it by group on a timeout

@@ -198,8 +198,6 @@ def exit_codes(as_json: bool = False) -> Iterator[None]:
     from typer.exceptions import Abort, Exit, TyperException
 
     from ..bugs import unexpected
-    from ..operation import OperationRefused
-    from ..releases.lock import LockError
 
     _JSON.update(emitted=False, stream_ended_failed=False)
     try:
@@ -215,11 +213,6 @@ def exit_codes(as_json: bool = False) -> Iterator[None]:
         err.print(f"[bold red]error[/]: {_escape(str(exc))}")
         _json_error(as_json, EXIT_BAD_INPUT, [str(exc)])
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    except (Failed, OperationRefused, LockError) as exc:  # the nodes or the lock said no: nothing was changed
-        _debug(exc)
-        err.print(f"[bold red]failed[/]: {_escape(str(exc))}")
-        _json_error(as_json, EXIT_FAILED, [str(exc)])
-        raise typer.Exit(EXIT_FAILED) from None
     except (Exit, Abort, TyperException) as exc:  # the command line's own ends (typer.Exit is a RuntimeError)
         code = getattr(exc, "exit_code", EXIT_FAILED)
         if code:
@@ -227,9 +220,27 @@ def exit_codes(as_json: bool = False) -> Iterator[None]:
         raise
     except Exception as exc:  # noqa: BLE001 - a bug: said as one, never a bare traceback
         _debug(exc)
+        if isinstance(exc, Failed) or _refused(exc):  # the nodes or the lock said no: nothing was changed
+            err.print(f"[bold red]failed[/]: {_escape(str(exc))}")
+            _json_error(as_json, EXIT_FAILED, [str(exc)])
+            raise typer.Exit(EXIT_FAILED) from None
         err.print(f"[bold red]failed[/]: {_escape(unexpected(exc))}")
         _json_error(as_json, EXIT_FAILED, [unexpected(exc)])
         raise typer.Exit(EXIT_FAILED) from None
+
+
+_REFUSALS = (("operation.operation", "OperationRefused"), ("releases.lock", "LockError"))
+
+
+def _refused(exc: BaseException) -> bool:
+    """An OperationRefused or a LockError. Looked up among the loaded modules, not imported: such an exception
+    exists only once its module was, and `validate` or `--help` must not pay for importing the transport."""
+    root = __name__.split(".")[0]
+    for module, name in _REFUSALS:
+        cls = getattr(sys.modules.get(f"{root}.{module}"), name, None)
+        if cls is not None and isinstance(exc, cls):
+            return True
+    return False
 
 
 def _json_error(as_json: bool, code: int, errors: list[str]) -> None:

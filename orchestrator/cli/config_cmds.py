@@ -14,7 +14,6 @@ from ..config.load import load_deployment
 from ..config.local_checks import local_problems
 from ..config.source import ConfigError
 from ..config.vllm_flags import extra_problems
-from ..render.plan import PREVIEW_RUN, build_plan
 from .common import BadInput, ClusterOpt, InventoryOpt, JsonOpt, NodeOpt, RecipeArg, emit_json, err, exit_codes, out
 
 
@@ -53,6 +52,8 @@ def render(
 
     Example: spark-deploy render recipes/dspark-0731-b12x.yaml --node spark-2
     """
+    from ..render.plan import PREVIEW_RUN, build_plan  # jinja2: only `render` needs it
+
     with exit_codes(as_json):
         dep = load_deployment(recipe, inventory)
         full = build_plan(dep, PREVIEW_RUN)

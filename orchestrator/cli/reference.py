@@ -65,11 +65,13 @@ def _config() -> str:
     return CONFIG + head + "\n\n```yaml\n" + inspect.cleandoc(example) + "\n```\n\n" + after + "\n\n"
 
 
-def _walk(command, path=()):
+def walk_commands(command, path: tuple[str, ...] = ()):
+    """(path, command) for every runnable command below `command`, in the order `--help` lists them (the
+    conventions test walks the CLI with this too)."""
     ctx = typer.Context(command)
     if hasattr(command, "list_commands"):
         for name in command.list_commands(ctx):
-            yield from _walk(command.get_command(ctx, name), (*path, name))
+            yield from walk_commands(command.get_command(ctx, name), (*path, name))
     else:
         yield path, command
 
@@ -131,7 +133,7 @@ def render_reference(app: typer.Typer | None = None) -> str:
     if app is None:
         from .main import app
     root = typer.main.get_command(app)
-    commands = list(_walk(root))
+    commands = list(walk_commands(root))
     index = ["## Commands", ""] + [f"- [`spark-deploy {' '.join(p)}`](#spark-deploy-{'-'.join(p)}): "
                                    f"{_cell(_help(c.help or '')[0].split(chr(10) * 2)[0].split('. ')[0].rstrip('.'))}" for p, c in commands]
     body = [_command(p, c) for p, c in commands]

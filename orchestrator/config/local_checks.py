@@ -13,15 +13,12 @@ import stat
 from pathlib import Path
 from typing import Any, Mapping
 
-import paramiko
-
 from .files import FileRefused, check_regular, read_regular
 from .inventory import Inventory
 from .load import Deployment
 from .source import ConfigIssue, Document
 
 KEY_BYTES_LIMIT = 64 * 1024  # an RSA-16384 private key is ~13 KiB
-_KEY_CLASSES = (paramiko.Ed25519Key, paramiko.RSAKey, paramiko.ECDSAKey)
 
 
 def default_known_hosts(environ: Mapping[str, str]) -> str:
@@ -46,7 +43,9 @@ def key_problem(path: str) -> str | None:
         return f"private key {path}: {exc}"
     except UnicodeDecodeError:
         return f"{path} is not a private key (binary data)"
-    for cls in _KEY_CLASSES:
+    import paramiko  # here, not at the top: `validate` of an inventory without ssh.key does not pay for it
+
+    for cls in (paramiko.Ed25519Key, paramiko.RSAKey, paramiko.ECDSAKey):
         try:
             cls.from_private_key(io.StringIO(text))
             return None
