@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config.hints import fixed
 from ..config.source import ConfigError, ConfigIssue, read_document
 
 CONFIG_ENV = "SPARK_DEPLOY_CONFIG"
@@ -51,17 +52,19 @@ def load(env: Mapping[str, str] | None = None) -> UserConfig:
     if data is None:
         return UserConfig(path, exists=True)
     if not isinstance(data, dict):
-        raise ConfigError([doc.issue((), "want a mapping with `inventory: PATH` and/or `clusters: {NAME: PATH}`")])
+        raise ConfigError([doc.issue((), fixed("the top level must be a mapping",
+                                               "write `inventory: PATH` and/or `clusters: {NAME: PATH}`"))])
     issues = []
     for key in data:
         if key not in KEYS:
             near = difflib.get_close_matches(str(key), KEYS, n=1)
-            issues.append(doc.issue((key,), "unknown key" + (f"; did you mean {near[0]!r}?" if near else
-                                                            f"; the keys are {', '.join(KEYS)}")))
+            issues.append(doc.issue((key,), fixed("unknown key", f"did you mean {near[0]!r}?" if near else
+                                                  f"use one of the keys {', '.join(KEYS)}")))
 
     def where(value, loc) -> Path | None:
         if not isinstance(value, str) or not value.strip():
-            issues.append(doc.issue(loc, f"want a path to an inventory file, read {value!r}"))
+            issues.append(doc.issue(loc, fixed(f"want a path to an inventory file, read {value!r}",
+                                               f"write it like `{loc[-1]}: ~/sparks/inventory.yaml`")))
             return None
         p = Path(value).expanduser()
         return p if p.is_absolute() else path.parent / p
@@ -70,7 +73,8 @@ def load(env: Mapping[str, str] | None = None) -> UserConfig:
     clusters: dict[str, Path] = {}
     raw = data.get("clusters", {})
     if not isinstance(raw, dict):
-        issues.append(doc.issue(("clusters",), "want a mapping of names to inventory paths, e.g. `lab: ~/lab.yaml`"))
+        issues.append(doc.issue(("clusters",), fixed("want a mapping of names to inventory paths",
+                                                     "write `lab: ~/lab.yaml` lines indented below `clusters:`")))
     else:
         for name, value in raw.items():
             found = where(value, ("clusters", name))
@@ -92,4 +96,4 @@ def cluster_inventory(config: UserConfig, name: str) -> Path:
         fix = (f"did you mean {near[0]!r}? " if near else "") + (
             f"the clusters are {', '.join(sorted(config.clusters))}" if config.clusters else
             "it names no cluster: add `clusters: {" + name + ": PATH}`")
-    raise ConfigError([ConfigIssue(str(config.path), None, f"clusters.{name}", f"no cluster {name!r}: {fix}")])
+    raise ConfigError([ConfigIssue(str(config.path), None, f"clusters.{name}", fixed(f"no cluster {name!r}", fix))])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .hints import fixed
 from .types import Name, Text
 
 
@@ -37,5 +38,5 @@ class AcceptanceSettings(_Model):
     def _unique(cls, custom: list) -> list:
         names = [c.name for c in custom]
         if len(set(names)) != len(names):
-            raise ValueError("custom check names must be unique")
+            raise ValueError(fixed("custom check names must be unique", "rename one of the checks that share a name"))
         return custom

@@ -6,6 +6,7 @@ comes), a device (/dev/zero never ends) or a huge file. Only regular files under
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -15,7 +16,19 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
 
 
 class FileRefused(Exception):
-    """The file cannot be read as asked; the message says why (without the path: the caller names it)."""
+    """The file cannot be read as asked; the message says why (without the path: the caller names it), `fix`
+    what to do about it in general (a caller that knows what the file is for may say more)."""
+
+    def __init__(self, message: str, fix: str):
+        super().__init__(message)
+        self.fix = fix
+
+
+def _os_refusal(exc: OSError) -> FileRefused:
+    fix = {errno.ENOENT: "check the path (a relative one starts at the current directory)",
+           errno.EACCES: "make the file readable by this user (chmod u+r), or run as its owner"}.get(
+        exc.errno or 0, "check the file and its directory")
+    return FileRefused(f"cannot read file: {exc.strerror or exc}", fix)
 
 
 def kind_of(mode: int) -> str:
@@ -31,9 +44,9 @@ def check_regular(path: str | Path) -> os.stat_result:
     try:
         st = os.stat(path)
     except OSError as exc:
-        raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
+        raise _os_refusal(exc) from None
     if not stat.S_ISREG(st.st_mode):
-        raise FileRefused(f"is {kind_of(st.st_mode)}, not a regular file")
+        raise FileRefused(f"is {kind_of(st.st_mode)}, not a regular file", "name the file itself")
     return st
 
 
@@ -45,15 +58,16 @@ def read_regular(path: str | Path, limit: int) -> bytes:
     """
     st = check_regular(path)
     if st.st_size > limit:
-        raise FileRefused(f"file is {size_text(st.st_size)}, over the {size_text(limit)} limit")
+        raise FileRefused(f"file is {size_text(st.st_size)}, over the {size_text(limit)} limit",
+                          "name the right file (this one is far larger than any it could be)")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
-        raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
+        raise _os_refusal(exc) from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise FileRefused(f"is {kind_of(mode)}, not a regular file")
+            raise FileRefused(f"is {kind_of(mode)}, not a regular file", "name the file itself")
         chunks, total = [], 0
         while total <= limit:
             chunk = os.read(fd, min(65536, limit + 1 - total))
@@ -62,9 +76,10 @@ def read_regular(path: str | Path, limit: int) -> bytes:
             chunks.append(chunk)
             total += len(chunk)
     except OSError as exc:
-        raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
+        raise _os_refusal(exc) from None
     finally:
         os.close(fd)
     if total > limit:
-        raise FileRefused(f"file grew past the {size_text(limit)} limit while being read")
+        raise FileRefused(f"file grew past the {size_text(limit)} limit while being read",
+                      "name a file nothing is writing to")
     return b"".join(chunks)

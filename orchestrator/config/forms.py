@@ -20,14 +20,18 @@ def _max_model_len(value: object) -> object:
     """vLLM's `--max-model-len` parser (human_readable_int_or_auto), except its `auto`."""
     if not isinstance(value, str):
         return value
+    from .hints import fixed  # here: hints imports this module's DOCKER_SIZE
+
     try:
         parsed = human_readable_int_or_auto(value)
     except (ValueError, argparse.ArgumentTypeError) as exc:
         detail = f": {exc}" if isinstance(exc, argparse.ArgumentTypeError) else ""
-        raise ValueError(f"{value!r} is not {_MAX_LEN_FORMS}{detail}") from None
+        raise ValueError(fixed(f"{value!r} is not {_MAX_LEN_FORMS}{detail}", "write it like `max_model_len: 32768` "
+                               "or `max_model_len: 32K`")) from None
     if parsed == -1:  # vLLM's auto shrinks to what fits in memory: preflight's model-fit needs the number
-        raise ValueError(f"{value!r} (vLLM's fit-to-memory) is not taken here: model-fit preflight needs a "
-                         "number; leave the key out for the model's own limit")
+        raise ValueError(fixed(f"{value!r} (vLLM's fit-to-memory) is not taken here: model-fit preflight needs a "
+                               "number", "write the number of tokens (`max_model_len: 32K`), or delete the key for "
+                               "the model's own limit"))
     return parsed
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import posixpath
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from .hints import suggest
+from .hints import closest, fixed
 from .types import SECRET_NAME, TOKEN_VALUE, AbsPath, EnvName, Host, IPAddress, Name, NodeName, Port, Text
 
 
@@ -44,6 +45,9 @@ class Node(Model):
     ssh: NodeSSH | None = None
 
 
+_ROCE_EXAMPLE = {"hca": "`hca: rocep1s0f1`", "gid_index": "`gid_index: 3`"}
+
+
 class Interconnect(Model):
     """One profile for the whole cluster; per-node differences go in `nodes[].env`."""
 
@@ -60,9 +64,12 @@ class Interconnect(Model):
         variable = {"hca": "NCCL_IB_HCA", "gid_index": "NCCL_IB_GID_INDEX"}[info.field_name]
         profile = info.data.get("profile")
         if profile == "roce" and value is None:
-            raise ValueError(f"profile roce needs {info.field_name} ({variable})")
+            raise ValueError(fixed(f"profile roce needs {info.field_name} ({variable})",
+                                   f"add {_ROCE_EXAMPLE[info.field_name]} under `interconnect:` (`spark-deploy setup` "
+                                   "finds it on the nodes), or write `profile: tcp`"))
         if profile == "tcp" and value is not None:
-            raise ValueError(f"profile tcp takes no {info.field_name} (NCCL_IB_DISABLE=1)")
+            raise ValueError(fixed(f"profile tcp takes no {info.field_name} (NCCL_IB_DISABLE=1)",
+                                   f"delete the `{info.field_name}:` line, or write `profile: roce`"))
         return value
 
 
@@ -95,6 +102,13 @@ def _within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
+_DUPLICATE_FIX = {
+    "name": "give each node its own name (`name: spark-2`)",
+    "address": "write this node's own address: each node is another machine",
+    "fabric_ip": "write this node's own fabric address (`ip -4 addr show` on the node lists it)",
+}
+
+
 def inventory_problems(inv: Inventory) -> list[tuple[tuple, str]]:
     """Cross-field problems as (location, message); the loader turns locations into file:line."""
     problems: list[tuple[tuple, str]] = []
@@ -104,15 +118,21 @@ def inventory_problems(inv: Inventory) -> list[tuple[tuple, str]]:
             value = getattr(node, field)
             first = seen.setdefault((field, value), i)
             if first != i:
-                problems.append((("nodes", i, field), f"duplicate {field} {value!r} (also nodes[{first}])"))
+                problems.append((("nodes", i, field), fixed(f"duplicate {field} {value!r} (also nodes[{first}])",
+                                                            _DUPLICATE_FIX[field])))
         if _within(node.jit_cache, node.hf_cache) or _within(node.hf_cache, node.jit_cache):
-            problems.append((("nodes", i, "jit_cache"), "the JIT cache must be its own directory, not the HF cache or inside it (field note 2)"))
+            own = posixpath.join(posixpath.dirname(node.hf_cache.rstrip("/")) or "/", "vllm-jit")
+            problems.append((("nodes", i, "jit_cache"), fixed(
+                "the JIT cache must be its own directory, not the HF cache or inside it (field note 2)",
+                f"give it a directory beside the HF cache: `jit_cache: {own}`")))
         for key, value in node.env.items():
             if SECRET_NAME.search(key) or TOKEN_VALUE.match(value):
-                problems.append((("nodes", i, "env", key), f"{key} looks like a secret given as a literal value: "
-                                                           "remove it and list its name under the recipe's `secrets:`"))
+                problems.append((("nodes", i, "env", key), fixed(f"{key} looks like a secret given as a literal value",
+                                                                 f"delete this line; export {key} in your shell and "
+                                                                 f"list `- {key}` under the recipe's `secrets:`")))
     if inv.head not in {n.name for n in inv.nodes}:
         names = [n.name for n in inv.nodes]
-        problems.append((("head",), f"head {inv.head!r} is not one of the nodes{suggest(inv.head, names)}: "
-                                    f"name one of {', '.join(names)}"))
+        meant = closest(inv.head, names) or names[0]
+        problems.append((("head",), fixed(f"head {inv.head!r} is not one of the nodes ({', '.join(names)})",
+                                          f"write `head: {meant}`")))
     return problems

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from .hints import keys_at, pattern_words, suggest, type_hint
+from .hints import closest, example_of, fixed, keys_at, pattern_message, type_hint, yaml_line
 from .inventory import Inventory, inventory_problems
 from .recipe import Recipe, recipe_problems
 from .source import ConfigError, ConfigIssue, Document, read_document
@@ -17,6 +17,8 @@ _MESSAGES = {
     "extra_forbidden": "unknown key",
     "missing": "required key is missing",
 }
+_BOUNDS = {"greater_than": ("gt", 1), "greater_than_equal": ("ge", 0), "less_than": ("lt", -1),
+           "less_than_equal": ("le", 0)}
 
 
 def _clean_loc(loc: tuple) -> tuple:
@@ -24,24 +26,51 @@ def _clean_loc(loc: tuple) -> tuple:
     return tuple(p for p in loc if isinstance(p, int) or not any(c in str(p) for c in "[]()"))
 
 
+def _key(loc: tuple) -> str:
+    """The key a fix writes: the last name in `loc` (a list item's is its list's)."""
+    return next((str(p) for p in reversed(loc) if not isinstance(p, int)), "value")
+
+
+def _bound_fix(err: dict, key: str) -> str:
+    """The nearest value inside a numeric bound, as the line to write."""
+    name, step = _BOUNDS[err["type"]]
+    bound = err.get("ctx", {}).get(name)
+    if isinstance(bound, int) and isinstance(err.get("input"), int):
+        return f"write {yaml_line(key, bound + step)} or {'more' if step >= 0 and name[0] == 'g' else 'less'}"
+    side = {"gt": "above", "ge": "at least", "lt": "below", "le": "at most"}[name]
+    return f"write a number {side} {bound}"
+
+
 def _message(err: dict, loc: tuple, model: type) -> str:
     """pydantic's words, plus the fix: the key meant, or the value read and the forms accepted."""
+    key, value = _key(loc), err.get("input")
     if err["type"] == "extra_forbidden":
         known = keys_at(model, loc[:-1])
-        return "unknown key" + (suggest(loc[-1], known) or (f" (accepted here: {', '.join(known)})" if known else ""))
+        meant = closest(loc[-1], known)
+        if meant:
+            return fixed("unknown key", f"did you mean {yaml_line(meant, value)}?")
+        return fixed("unknown key", f"remove it, or use a key accepted here: {', '.join(known)}" if known else "remove it")
     if err["type"] == "string_pattern_mismatch":
-        return f"{err.get('input')!r} is not {pattern_words(err['ctx']['pattern'])}"
+        return pattern_message(value, err["ctx"]["pattern"], key)
     message = _MESSAGES.get(err["type"], err["msg"].removeprefix("Value error, "))
     if err["type"] == "extra_value_type":
-        return (f"a vLLM flag's value: read {err.get('input')!r}; write true/false, a number or text, or for a "
-                "JSON option a mapping (compilation-config: {mode: 3})")
+        return fixed(f"a vLLM flag's value: read {value!r}", "write true/false, a number or text, or for a JSON option "
+                     "a mapping (compilation-config: {mode: 3})")
     if err["type"] == "missing":
-        return f"{message}: add `{loc[-1]}:` here (`spark-deploy schema recipe|inventory` lists every key)"
-    if err["type"] in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_short", "too_long"):
-        return f"{message}; read {err.get('input')!r}" if not isinstance(err.get("input"), (dict, list)) else message
+        example = example_of(model, loc)
+        return fixed(message, f"add {yaml_line(key, example) if example is not None else f'`{key}:`'} here "
+                              "(`spark-deploy schema recipe|inventory` lists every key)")
+    if err["type"] in _BOUNDS:
+        return fixed(f"{message}; read {value!r}", _bound_fix(err, key))
+    if err["type"] in ("too_short", "too_long"):
+        return fixed(message, "list at least {min_length}".format(**err.get("ctx", {})) if err["type"] == "too_short"
+                     else "list at most {max_length}".format(**err.get("ctx", {})))
     if err["type"] == "literal_error":
-        return f"{message}; read {err.get('input')!r}" + suggest(err.get("input"), _expected(err))
-    return message + type_hint(err)
+        expected = _expected(err)
+        meant = closest(value, expected)
+        fix = f"did you mean {yaml_line(key, meant)}?" if meant else f"write one of them, e.g. {yaml_line(key, expected[0])}"
+        return fixed(f"{message}; read {value!r}", fix)
+    return message + type_hint(err, key)
 
 
 def _expected(err: dict) -> list[str]:
@@ -107,28 +136,38 @@ def pair_problems(recipe: Recipe, rdoc: Document, inventory: Inventory, idoc: Do
     v = recipe.vllm
     world = v.tensor_parallel_size * v.pipeline_parallel_size
     if world != inventory.gpu_count:
-        issues.append(rdoc.issue(("vllm", "tensor_parallel_size"),
-                                 f"tensor_parallel_size x pipeline_parallel_size = {world}, but {idoc.path} offers "
-                                 f"{inventory.gpu_count} GPU(s) on {len(inventory.nodes)} node(s)"))
+        gpus, pp = inventory.gpu_count, v.pipeline_parallel_size
+        fix = (f"write `tensor_parallel_size: {gpus // pp}`" if gpus % pp == 0 else
+               f"write `tensor_parallel_size: {gpus}` and `pipeline_parallel_size: 1`") + ", or use an inventory with that many GPUs"
+        issues.append(rdoc.issue(("vllm", "tensor_parallel_size"), fixed(
+            f"tensor_parallel_size x pipeline_parallel_size = {world}, but {idoc.path} offers "
+            f"{inventory.gpu_count} GPU(s) on {len(inventory.nodes)} node(s)", fix)))
     if v.master_port == recipe.serve.port:
-        issues.append(rdoc.issue(("vllm", "master_port"), f"master port {v.master_port} is also the serve port"))
+        other = 29501 if recipe.serve.port != 29501 else 29502
+        issues.append(rdoc.issue(("vllm", "master_port"), fixed(f"master port {v.master_port} is also the serve port",
+                                                                f"write another port, e.g. `master_port: {other}`")))
     if len(inventory.nodes) > 1 and v.distributed_executor_backend == "uni":
-        issues.append(rdoc.issue(("vllm", "distributed_executor_backend"), "more than one node needs backend mp"))
+        issues.append(rdoc.issue(("vllm", "distributed_executor_backend"),
+                                 fixed("more than one node needs backend mp", "write `distributed_executor_backend: mp`")))
     names = {n.name for n in inventory.nodes}
     for i, line in enumerate(recipe.expect.lines):
         if line.nodes != "all":
             for j, node in enumerate(line.nodes):
                 if node not in names:
-                    issues.append(rdoc.issue(("expect", "lines", i, "nodes", j), f"node {node!r} is not in {idoc.path}"
-                                             f"{suggest(node, sorted(names))} (nodes: {', '.join(sorted(names))})"))
+                    meant = closest(node, sorted(names))
+                    issues.append(rdoc.issue(("expect", "lines", i, "nodes", j), fixed(
+                        f"node {node!r} is not in {idoc.path} (nodes: {', '.join(sorted(names))})",
+                        f"did you mean {meant}?" if meant else "name one of those nodes, or write `nodes: all`")))
     targets = [m.target for m in recipe.mounts.overlays + recipe.mounts.extra] + [recipe.mounts.hf_cache, recipe.mounts.jit_cache]
     for i, mount in enumerate(recipe.mounts.overlays + recipe.mounts.extra):
         if targets.count(mount.target) > 1:
             section = "overlays" if i < len(recipe.mounts.overlays) else "extra"
             index = i if section == "overlays" else i - len(recipe.mounts.overlays)
-            issues.append(rdoc.issue(("mounts", section, index, "target"), f"{mount.target} is mounted twice"))
+            issues.append(rdoc.issue(("mounts", section, index, "target"), fixed(
+                f"{mount.target} is mounted twice", "give this mount a target of its own, or delete one of the two")))
     if recipe.mounts.hf_cache == recipe.mounts.jit_cache:
-        issues.append(rdoc.issue(("mounts", "jit_cache"), "the JIT cache must not be the HF cache mount (field note 2)"))
+        issues.append(rdoc.issue(("mounts", "jit_cache"), fixed("the JIT cache must not be the HF cache mount (field note 2)",
+                                                                f"write a path of its own: `jit_cache: {'/jitcache' if recipe.mounts.hf_cache != '/jitcache' else '/cache/vllm-jit'}`")))
     return issues
 
 

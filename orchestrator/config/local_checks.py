@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import stat
 from pathlib import Path
 from typing import Any, Mapping
 
 from .files import FileRefused, check_regular, read_regular
+from .hints import fixed
 from .inventory import Inventory
 from .load import Deployment
 from .source import ConfigIssue, Document
 
 KEY_BYTES_LIMIT = 64 * 1024  # an RSA-16384 private key is ~13 KiB
+_KEY_FIX = "name an existing private key by its full path, or remove ssh.key to use ssh-agent and ~/.ssh's default keys"
 
 
 def default_known_hosts(environ: Mapping[str, str]) -> str:
@@ -32,17 +35,17 @@ def key_problem(path: str) -> str | None:
     try:
         st = check_regular(path)
     except FileRefused as exc:
-        return f"private key {path}: {exc}"
+        return fixed(f"private key {path}: {exc}", _KEY_FIX)
     if st.st_mode & 0o077:
         mode = stat.S_IMODE(st.st_mode)
-        return (f"private key {path} is readable by group or others (mode {mode:04o}); OpenSSH refuses such a key: "
-                f"chmod 600 {path}")
+        return fixed(f"private key {path} is readable by group or others (mode {mode:04o}); OpenSSH refuses such a key",
+                     f"chmod 600 {shlex.quote(path)}")
     try:
         text = read_regular(path, KEY_BYTES_LIMIT).decode("utf-8")
     except FileRefused as exc:
-        return f"private key {path}: {exc}"
+        return fixed(f"private key {path}: {exc}", _KEY_FIX)
     except UnicodeDecodeError:
-        return f"{path} is not a private key (binary data)"
+        return fixed(f"{path} is not a private key (binary data)", _KEY_FIX)
     import paramiko  # here, not at the top: `validate` of an inventory without ssh.key does not pay for it
 
     for cls in (paramiko.Ed25519Key, paramiko.RSAKey, paramiko.ECDSAKey):
@@ -50,22 +53,27 @@ def key_problem(path: str) -> str | None:
             cls.from_private_key(io.StringIO(text))
             return None
         except paramiko.PasswordRequiredException:
-            return (f"private key {path} is encrypted and needs a passphrase, which spark-deploy cannot ask for: "
-                    "use an unencrypted key, or remove ssh.key and load the key into ssh-agent")
+            return fixed(f"private key {path} is encrypted and needs a passphrase, which spark-deploy cannot ask for",
+                         "use an unencrypted key, or remove ssh.key and load the key into ssh-agent")
         except Exception:  # noqa: BLE001 - paramiko raises many kinds on garbage; the next class may fit
             continue
     if text.lstrip().startswith(("ssh-", "ecdsa-", "sk-")):
-        return f"{path} is a public key, not a private key (name the file without .pub)"
-    return f"{path} is not a private key paramiko can read (Ed25519, RSA or ECDSA, OpenSSH or PEM format)"
+        return fixed(f"{path} is a public key, not a private key", f"name the private one: `key: {path.removesuffix('.pub')}`"
+                     if path.endswith(".pub") else "name the private key file (the one without .pub)")
+    return fixed(f"{path} is not a private key paramiko can read", "name an Ed25519, RSA or ECDSA private key in "
+                 "OpenSSH or PEM format (`ssh-keygen -t ed25519` makes one)")
 
 
 def _known_hosts_problem(path: str) -> str | None:
     try:
         check_regular(path)
     except FileRefused as exc:
-        return f"known_hosts file {path}: {exc} (host keys must be known before connecting: unknown keys are refused)"
+        return fixed(f"known_hosts file {path}: {exc} (host keys must be known before connecting: unknown keys are "
+                     "refused)", f"`spark-deploy setup ADDRESS...` records the nodes' host keys after you confirm "
+                     f"each fingerprint, or set ssh.known_hosts to the file that holds them")
     if not os.access(path, os.R_OK):
-        return f"known_hosts file {path}: cannot read file: permission denied"
+        return fixed(f"known_hosts file {path}: cannot read file: permission denied",
+                     "make it readable by this user (chmod u+r), or run as its owner")
     return None
 
 
@@ -98,7 +106,7 @@ def inventory_known_hosts_problems(inv: Inventory, doc: Document, environ: Mappi
     path = inv.ssh.known_hosts
     problem = _known_hosts_problem(path or default_known_hosts(environ))
     if problem and path is None:
-        problem += "; it is the default because the inventory sets no ssh.known_hosts"
+        problem = problem.replace("; fix: ", "; it is the default because the inventory sets no ssh.known_hosts; fix: ", 1)
     return [doc.issue(("ssh", "known_hosts"), problem)] if problem else []
 
 
@@ -107,12 +115,13 @@ def secret_problems(dep: Deployment, doc: Document, environ: Mapping[str, str]) 
     issues = []
     for i, name in enumerate(dep.recipe.secrets):
         if name not in environ:
-            issues.append(doc.issue(("secrets", i), f"{name} is not set in this shell's environment: export it "
-                                                    "(it is written to each node's env-file, mode 0600, never put "
-                                                    "on a command line)"))
+            issues.append(doc.issue(("secrets", i), fixed(
+                f"{name} is not set in this shell's environment",
+                f"export it first (`read -rs {name} && export {name}`); it goes to each node's env-file (mode 0600), "
+                "never on a command line")))
         elif "\n" in environ[name] or "\r" in environ[name] or "\0" in environ[name]:
-            issues.append(doc.issue(("secrets", i), f"{name}'s value contains a line break or NUL, which a Docker "
-                                                    "env-file cannot hold"))
+            issues.append(doc.issue(("secrets", i), fixed(f"{name}'s value contains a line break or NUL, which a Docker "
+                                                          "env-file cannot hold", f"export {name} as one line")))
     return issues
 
 

@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, fi
 
 from .forms import DockerSize, MaxModelLen
 from .acceptance import AcceptanceSettings
+from .hints import fixed, regex_fix
 from .types import (
     CONTROL,
     SECRET_FLAGS,
@@ -59,18 +60,27 @@ def _owned_alias(flag: str) -> str | None:
     return prefixed[0] if prefixed else None
 
 
+def _owned_fix(flag: str) -> str:
+    owner = OWNED_FLAGS[flag]
+    if owner.startswith(("vllm.", "serve.", "model.")):
+        return f"delete this line and write `{owner.split('.')[1]}:` under `{owner.split('.')[0]}:`"
+    return f"delete this line: {owner} decides it (the head is rank 0, the other nodes follow in file order)"
+
+
 def _not_owned(dotted: str) -> str:
     """A `vllm.extra` key check: it runs per key, so the error points at that key's own line. A dotted key
     (`speculative-config.method`) belongs to its option."""
     flag = dotted.split(".")[0]
     if flag in OWNED_FLAGS:
-        raise ValueError(f"--{flag} is set by {OWNED_FLAGS[flag]}, not by vllm.extra")
+        raise ValueError(fixed(f"--{flag} is set by {OWNED_FLAGS[flag]}, not by vllm.extra", _owned_fix(flag)))
     alias = _owned_alias(flag)
     if alias is not None:
-        raise ValueError(f"--{flag} abbreviates or negates --{alias}, which is set by {OWNED_FLAGS[alias]}: "
-                         "set it there, not in vllm.extra")
+        raise ValueError(fixed(f"--{flag} abbreviates or negates --{alias}, which is set by {OWNED_FLAGS[alias]}",
+                               _owned_fix(alias)))
     if flag in SECRET_FLAGS:
-        raise ValueError(f"--{flag} carries a secret: list its variable under `secrets:` instead")
+        variable = SECRET_FLAGS[flag]
+        raise ValueError(fixed(f"--{flag} carries a secret", f"delete this line; export {variable} and list "
+                               f"`- {variable}` under `secrets:` (vLLM reads it from the environment)"))
     return dotted
 
 
@@ -116,7 +126,8 @@ class SpeculativeConfig(BaseModel):
     def _scalars_only(self) -> "SpeculativeConfig":
         for key, value in (self.model_extra or {}).items():
             if not isinstance(value, (str, int, float, bool)) or (isinstance(value, str) and CONTROL.search(value)):
-                raise ValueError(f"speculative_config.{key} must be a plain scalar")
+                raise ValueError(fixed(f"speculative_config.{key} must be a plain scalar",
+                                       f"write `{key}:` with text, a number or true/false on its line"))
         return self
 
 
@@ -144,7 +155,9 @@ class VllmArgs(Model):
     @classmethod
     def _headroom(cls, value: float | None) -> float | None:
         if value is not None and not 0 < value <= 0.95:
-            raise ValueError(f"{value} is outside (0, 0.95]: unified memory needs headroom, 0.95 rebooted a Spark (field note 8)")
+            raise ValueError(fixed(f"{value} is outside (0, 0.95]: unified memory needs headroom, 0.95 rebooted a "
+                                   "Spark (field note 8)", "write a share up to 0.95, e.g. `gpu_memory_utilization: 0.8`"
+                                   " (preflight's memory check tells what fits)"))
         return value
 
 
@@ -171,9 +184,11 @@ class RestartPolicy(Model):
     @model_validator(mode="after")
     def _bounded(self) -> "RestartPolicy":
         if self.policy == "on-failure" and self.max_retries is None:
-            raise ValueError("on-failure needs max_retries (1-10): an unbounded loop hides crashes")
+            raise ValueError(fixed("on-failure needs max_retries (1-10): an unbounded loop hides crashes",
+                                   "add `max_retries: 3` under `restart:`"))
         if self.policy == "no" and self.max_retries is not None:
-            raise ValueError("max_retries only goes with policy on-failure")
+            raise ValueError(fixed("max_retries only goes with policy on-failure",
+                                   "delete `max_retries:`, or write `policy: on-failure`"))
         return self
 
 
@@ -190,7 +205,8 @@ class DockerOptions(Model):
     @classmethod
     def _gpus(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"all|[0-9]+|device=[0-9,]+", value):
-            raise ValueError(f"{value!r} is not a --gpus value (all, a count, or device=0,1)")
+            raise ValueError(fixed(f"{value!r} is not a --gpus value", "write `gpus: all`, a count (`gpus: 1`) "
+                                   "or devices (`gpus: device=0,1`)"))
         return value
 
 
@@ -198,7 +214,7 @@ def _check_regex(value: str) -> str:
     try:
         re.compile(value)
     except re.error as exc:
-        raise ValueError(f"not a regular expression: {exc}") from None
+        raise ValueError(fixed(f"not a regular expression: {exc}", regex_fix(exc))) from None
     return value
 
 
@@ -257,7 +273,7 @@ class Recipe(Model):
     @classmethod
     def _unique(cls, secrets: list) -> list:
         if len(set(secrets)) != len(secrets):
-            raise ValueError("secret names must be unique")
+            raise ValueError(fixed("secret names must be unique", "list each variable once under `secrets:`"))
         return secrets
 
     @property
@@ -276,13 +292,17 @@ def recipe_problems(recipe: Recipe) -> list[tuple[tuple, str]]:
     problems = []
     for key, value in recipe.env.items():
         if SECRET_NAME.search(key) or TOKEN_VALUE.match(value):
-            problems.append((("env", key), f"{key} looks like a secret given as a literal value: "
-                                            "remove it and list its name under `secrets:`"))
+            problems.append((("env", key), fixed(f"{key} looks like a secret given as a literal value",
+                                                  f"delete this line; export {key} in your shell and list its "
+                                                  f"name under `secrets:` (`- {key}`)")))
     for flag, value in recipe.vllm.extra.items():
         text = json.dumps(value) if isinstance(value, dict) else value
         if isinstance(value, str) and TOKEN_VALUE.match(value) or isinstance(value, dict) and redact(text) != text:
-            problems.append((("vllm", "extra", flag), f"--{flag} looks like a secret given as a literal value"))
+            problems.append((("vllm", "extra", flag), fixed(f"--{flag} looks like a secret given as a literal value",
+                                                             "delete it from the recipe; pass a credential as an "
+                                                             "environment variable listed under `secrets:`")))
     for i, name in enumerate(recipe.secrets):
         if TOKEN_VALUE.match(name):
-            problems.append((("secrets", i), "this looks like a secret's value: list the variable's name (e.g. HF_TOKEN)"))
+            problems.append((("secrets", i), fixed("this looks like a secret's value", "list the variable's name "
+                                                   "(e.g. `- HF_TOKEN`) and export the value in your shell")))
     return problems

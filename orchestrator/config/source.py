@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import warnings
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from ruamel.yaml.error import MarkedYAMLError, ReusedAnchorWarning, YAMLError
 from ruamel.yaml.reader import ReaderError
 
 from .files import FileRefused, read_regular
-from .hints import line_hint
+from .hints import FIX, SHALLOW, SYNTAX, fixed, line_hint, syntax_fix, with_line_hint
 from .types import redact
 
 
@@ -33,6 +34,15 @@ class ConfigIssue:
     def __post_init__(self) -> None:
         # Messages quote offending values; a credential-shaped one must never be repeated back.
         self.key, self.message = redact(self.key), redact(self.message)
+
+    @property
+    def problem(self) -> str:
+        return self.message.partition(FIX)[0]
+
+    @property
+    def fix(self) -> str:
+        """What to write instead ('' when no fix is known: every message in the corpus has one)."""
+        return self.message.partition(FIX)[2]
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
@@ -82,8 +92,8 @@ class Document:
     def issue(self, loc: tuple[Any, ...], message: str) -> ConfigIssue:
         key = ".".join(str(p) for p in loc)
         line = self.line_of(loc)
-        hint = line_hint(self.lines[line - 1]) if line and 0 < line <= len(self.lines) else ""
-        return ConfigIssue(self.path, line, key, f"{message}; {hint}" if hint else message)
+        hint = line_hint(self.lines[line - 1]) if line and 0 < line <= len(self.lines) else None
+        return ConfigIssue(self.path, line, key, with_line_hint(message, hint))
 
     def data(self) -> Any:
         """Plain data for validation, within the alias, size and depth limits (else ConfigError)."""
@@ -92,7 +102,7 @@ class Document:
         except TooComplex as exc:
             raise ConfigError([self.issue(exc.loc, exc.message)]) from None
         except (RecursionError, MemoryError):
-            raise ConfigError([ConfigIssue(self.path, None, "", "too large or too deeply nested to read")]) from None
+            raise ConfigError([ConfigIssue(self.path, None, "", _TOO_LARGE)]) from None
 
 
 _DUPLICATE_VALUES = re.compile(r' with value ".*?" \(original value: ".*?"\)$', re.DOTALL)
@@ -132,47 +142,58 @@ def _refuse(name: str, line: int | None, message: str) -> ConfigError:
     return ConfigError([ConfigIssue(name, line, "", message)])
 
 
+_TOO_LARGE = fixed("too large or too deeply nested to read", "a recipe or an inventory is a few KiB of `key: value` "
+                  "lines: name the right file")
+_NOT_A_MAPPING = fixed("the top level must be a mapping of keys", "write `key: value` lines from the first column "
+                       "(`spark-deploy schema recipe|inventory` lists the keys)")
+
+
 def read_document(path: str | Path) -> Document:
     """Parse one YAML file; unreadable, oversized or malformed files raise ConfigError with the position."""
     name = str(path)
     try:
         raw = read_regular(path, MAX_FILE_BYTES)
     except FileRefused as exc:
-        raise _refuse(name, None, str(exc)) from None
+        raise _refuse(name, None, fixed(str(exc), exc.fix)) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise _refuse(name, line, f"file is not UTF-8 text (byte 0x{raw[exc.start]:02x})") from None
+        raise _refuse(name, line, fixed(f"file is not UTF-8 text (byte 0x{raw[exc.start]:02x})",
+                                        "save it as UTF-8 (your editor's encoding setting, or "
+                                        f"`iconv -f latin1 -t utf-8 {shlex.quote(name)}` for a Latin-1 file)")) from None
+    lines = text.splitlines()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ReusedAnchorWarning)  # valid YAML; not worth a Python warning
             tree = _yaml().load(text)
     except MaxDepthExceededError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
-        raise _refuse(name, line, f"nested deeper than {MAX_DEPTH} levels") from None
+        raise _refuse(name, line, fixed(f"nested deeper than {MAX_DEPTH} levels", SHALLOW)) from None
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         context = exc.context or ""
-        if context and exc.context_mark and mark is not exc.context_mark and exc.context_mark.line + 1 != line:
-            context += f" (from line {exc.context_mark.line + 1})"  # e.g. where an unclosed '[' opened
+        opened = exc.context_mark.line + 1 if exc.context_mark else None
+        if context and opened and mark is not exc.context_mark and opened != line:
+            context += f" (from line {opened})"  # e.g. where an unclosed '[' opened
         problem = _DUPLICATE_VALUES.sub("", str(exc.problem or ""))  # the values may be secrets
-        message = ": ".join(p for p in (context, problem) if p)
-        lines = text.splitlines()
-        hint = line_hint(lines[line - 1]) if line and 0 < line <= len(lines) else ""
-        raise _refuse(name, line, f"invalid YAML: {message}" + (f"; {hint}" if hint else "")) from None
+        message = fixed("invalid YAML: " + ": ".join(p for p in (context, problem) if p),
+                        syntax_fix(problem, context, opened, line, lines))
+        hint = line_hint(lines[line - 1]) if line and 0 < line <= len(lines) else None
+        raise _refuse(name, line, with_line_hint(message, hint)) from None
     except ReaderError as exc:  # a character YAML does not allow (a raw control character)
         line = text[: exc.position].count("\n") + 1 if isinstance(exc.position, int) else None
         what = f"character #x{exc.character:04x}" if isinstance(exc.character, int) else "a character"
-        raise _refuse(name, line, f"invalid YAML: {what} ({exc.reason})") from None
+        raise _refuse(name, line, fixed(f"invalid YAML: {what} ({exc.reason})",
+                                        "delete it: it is invisible in most editors, so retype the line")) from None
     except YAMLError as exc:
-        raise _refuse(name, None, f"invalid YAML: {exc}") from None
+        raise _refuse(name, None, fixed(f"invalid YAML: {exc}", SYNTAX)) from None
     except (RecursionError, MemoryError):  # the limits above should make this unreachable; never a traceback
-        raise _refuse(name, None, "too large or too deeply nested to read") from None
+        raise _refuse(name, None, _TOO_LARGE) from None
     if not isinstance(tree, CommentedMap):
-        raise _refuse(name, _first_line(tree), "the top level must be a mapping of keys")
-    return Document(name, tree, tuple(text.splitlines()))
+        raise _refuse(name, _first_line(tree), _NOT_A_MAPPING)
+    return Document(name, tree, tuple(lines))
 
 
 class TooComplex(Exception):
@@ -195,9 +216,11 @@ def plain(node: Any, budget: int = MAX_VALUES, max_depth: int = MAX_DEPTH) -> An
 
     def too_many(loc: tuple[Any, ...], via: tuple[Any, ...] | None) -> TooComplex:
         if via is None:
-            return TooComplex(loc, f"more than {budget} values: no recipe or inventory needs this many")
-        return TooComplex(via, f"this alias expands the document past {budget} values (each use of an alias "
-                               "repeats all it names): no recipe or inventory needs this many")
+            return TooComplex(loc, fixed(f"more than {budget} values", "no recipe or inventory needs this many: "
+                                         "name the right file"))
+        return TooComplex(via, fixed(f"this alias expands the document past {budget} values (each use of an alias "
+                                     "repeats all it names)", "write the values out where they are needed, "
+                                     "without this alias (*name)"))
 
     def walk(value: Any, loc: tuple[Any, ...], ancestors: frozenset[int], via: tuple[Any, ...] | None) -> Any:
         nonlocal left
@@ -208,21 +231,23 @@ def plain(node: Any, budget: int = MAX_VALUES, max_depth: int = MAX_DEPTH) -> An
             return value
         ident = id(value)
         if ident in ancestors:
-            raise TooComplex(loc, "refers to itself through a YAML alias")
+            raise TooComplex(loc, fixed("refers to itself through a YAML alias", "point the alias (*name) at "
+                                        "another anchor (&name) than one this value is inside"))
         if via is None and ident in seen:
             via = loc
         seen.add(ident)
         if left < 0:
             raise too_many(loc, via)
         if len(loc) >= max_depth:
-            raise TooComplex(via or loc, f"nested deeper than {max_depth} levels")
+            raise TooComplex(via or loc, fixed(f"nested deeper than {max_depth} levels", SHALLOW))
         inside = ancestors | {ident}
         if isinstance(value, list):
             return [walk(v, loc + (i,), inside, via) for i, v in enumerate(value)]
         out = {}
         for k, v in value.items():
             if isinstance(k, (Mapping, Sequence, Set)) and not isinstance(k, str):
-                raise TooComplex(loc, "a key must be a plain value, not a mapping or a list")
+                raise TooComplex(loc, fixed("a key must be a plain value, not a mapping or a list",
+                                            "write the key as text (`name: value`)"))
             key = k if isinstance(k, (str, int, float, bool)) else str(k)
             out[key] = walk(v, loc + (key,), inside, via)
         return out

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ..vllm_table import options_table as _table
-from .hints import suggest
-from ..vllm_table.argtypes import resolve, takes_json
+from .hints import closest, fixed, yaml_line
+from ..vllm_table.argtypes import DEFAULTS, resolve, takes_json, top_level_keys
 
 VLLM_VERSION: str = _table.VERSION
 _SOURCE = f"vLLM {VLLM_VERSION}'s option table (shipped with spark-deploy; preflight asks the image's own parser)"
@@ -39,6 +39,7 @@ class Option:
     type_name: str | None
     choices: tuple | None
     nargs: int | str | None
+    default: object = None
 
     @property
     def switch(self) -> bool:
@@ -56,7 +57,7 @@ class Option:
         if self.choices:
             return "one of " + ", ".join(str(c) for c in self.choices if c is not None)
         if self.json:
-            return "a JSON object (write it as a quoted string, or use dotted keys: flag.key)"
+            return "a JSON object (a mapping below the key, a quoted JSON string, or dotted keys: flag.key)"
         return _TYPE_WORDS.get(_inner(self.type_name), "a string")
 
 
@@ -75,8 +76,8 @@ def _inner(type_name: str | None) -> str | None:
 
 def _options() -> dict[str, Option]:
     by_name: dict[str, Option] = {}
-    for strings, hidden, dest, _group, action, type_, choices, nargs, _default, _metavar in _table.OPTIONS:
-        option = Option(tuple(strings) + tuple(hidden), dest, Action(action), type_, choices, nargs)
+    for strings, hidden, dest, _group, action, type_, choices, nargs, default, _metavar in _table.OPTIONS:
+        option = Option(tuple(strings) + tuple(hidden), dest, Action(action), type_, choices, nargs, default)
         for s in option.strings:
             if s.startswith("--"):
                 by_name[s[2:]] = option
@@ -86,48 +87,88 @@ def _options() -> dict[str, Option]:
 OPTIONS: dict[str, Option] = _options()
 
 
-def _convert(option: Option, raw: str) -> str | None:
-    """The real parser's verdict on one value: None if it takes it, else the reason in words."""
+_EXAMPLES = {"int": 16, "float": 0.5, "str": "text", "human_readable_int": "32k", "human_readable_int_or_auto": "32k"}
+
+
+def _example(base: str, option: Option) -> str:
+    """A line that would parse, for a fix: the option's default when it has a plain one."""
+    default = option.default
+    if option.choices:
+        value = default if default in option.choices else next(c for c in option.choices if c is not None)
+    elif isinstance(default, (int, float)) and not isinstance(default, bool):
+        value = default
+    else:
+        value = _EXAMPLES.get(_inner(option.type_name) or "str", "text")
+    return yaml_line(base, value)
+
+
+def _convert(option: Option, base: str, raw: str) -> str | None:
+    """The real parser's verdict on one value: None if it takes it, else the reason and the fix."""
     try:
         convert = resolve(option.type_name, option.dest, option.choices)
     except KeyError:
         return None  # a type the stand-in cannot name: leave it to preflight
     try:
         value = convert(raw) if convert is not None else raw
-    except (ValueError, TypeError, argparse.ArgumentTypeError):
-        return f"{raw!r} is not {option.form}"
+    except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
+        detail = " ".join(line.strip() for line in str(exc).splitlines()) \
+            if isinstance(exc, argparse.ArgumentTypeError) and option.json else ""
+        return fixed(f"{raw!r} is not {option.form}" + (f" ({detail})" if detail else "")
+                     + f" (as vLLM {VLLM_VERSION} parses it)",
+                     "write its keys as a mapping below the key" if option.json else f"write it like {_example(base, option)}")
     if option.choices and value not in option.choices:
-        return (f"{raw!r} is not a choice: {option.form}"
-                + suggest(str(value), [str(c) for c in option.choices if c is not None]))
+        meant = closest(str(value), [str(c) for c in option.choices if c is not None])
+        return fixed(f"{raw!r} is not a choice: {option.form} (as vLLM {VLLM_VERSION} parses it)",
+                     f"did you mean {meant}?" if meant else f"write one of them, e.g. {_example(base, option)}")
     return None
+
+
+def _unknown_config_key(option: Option, base: str, keys: list) -> str | None:
+    """A key the option's config class does not have (vLLM's config classes forbid unknown fields)."""
+    known = top_level_keys(DEFAULTS.get(option.dest))
+    unknown = [str(k) for k in keys if known and str(k) not in known]
+    if not unknown:
+        return None
+    meant = closest(unknown[0], sorted(known or ()))
+    return fixed(f"--{base}: {unknown[0]!r} is not a key of its config class in vLLM {VLLM_VERSION}, which "
+                 "refuses unknown keys", f"did you mean {meant!r}?" if meant else
+                 f"use one of its keys: {', '.join(sorted(known or ()))}")
 
 
 def flag_problem(flag: str, value: object) -> str | None:
     """What is wrong with `vllm.extra: {flag: value}` as vLLM would parse it, or None; the message names
-    the version, what the option takes and, for a near miss, the flag meant."""
+    the version, what the option takes and the fix (for a near miss, the flag meant)."""
     base, dot, _rest = flag.partition(".")
     option = OPTIONS.get(base)
     if option is None:
-        return (f"--{base} is not a `vllm serve` option in {_SOURCE}"
-                + (suggest(base, OPTIONS, "--") or "; see `vllm serve --help=all` for the list"))
+        meant = closest(base, OPTIONS)
+        return fixed(f"--{base} is not a `vllm serve` option in {_SOURCE}",
+                     f"did you mean --{meant}?" if meant else "remove it; see `vllm serve --help=all` for the list")
+    if option.json:
+        keys = [_rest.split(".")[0].rstrip("+")] if dot else list(value) if isinstance(value, dict) else []
+        problem = _unknown_config_key(option, base, keys)
+        if problem:
+            return problem
     if dot:  # one key of a JSON option: vLLM folds the dotted keys into one JSON value; any value is a leaf
-        return None if option.json else f"--{base} takes {option.form}, so dotted keys (--{flag}) do not apply to it"
+        return None if option.json else fixed(f"--{base} takes {option.form}, so dotted keys (--{flag}) do not "
+                                              "apply to it", f"write it like {_example(base, option)}")
     if value is True:
         if not option.switch and option.nargs not in ("?", 0):
-            return f"--{base} needs a value: {option.form}; `true` would pass the flag alone"
+            return fixed(f"--{base} needs a value: {option.form}; `true` would pass the flag alone",
+                         f"write it like {_example(base, option)}")
         return None
     if value is False:
         if f"--no-{base}" in option.strings or (option.switch and f"--no-{base}" in OPTIONS):
             return None
         negatives = [s for s in option.strings if s != f"--{base}" and s.startswith(("--no-", "--disable-"))]
         fix = f"write `{negatives[0][2:]}: true`" if negatives and option.switch else "remove the key to keep vLLM's default"
-        return f"--{base} has no --no-{base} form in vLLM {VLLM_VERSION}: {fix}"
+        return fixed(f"--{base} has no --no-{base} form in vLLM {VLLM_VERSION}", fix)
     if option.switch:
-        return f"--{base} is {option.form}, not {value!r}: write true or false"
+        return fixed(f"--{base} is {option.form}, not {value!r}", f"write true or false: `{base}: true`")
     if isinstance(value, dict) and not option.json:
-        return f"--{base} takes {option.form}, not a mapping"
-    problem = _convert(option, json.dumps(value, separators=(",", ":")) if isinstance(value, dict) else str(value))
-    return f"--{base}: {problem} (as vLLM {VLLM_VERSION} parses it)" if problem else None
+        return fixed(f"--{base} takes {option.form}, not a mapping", f"write it like {_example(base, option)}")
+    problem = _convert(option, base, json.dumps(value, separators=(",", ":")) if isinstance(value, dict) else str(value))
+    return f"--{base}: {problem}" if problem else None
 
 
 def extra_problems(extra: dict[str, object]) -> list[tuple[tuple, str]]:

@@ -6,6 +6,7 @@ from ..acceptance import Result, UnknownCheck, blocking, run_checks
 from ..acceptance.context import context_for
 from ..acceptance.run import plan
 from ..config.load import Deployment
+from ..config.hints import fixed
 from ..config.source import ConfigIssue, Document
 from ..runner.events import Phase
 from ..runner.runner import StepFailed
@@ -70,5 +71,6 @@ def acceptance_problems(dep: Deployment) -> list[ConfigIssue]:
         plan(context_for(dep.recipe, []))
     except UnknownCheck as exc:
         doc = dep.recipe_doc or Document(dep.recipe_path, None)
-        return [doc.issue(("acceptance", "checks"), str(exc))]
+        return [doc.issue(("acceptance", "checks"), fixed(str(exc), "name checks from these lists, or define the "
+                                                                   "check under `acceptance.custom:`"))]
     return []

@@ -118,7 +118,7 @@ def _bad_key(tmp_path: Path, case: str) -> tuple[Path, str]:
     if case == "missing":
         return path, f"private key {path}: cannot read file: No such file or directory"
     if case == "mode 0644":
-        return write_key(path, private_bytes("ed25519"), 0o644), f"readable by group or others (mode 0644); OpenSSH refuses such a key: chmod 600 {path}"
+        return write_key(path, private_bytes("ed25519"), 0o644), f"readable by group or others (mode 0644); OpenSSH refuses such a key; fix: chmod 600 {path}"
     if case == "mode 0640":
         return write_key(path, private_bytes("ed25519"), 0o640), "(mode 0640)"
     if case == "public key":
@@ -165,7 +165,7 @@ def test_a_bad_key_of_one_node_is_named_at_that_node(tmp_path, home, no_network)
     result = validate(RECIPE, inv)
     assert result.exit_code == 2
     assert errors(result) == [f"error: {inv}:{line_of(inv, str(bad))}: nodes.1.ssh.key: private key {bad} is readable "
-                              f"by group or others (mode 0644); OpenSSH refuses such a key: chmod 600 {bad}"]
+                              f"by group or others (mode 0644); OpenSSH refuses such a key; fix: chmod 600 {bad}"]
 
 
 def test_a_missing_known_hosts_file_is_bad_input(tmp_path, home, no_network):
@@ -192,8 +192,9 @@ def test_an_unset_secret_is_bad_input_at_the_recipe_line(tmp_path, home, no_netw
     result = validate(recipe, inventory(tmp_path))
     assert result.exit_code == 2
     assert errors(result) == [f"error: {recipe}:{line_of(recipe, '- SPARK_DEPLOY_TEST_SECRET')}: secrets.0: "
-                              "SPARK_DEPLOY_TEST_SECRET is not set in this shell's environment: export it (it is "
-                              "written to each node's env-file, mode 0600, never put on a command line)"]
+                              "SPARK_DEPLOY_TEST_SECRET is not set in this shell's environment; fix: export it first "
+                              "(`read -rs SPARK_DEPLOY_TEST_SECRET && export SPARK_DEPLOY_TEST_SECRET`); it goes to "
+                              "each node's env-file (mode 0600), never on a command line"]
 
 
 def test_a_set_secret_passes_and_is_never_shown(tmp_path, home, monkeypatch, no_network):

@@ -90,7 +90,7 @@ def test_a_bad_key_is_named_with_its_line_and_the_fix(home):
     path = write_config(home, f"# mine\nclusters:\n  lab: {home['tmp']}/lab.yaml\ninventroy: x.yaml\n")
     result, _ = render(home, "-c", "lab")
     assert result.exit_code == 2
-    assert f"{path}:4: inventroy: unknown key; did you mean 'inventory'?" in " ".join(result.stderr.split())
+    assert f"{path}:4: inventroy: unknown key; fix: did you mean 'inventory'?" in " ".join(result.stderr.split())
 
 
 def test_a_bad_value_is_named(home):

@@ -32,7 +32,7 @@ def test_max_model_len_renders_what_vllm_makes_of_the_written_form(written):
 @pytest.mark.parametrize("written", ["auto", "-1"])
 def test_max_model_len_auto_is_refused_with_the_reason(written):
     """vLLM's auto fits the length to memory; model-fit cannot judge that, and no flag is not the same."""
-    with pytest.raises(ValidationError, match="leave the key out for the model's own limit"):
+    with pytest.raises(ValidationError, match="delete the key for the model's own limit"):
         VllmArgs(max_model_len=written)
 
 
@@ -98,3 +98,18 @@ def test_mappings_and_dotted_keys_only_for_json_options(extra, says):
         assert says in str(exc)
         return
     assert says in " ".join(m for _, m in extra_problems(dict(recipe.vllm.extra)))
+
+
+def test_the_parser_is_as_strict_as_vllm_about_config_keys():
+    """vLLM's config classes forbid unknown fields (pydantic extra=forbid): so does the stand-in's parser, and
+    so does the offline check, with the key meant (issue 22; vLLM 0.33's own words: an
+    `Unexpected keyword argument [type=unexpected_keyword_argument]`)."""
+    with pytest.raises(SystemExit):
+        parse_cli(["serve", "m", "--compilation-config", '{"bogus": 1}'])
+    assert parse_cli(["serve", "m", "--compilation-config", '{"mode": 3}']).compilation_config == {"mode": 3}
+    from orchestrator.config.vllm_flags import flag_problem
+
+    assert flag_problem("compilation-config", {"mdoe": 3}).endswith("; fix: did you mean 'mode'?")
+    assert flag_problem("compilation-config.mdoe", 3).endswith("; fix: did you mean 'mode'?")
+    assert "Unexpected keyword argument" in flag_problem("compilation-config", '{"bogus": 1}')
+    assert flag_problem("compilation-config", {"mode": 3, "cudagraph_capture_sizes": [1, 2]}) is None

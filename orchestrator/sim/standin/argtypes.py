@@ -10,6 +10,10 @@ import json
 import re
 from collections.abc import Callable
 
+from . import options_table
+
+DEFAULTS = {row[2]: row[8] for row in options_table.OPTIONS}  # dest -> the default as the table recorded it
+
 
 def normalise_choice(value: str) -> str:
     """vLLM's enum flags: lower-case, '-' -> '_' (the `<lambda>` type of --moe-backend and friends)."""
@@ -59,18 +63,51 @@ def parse_type(return_type: Callable) -> Callable:
     return _parse_type
 
 
-def dataclass_parser(dest: str) -> Callable:
-    """A JSON config option (--compilation-config): pydantic's TypeAdapter(...).validate_json."""
+def top_level_keys(default) -> frozenset[str] | None:
+    """The fields of a config class, read from the repr the table recorded as its default
+    (`{'mode': None, ...}` or `EPLBConfig(window_size=1000, ...)`); None when the repr says nothing."""
+    if not isinstance(default, str) or not default.endswith(("}", ")")):
+        return None
+    keys, depth, i = set(), 0, 0
+    pattern = re.compile(r"'(\w+)': |(\w+)=")
+    while i < len(default):
+        ch = default[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch in "'\"" and not (depth == 1 and pattern.match(default, i)):
+            i = default.index(ch, i + 1)  # skip a quoted value (it may hold brackets)
+        elif depth == 1:
+            match = pattern.match(default, i)
+            if match and default[i - 1] in "({ ":
+                keys.add(match.group(1) or match.group(2))
+                i = match.end()
+                continue
+        i += 1
+    return frozenset(keys) or None
+
+
+def dataclass_parser(dest: str, keys: frozenset[str] | None = None) -> Callable:
+    """A JSON config option (--compilation-config): pydantic's TypeAdapter(...).validate_json, whose config
+    classes forbid unknown fields (`keys`: the class's fields, when the table's default names them)."""
     cls = "".join(part.capitalize() for part in dest.split("_"))
 
     def parse_dataclass(val: str):
         try:
-            return json.loads(val)
+            value = json.loads(val)
         except ValueError as exc:
             msg = getattr(exc, "msg", str(exc))
             raise argparse.ArgumentTypeError(
                 f"1 validation error for {cls}\n  Invalid JSON: {msg} [type=json_invalid, "
                 f"input_value={val!r}, input_type=str]") from exc
+        unknown = sorted(k for k in value if k not in keys) if keys and isinstance(value, dict) else []
+        if unknown:
+            lines = "".join(f"\n{k}\n  Unexpected keyword argument [type=unexpected_keyword_argument, "
+                            f"input_value={value[k]!r}, input_type={type(value[k]).__name__}]" for k in unknown)
+            raise argparse.ArgumentTypeError(
+                f"{len(unknown)} validation error{'s' if len(unknown) > 1 else ''} for {cls}{lines}")
+        return value
     return parse_dataclass
 
 
@@ -100,7 +137,7 @@ def resolve(spec: str | None, dest: str, choices) -> Callable | None:
     if spec in simple:
         return simple[spec]
     if spec == "_compute_kwargs.<locals>.parse_dataclass":
-        return dataclass_parser(dest)
+        return dataclass_parser(dest, top_level_keys(DEFAULTS.get(dest)))
     if spec == "EngineArgs.add_cli_args.<locals>.<lambda>":
         return (lambda s: normalise_choice(s)) if choices else (lambda s: s)
     raise KeyError(f"no stand-in for the type {spec!r} of --{dest}: regenerate or extend argtypes.py")
