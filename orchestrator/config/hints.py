@@ -101,7 +101,8 @@ def keys_at(model: type[BaseModel], loc: tuple) -> list[str]:
 
 
 def example_of(model: type[BaseModel], loc: tuple) -> Any:
-    """The first example the model gives for the field at `loc` when it is a plain value, else None."""
+    """The first example the model gives for the field at `loc` (else its default) when it is a plain value,
+    else None."""
     models = [model]
     for part in loc[:-1]:
         if isinstance(part, int):
@@ -112,6 +113,8 @@ def example_of(model: type[BaseModel], loc: tuple) -> Any:
         field = m.model_fields.get(str(loc[-1])) if loc else None
         if field is not None and field.examples and not isinstance(field.examples[0], (dict, list)):
             return field.examples[0]
+        if field is not None and isinstance(field.default, (str, int, float)) and field.default is not None:
+            return field.default
     return None
 
 
@@ -139,9 +142,11 @@ def _as(kind: str, value: Any) -> Any:
     return None
 
 
-def _type_fix(kind: str, key: str, value: Any) -> str | None:
+def _type_fix(kind: str, key: str, value: Any, known: Any) -> str | None:
     converted = _as(kind, value) if not isinstance(value, (dict, list)) else None
     example = {"int": 2, "float": 0.7, "bool": True}
+    if known is not None and _as(kind, known) is not None:
+        example[kind] = known
     if kind in example:
         words = {"int": "an integer without quotes", "float": "a number without quotes",
                  "bool": "true or false, without quotes"}[kind]
@@ -157,12 +162,13 @@ def _type_fix(kind: str, key: str, value: Any) -> str | None:
     return None
 
 
-def type_hint(err: dict, key: str) -> str:
-    """': read X; fix: write Y' for a pydantic type error, or '' when the error is not about a value's type."""
+def type_hint(err: dict, key: str, example: Any = None) -> str:
+    """': read X; fix: write Y' for a pydantic type error, or '' when the error is not about a value's type.
+    `example`: the field's own example or default, shown when the value read cannot be converted."""
     kind = err["type"].split("_")[0]
     if not err["type"].endswith(("_type", "_parsing", "_from_float")):
         return ""
-    fix = _type_fix(kind, key, err.get("input"))
+    fix = _type_fix(kind, key, err.get("input"), example)
     return f": read {_shown(err.get('input'))}{FIX}{fix}" if fix else ""
 
 

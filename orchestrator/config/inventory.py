@@ -18,31 +18,39 @@ class Model(BaseModel):
 class SSHDefaults(Model):
     """How the controller logs in. Host keys must already be in `known_hosts`: unknown keys are refused."""
 
-    user: Name = "root"
-    port: Port = 22
-    key: AbsPath | None = None
-    known_hosts: AbsPath | None = None
+    user: Name = Field("root", description="The SSH user on every node.")
+    port: Port = Field(22, description="The SSH port.", examples=[22])
+    key: AbsPath | None = Field(None, description="The private key (absolute path; `~` is not expanded). Unset: "
+                                "ssh-agent and ~/.ssh's default keys.", examples=["/home/you/.ssh/id_ed25519"])
+    known_hosts: AbsPath | None = Field(None, description="The file the nodes' host keys must already be in "
+                                        "(unset: ~/.ssh/known_hosts).")
 
 
 class NodeSSH(Model):
-    user: Name | None = None
-    port: Port | None = None
-    key: AbsPath | None = None
+    """This node's exceptions to the top-level `ssh`."""
+
+    user: Name | None = Field(None, description="This node's SSH user.")
+    port: Port | None = Field(None, description="This node's SSH port.", examples=[22])
+    key: AbsPath | None = Field(None, description="This node's private key (absolute path).")
 
 
 class Node(Model):
-    name: NodeName
+    """One machine: how to reach it, its fabric address, its caches."""
+
+    name: NodeName = Field(description="The node's name in messages, labels and --node.", examples=["spark-1"])
     address: Host = Field(description="Where the controller reaches the node over SSH.")
     fabric_ip: IPAddress = Field(description="The node's address on the fast fabric (rendezvous and NCCL).")
-    gpus: int = Field(default=1, ge=1, le=8)
+    gpus: int = Field(default=1, ge=1, le=8, description="GPUs on the node (1 on a DGX Spark).")
     jit_cache: AbsPath = Field(description="Host directory for vLLM's JIT caches, its own (not inside hf_cache). "
                                "Absolute: `~` is not expanded, since it would be the SSH user's home on the node.",
                                examples=["/home/spark/.cache/vllm-jit"])
     hf_cache: AbsPath = Field(description="Host directory of the Hugging Face cache (absolute, no `~`).",
                               examples=["/home/spark/.cache/huggingface"])
-    state_dir: AbsPath = "/var/lib/spark-deploy"
-    env: dict[EnvName, Text] = {}
-    ssh: NodeSSH | None = None
+    state_dir: AbsPath = Field("/var/lib/spark-deploy", description="Where spark-deploy keeps its files on the node "
+                               "(release records, the lock, the secrets env-file).")
+    env: dict[EnvName, Text] = Field({}, description="This node's extra container environment, e.g. a "
+                                     "NCCL_IB_GID_INDEX that differs from the others (not secrets).")
+    ssh: NodeSSH | None = Field(None, description="This node's SSH exceptions.")
 
 
 _ROCE_EXAMPLE = {"hca": "`hca: rocep1s0f1`", "gid_index": "`gid_index: 3`"}
@@ -51,8 +59,9 @@ _ROCE_EXAMPLE = {"hca": "`hca: rocep1s0f1`", "gid_index": "`gid_index: 3`"}
 class Interconnect(Model):
     """One profile for the whole cluster; per-node differences go in `nodes[].env`."""
 
-    profile: Literal["roce", "tcp"]
-    socket_ifname: Text = Field(description="NCCL_SOCKET_IFNAME: the fabric interface, e.g. enp1s0f1np1.")
+    profile: Literal["roce", "tcp"] = Field(description="roce: NCCL over RDMA (needs hca and gid_index); tcp: sockets "
+                                            "only (NCCL_IB_DISABLE=1).")
+    socket_ifname: Text = Field(description="NCCL_SOCKET_IFNAME: the fabric interface.", examples=["enp1s0f1np1"])
     hca: Text | None = Field(default=None, validate_default=True, description="NCCL_IB_HCA (profile roce only), e.g. rocep1s0f1.")
     gid_index: int | None = Field(default=None, ge=0, le=255, validate_default=True,
                                   description="NCCL_IB_GID_INDEX (profile roce only): the RoCE v2 GID, e.g. 3.")
@@ -74,11 +83,15 @@ class Interconnect(Model):
 
 
 class Inventory(Model):
-    cluster: Name
-    head: NodeName
-    interconnect: Interconnect
-    ssh: SSHDefaults = SSHDefaults()
-    nodes: list[Node] = Field(min_length=1, max_length=64)
+    """The machines of one cluster and how to reach them."""
+
+    cluster: Name = Field(description="The cluster's name (records and the audit log carry it).", examples=["lab"])
+    head: NodeName = Field(description="The node that runs rank 0 and the API; one of the nodes' names.",
+                           examples=["spark-1"])
+    interconnect: Interconnect = Field(description="How the nodes talk: the fabric NCCL uses.")
+    ssh: SSHDefaults = Field(SSHDefaults(), description="How the controller logs in to every node.")
+    nodes: list[Node] = Field(min_length=1, max_length=64, description="The machines, head included; rank order "
+                              "is the head, then the others in file order.")
 
     @property
     def ranked(self) -> list[Node]:

@@ -63,14 +63,14 @@ def _message(err: dict, loc: tuple, model: type) -> str:
     if err["type"] in _BOUNDS:
         return fixed(f"{message}; read {value!r}", _bound_fix(err, key))
     if err["type"] in ("too_short", "too_long"):
-        return fixed(message, "list at least {min_length}".format(**err.get("ctx", {})) if err["type"] == "too_short"
-                     else "list at most {max_length}".format(**err.get("ctx", {})))
+        bound = err.get("ctx", {}).get("min_length" if err["type"] == "too_short" else "max_length")
+        return fixed(message, f"list {'at least' if err['type'] == 'too_short' else 'at most'} {bound} below `{key}:`")
     if err["type"] == "literal_error":
         expected = _expected(err)
         meant = closest(value, expected)
         fix = f"did you mean {yaml_line(key, meant)}?" if meant else f"write one of them, e.g. {yaml_line(key, expected[0])}"
         return fixed(f"{message}; read {value!r}", fix)
-    return message + type_hint(err, key)
+    return message + type_hint(err, key, example_of(model, loc))
 
 
 def _expected(err: dict) -> list[str]:
@@ -158,9 +158,11 @@ def pair_problems(recipe: Recipe, rdoc: Document, inventory: Inventory, idoc: Do
                     issues.append(rdoc.issue(("expect", "lines", i, "nodes", j), fixed(
                         f"node {node!r} is not in {idoc.path} (nodes: {', '.join(sorted(names))})",
                         f"did you mean {meant}?" if meant else "name one of those nodes, or write `nodes: all`")))
-    targets = [m.target for m in recipe.mounts.overlays + recipe.mounts.extra] + [recipe.mounts.hf_cache, recipe.mounts.jit_cache]
+    targets = [recipe.mounts.hf_cache, recipe.mounts.jit_cache]  # a later mount on a taken path is the one named
     for i, mount in enumerate(recipe.mounts.overlays + recipe.mounts.extra):
-        if targets.count(mount.target) > 1:
+        taken = mount.target in targets
+        targets.append(mount.target)
+        if taken:
             section = "overlays" if i < len(recipe.mounts.overlays) else "extra"
             index = i if section == "overlays" else i - len(recipe.mounts.overlays)
             issues.append(rdoc.issue(("mounts", section, index, "target"), fixed(

@@ -104,14 +104,18 @@ class ImageSpec(Model):
 
 
 class ModelSpec(Model):
+    """The weights every rank loads: the same repo and revision on every node (field note 10)."""
+
     repo: Text = Field(description="Hugging Face repo id (org/name) or an absolute path inside the container.",
                        examples=["Qwen/Qwen3-0.6B"], pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*|/[^:,]+)$")
     revision: Text = Field(default="main", description="Branch, tag or commit of the model repo.", pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 
 
 class ServeSpec(Model):
+    """The OpenAI-compatible API the head serves."""
+
     served_model_name: Name | None = Field(default=None, description="The name clients ask for; default: model.repo.")
-    host: Text = Field(default="0.0.0.0", pattern=r"^[0-9A-Fa-f.:]+$")
+    host: Text = Field(default="0.0.0.0", pattern=r"^[0-9A-Fa-f.:]+$", description="The API's bind address on the head.")
     port: Port = Field(default=8000, description="The OpenAI-compatible API's port on the head.")
 
 
@@ -119,8 +123,8 @@ class SpeculativeConfig(BaseModel):
     """vLLM's own schema validates the rest; we insist on the two keys we reason about."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-    method: Text
-    num_speculative_tokens: int = Field(gt=0, le=32)
+    method: Text = Field(description="The speculative method, e.g. mtp, eagle3, ngram.", examples=["mtp"])
+    num_speculative_tokens: int = Field(gt=0, le=32, description="Tokens proposed per step (1-32).", examples=[3])
 
     @model_validator(mode="after")
     def _scalars_only(self) -> "SpeculativeConfig":
@@ -132,19 +136,27 @@ class SpeculativeConfig(BaseModel):
 
 
 class VllmArgs(Model):
+    """`vllm serve`'s arguments: the ones the tool reasons about typed, any other under `extra`."""
+
     tensor_parallel_size: int = Field(default=1, ge=1, le=64, description="GPUs one model copy spans; with "
                                       "pipeline_parallel_size it must equal the inventory's GPU count.")
-    pipeline_parallel_size: int = Field(default=1, ge=1, le=64)
+    pipeline_parallel_size: int = Field(default=1, ge=1, le=64, description="Pipeline stages; x tensor_parallel_size "
+                                        "= the inventory's GPUs.")
     master_port: Port = Field(default=29501, description="torch.distributed rendezvous port on the head.")
-    distributed_executor_backend: Literal["mp", "uni", "external_launcher"] = "mp"
-    moe_backend: Literal[MOE_BACKENDS] | None = None  # type: ignore[valid-type]
-    kv_cache_dtype: Literal[KV_CACHE_DTYPES] | None = None  # type: ignore[valid-type]
+    distributed_executor_backend: Literal["mp", "uni", "external_launcher"] = Field(
+        "mp", description="--distributed-executor-backend: mp across nodes; uni only on one node.")
+    moe_backend: Literal[MOE_BACKENDS] | None = Field(  # type: ignore[valid-type]
+        None, description="--moe-backend (unset: vLLM's auto); the log checks can prove which one ran (field note 6).")
+    kv_cache_dtype: Literal[KV_CACHE_DTYPES] | None = Field(  # type: ignore[valid-type]
+        None, description="--kv-cache-dtype (unset: vLLM's auto).")
     gpu_memory_utilization: float | None = Field(default=None, description="Share of unified memory vLLM takes, "
                                                  "(0, 0.95]: a Spark needs headroom for the OS.")
     max_model_len: MaxModelLen = None
-    enable_prefix_caching: bool | None = None
-    enforce_eager: bool = False
-    speculative_config: SpeculativeConfig | None = None
+    enable_prefix_caching: bool | None = Field(None, description="true/false renders --enable-prefix-caching / "
+                                               "--no-enable-prefix-caching; unset: vLLM's default.")
+    enforce_eager: bool = Field(False, description="--enforce-eager: no CUDA graphs (slower; for debugging).")
+    speculative_config: SpeculativeConfig | None = Field(None, description="--speculative-config, rendered as the "
+                                                         "JSON vLLM parses (method and num_speculative_tokens required).")
     extra: dict[ExtraFlag, Scalar | dict[str, JsonValue]] = Field(default={}, description="Other `vllm serve` flags without the dashes: "
         "`flag: value`; true passes a switch, false its --no- form. `validate` checks them against vLLM 0.33.0's "
         "option table. A JSON option takes a mapping (rendered as the JSON vLLM parses) or dotted keys "
@@ -162,24 +174,30 @@ class VllmArgs(Model):
 
 
 class BindMount(Model):
-    source: AbsPath
-    target: AbsPath
-    read_only: bool = True
+    """A host path mounted into the container (`docker run -v source:target[:ro]`)."""
+
+    source: AbsPath = Field(description="The node's path (absolute; `~` is not expanded).", examples=["/srv/vocab"])
+    target: AbsPath = Field(description="The path inside the container.", examples=["/vocab"])
+    read_only: bool = Field(True, description="Mounted read-only unless false.")
 
 
 class Mounts(Model):
+    """Where the node's caches appear in the container, and more bind mounts."""
+
     hf_cache: AbsPath = Field(default="/cache/huggingface", description="Container path of the HF cache; the host "
                               "path is the node's hf_cache. Absolute: `~` would mean another user's home on a node.")
     jit_cache: AbsPath = Field(default="/jitcache", description="Container path of the JIT cache (VLLM_CACHE_ROOT).")
-    overlays: list[BindMount] = []  # files mounted over the image; preflight checks each target exists
-    extra: list[BindMount] = []
+    overlays: list[BindMount] = Field([], description="Files mounted over the image's own; preflight checks each "
+                                      "target exists in the image (field note 7).")
+    extra: list[BindMount] = Field([], description="More bind mounts.")
 
 
 class RestartPolicy(Model):
     """Bounded only: an endless restart loop hides a crash behind a healthy-looking container."""
 
-    policy: Literal["no", "on-failure"] = "no"
-    max_retries: int | None = Field(default=None, ge=1, le=10)
+    policy: Literal["no", "on-failure"] = Field("no", description="no, or on-failure with max_retries.")
+    max_retries: int | None = Field(default=None, ge=1, le=10, description="1-10, only with on-failure.",
+                                    examples=[3])
 
     @model_validator(mode="after")
     def _bounded(self) -> "RestartPolicy":
@@ -193,13 +211,16 @@ class RestartPolicy(Model):
 
 
 class DockerOptions(Model):
-    gpus: Text | None = "all"
-    ipc: Literal["host", "private", "shareable"] | None = "host"
-    network: Literal["host"] = "host"
+    """`docker run` options beyond what the plan sets itself."""
+
+    gpus: Text | None = Field("all", description="--gpus: all, a count, or device=0,1.")
+    ipc: Literal["host", "private", "shareable"] | None = Field("host", description="--ipc (host: the shared "
+                                                                 "memory NCCL uses).")
+    network: Literal["host"] = Field("host", description="Always host: NCCL and the API use the node's network.")
     shm_size: DockerSize | None = Field(default=None, description="Docker --shm-size, as Docker reads it: bytes, or a "
                                         "number with k, m, g (binary: 16g = 16GB = 16GiB).", examples=["16g", "16GB"])
-    privileged: bool = False
-    restart: RestartPolicy = RestartPolicy()
+    privileged: bool = Field(False, description="--privileged (not needed for RoCE on a Spark).")
+    restart: RestartPolicy = Field(RestartPolicy(), description="Docker's restart policy, bounded.")
 
     @field_validator("gpus")
     @classmethod
@@ -221,10 +242,11 @@ def _check_regex(value: str) -> str:
 class LineExpectation(Model):
     """A line each listed node must print, e.g. the Mxfp4 MoE backend line naming B12X (field note 6)."""
 
-    name: Name
-    pattern: Text
-    contains: Text | None = None
-    nodes: Literal["all"] | list[NodeName] = "all"
+    name: Name = Field(description="Names the check in messages.", examples=["moe-backend"])
+    pattern: Text = Field(description="A regular expression; its first group (or the whole match) is the value "
+                          "captured.", examples=["Using (\\S+) Mxfp4 MoE backend"])
+    contains: Text | None = Field(None, description="Text the captured value must contain.", examples=["B12X"])
+    nodes: Literal["all"] | list[NodeName] = Field("all", description="all, or a list of the inventory's node names.")
 
     _regex = field_validator("pattern")(classmethod(lambda cls, value: _check_regex(value)))
 
@@ -232,42 +254,51 @@ class LineExpectation(Model):
 class IdenticalExpectation(Model):
     """A line every node prints that must read the same everywhere (field note 3)."""
 
-    name: Name
-    pattern: Text
+    name: Name = Field(description="Names the check in messages.", examples=["cuda-graph-profile"])
+    pattern: Text = Field(description="A regular expression; the matching line must read the same on every node.",
+                          examples=["Profiling CUDA graph memory: .*"])
 
     _regex = field_validator("pattern")(classmethod(lambda cls, value: _check_regex(value)))
 
 
 class Expectations(Model):
-    lines: list[LineExpectation] = []
-    identical: list[IdenticalExpectation] = []
+    """What every node's log must show once the model serves; `up` reads the logs to prove it."""
+
+    lines: list[LineExpectation] = Field([], description="Lines each listed node must print.")
+    identical: list[IdenticalExpectation] = Field([], description="Lines that must read the same on every node.")
 
 
 class PreflightSettings(Model):
     """What preflight judges against. Nothing here shapes the launch, so it is not in the recipe digest."""
 
     # left free for the OS, Docker and sshd after vLLM takes gpu_memory_utilization x MemTotal (field note 8)
-    memory_reserve_gib: float = Field(default=4.0, ge=0.5, le=64)
+    memory_reserve_gib: float = Field(default=4.0, ge=0.5, le=64, description="GiB that must stay free for the OS, "
+                                      "Docker and sshd after vLLM takes its share (field note 8).")
     # what a running vLLM holds beside its share on a GB10 (Python, CUDA context, NCCL, API server): field
     # note 8's 0.78 left ~2 GiB of ~116, i.e. ~20 GiB. earlyoom and the OOM killer see both.
-    runtime_overhead_gib: float = Field(default=20.0, ge=0, le=64)
+    runtime_overhead_gib: float = Field(default=20.0, ge=0, le=64, description="GiB a running vLLM holds beside its "
+                                        "share (Python, CUDA context, NCCL, the API server).")
 
 
 class Recipe(Model):
+    """What to run on the cluster: the image, the model, vLLM's arguments, and what the logs must show."""
+
     name: Name = Field(description="The deployment's name: containers, records and labels carry it.")
-    description: Text | None = None
-    image: ImageSpec
-    model: ModelSpec
-    serve: ServeSpec = ServeSpec()
-    vllm: VllmArgs = VllmArgs()
+    description: Text | None = Field(None, description="Free text for people.")
+    image: ImageSpec = Field(description="The image: where it came from and the ID that runs.")
+    model: ModelSpec = Field(description="The model and its revision.")
+    serve: ServeSpec = Field(ServeSpec(), description="The OpenAI-compatible API on the head.")
+    vllm: VllmArgs = Field(VllmArgs(), description="vLLM's arguments: typed ones here, any other flag under extra.")
     env: dict[EnvName, Text] = Field(default={}, description="Environment of the container (not secrets).")
     secrets: list[EnvName] = Field(default=[], description="Names of variables read from this machine's "
                                    "environment and passed by file, never written in the recipe.")
-    mounts: Mounts = Mounts()
-    docker: DockerOptions = DockerOptions()
-    expect: Expectations = Expectations()
-    preflight: PreflightSettings = PreflightSettings()
-    acceptance: AcceptanceSettings = AcceptanceSettings()
+    mounts: Mounts = Field(Mounts(), description="Container paths of the caches, and more bind mounts.")
+    docker: DockerOptions = Field(DockerOptions(), description="`docker run` options.")
+    expect: Expectations = Field(Expectations(), description="What the logs must show after start-up.")
+    preflight: PreflightSettings = Field(PreflightSettings(), description="What preflight judges against "
+                                         "(not in the recipe digest).")
+    acceptance: AcceptanceSettings = Field(AcceptanceSettings(), description="The checks `up` and `accept` run "
+                                           "against the API (docs/acceptance.md).")
 
     @field_validator("secrets")
     @classmethod

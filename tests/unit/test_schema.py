@@ -74,3 +74,18 @@ def test_the_reference_tables_in_the_docs_are_generated_from_the_models():
 
     doc = (REPO / "docs" / "recipes.md").read_text()
     assert generated() in doc, "docs/recipes.md drifted: run python -m orchestrator.config.reference docs/recipes.md"
+
+
+def _properties(schema: dict):
+    """(where, property) for every property of every object in a JSON Schema."""
+    for name, definition in [("", schema), *schema.get("$defs", {}).items()]:
+        for key, prop in definition.get("properties", {}).items():
+            yield f"{name or schema.get('title')}.{key}", prop
+
+
+@pytest.mark.parametrize("kind", ["recipe", "inventory"])
+def test_every_key_has_a_description(kind):
+    """Issue 22: an editor shows each key's meaning; docs/recipes.md's tables carry the same words."""
+    schema = printed(kind)
+    assert [where for where, prop in _properties(schema) if not prop.get("description")] == []
+    assert all(d.get("description") for d in schema["$defs"].values() if d.get("type") == "object")
