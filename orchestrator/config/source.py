@@ -18,13 +18,13 @@ from ruamel.yaml.error import MarkedYAMLError, ReusedAnchorWarning, YAMLError
 from ruamel.yaml.reader import ReaderError
 
 from .files import FileRefused, read_regular
-from .hints import FIX, SHALLOW, SYNTAX, fixed, line_hint, syntax_fix, with_line_hint
+from .hints import SHALLOW, SYNTAX, fixed, line_hint, syntax_fix, with_line_hint
 from .types import redact
 
 
 @dataclass
 class ConfigIssue:
-    """One problem in one input file: where it is and what is wrong."""
+    """One problem in one input file: where it is, what is wrong and, after `; fix: `, what to write instead."""
 
     file: str
     line: int | None
@@ -34,15 +34,6 @@ class ConfigIssue:
     def __post_init__(self) -> None:
         # Messages quote offending values; a credential-shaped one must never be repeated back.
         self.key, self.message = redact(self.key), redact(self.message)
-
-    @property
-    def problem(self) -> str:
-        return self.message.partition(FIX)[0]
-
-    @property
-    def fix(self) -> str:
-        """What to write instead ('' when no fix is known: every message in the corpus has one)."""
-        return self.message.partition(FIX)[2]
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
