@@ -24,9 +24,11 @@ def validate(recipe: RecipeArg, inventory: InventoryOpt = None, cluster: Cluster
 
     Example: spark-deploy validate recipes/dspark-0731-b12x.yaml -i inventory.yaml
     """
+    from ..acceptance.problems import acceptance_problems
+
     with exit_codes(as_json):
         dep = load_deployment(recipe, inventory)
-        problems = local_problems(dep, os.environ)
+        problems = local_problems(dep, os.environ) + acceptance_problems(dep)
         problems += [dep.recipe_doc.issue(loc, msg) for loc, msg in extra_problems(dict(dep.recipe.vllm.extra))]
         if problems:
             raise ConfigError(problems)

@@ -2,12 +2,9 @@
 failed one fails the release, so the Runner undoes it and the previous release is restored)."""
 from __future__ import annotations
 
-from ..acceptance import Result, UnknownCheck, blocking, run_checks
+from ..acceptance import Result, blocking, run_checks
 from ..acceptance.context import context_for
 from ..acceptance.run import plan
-from ..config.load import Deployment
-from ..config.hints import fixed
-from ..config.source import ConfigIssue, Document
 from ..runner.events import Phase
 from ..runner.runner import StepFailed
 from .after_ready import facts, summary
@@ -63,14 +60,3 @@ def accept_steps(ctx: UpContext) -> list:
     if ctx.opts.accept:
         steps.append(Accept([name for name, _check in plan(context_for(ctx.dep.recipe, []))]))
     return steps
-
-
-def acceptance_problems(dep: Deployment) -> list[ConfigIssue]:
-    """A check name the recipe lists that does not exist: bad input, said before anything is touched."""
-    try:
-        plan(context_for(dep.recipe, []))
-    except UnknownCheck as exc:
-        doc = dep.recipe_doc or Document(dep.recipe_path, None)
-        return [doc.issue(("acceptance", "checks"), fixed(str(exc), "name checks from these lists, or define the "
-                                                                   "check under `acceptance.custom:`"))]
-    return []

@@ -33,7 +33,8 @@ from . import boot, kv_report
 from .context import UpContext, UpOptions
 from .current import Action
 from .restore import StartKept, restore_previous
-from .steps_accept import accept_steps, acceptance_problems
+from ..acceptance.problems import acceptance_problems
+from .steps_accept import accept_steps
 from .steps_release import OpenRelease, TakeLock, finish
 from .steps_model import SyncModel
 from .steps_launch import ForgetSecrets, LogChecks, PeersJoined, Ready, Rendezvous, StartRanks
