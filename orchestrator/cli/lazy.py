@@ -10,6 +10,7 @@ tests/unit/test_cli_lazy.py holds the short help read this way to the loaded com
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib
 import inspect
 from dataclasses import dataclass
@@ -88,6 +89,16 @@ class LazyGroup(ReadableGroup):
                 self._loaded[cmd_name] = make_readable(self.lazy[cmd_name].load())
             return self._loaded[cmd_name]
         return super().get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        """typer's, with its "Did you mean" drawn from every command (typer looks only at the loaded ones)."""
+        try:
+            return self._click_resolve_command(ctx, args)
+        except click.exceptions.UsageError as exc:
+            meant = difflib.get_close_matches(args[0], self.list_commands(ctx)) if args and self.suggest_commands else []
+            if meant:
+                exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(repr(m) for m in meant)}?"
+            raise
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list of `--help`, each line's help read without importing the command."""

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from .forms import DOCKER_SIZE
 
 SMART_QUOTES = "\u201c\u201d\u2018\u2019\u00ab\u00bb\u201e"
-# Every config error reads `file:line: key: problem; fix: what to write instead` (ConfigIssue splits it).
+# Every config error reads `file:line: key: problem; fix: what to write instead` (the corpus test holds it).
 FIX = "; fix: "
 
 
@@ -69,8 +69,7 @@ def with_line_hint(message: str, hint: tuple[str, str] | None) -> str:
     """`message` with what the line's characters do; their fix comes first, being the likely cause."""
     if hint is None:
         return message
-    problem, _, fix = message.partition(FIX)
-    return fixed(f"{problem}; {hint[0]}", hint[1])
+    return fixed(f"{message.partition(FIX)[0]}; {hint[0]}", hint[1])
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -131,7 +130,7 @@ def _as(kind: str, value: Any) -> Any:
     text = str(value).strip()
     try:
         if kind == "int" and not isinstance(value, bool):
-            return int(float(text)) if float(text).is_integer() else None
+            return int(text) if text.lstrip("+-").isdigit() else int(float(text)) if float(text).is_integer() else None
         if kind == "float" and not isinstance(value, bool):
             return float(text)
     except ValueError:

@@ -65,3 +65,11 @@ def test_validate_and_help_import_no_cluster_machinery(argv, tmp_path):
     assert heavy == [], f"`spark-deploy {argv[0]}` imported {heavy[:8]}"
     if argv[0] == "validate":
         assert "orchestrator.cli.config_cmds" in modules and "orchestrator.cli.release_cmds" not in modules
+
+
+def test_a_mistyped_command_is_bad_input_naming_the_one_meant():
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, ["valdate"])
+    assert result.exit_code == 2
+    assert "No such command 'valdate'. Did you mean 'validate'?" in result.output
