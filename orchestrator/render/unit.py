@@ -50,6 +50,7 @@ _PEER_START = ("ip=$1 port=$2 bound=$3; shift 3; "
                "sleep 2; done; "
                "echo \"the head's rendezvous at $ip:$port listens (waited $SECONDS s)\"; exec \"$@\"")
 
+
 def start_limit_window(burst: int, peer_wait: int = PEER_WAIT_SECONDS) -> int:
     """StartLimitIntervalSec: `burst` starts per `burst` rendezvous timeouts. A rank that waits out a whole
     rendezvous (head or peer: PEER_WAIT_SECONDS, then RESTART_SECONDS) is never stopped by it, so a head keeps
