@@ -47,9 +47,10 @@ def enable(
     yes: YesOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Make the serving release come back on boot: one systemd unit per node for its rank (the peers wait,
-    bounded, for the head's rendezvous port; restarts are bounded). Anything else that would come back is
-    named, and it asks before turning them off (--yes: it does not ask).
+    """Make the serving release come back on boot: one systemd unit per node for its rank, started now so it
+    also starts a rank again that exits (the peers wait, bounded, for the head's rendezvous port; restarts
+    are bounded). Anything else that would come back is named, and it asks before turning them off (--yes:
+    it does not ask).
 
     Example: spark-deploy boot enable recipes/dspark-0731-b12x.yaml --yes
     """
@@ -86,7 +87,7 @@ def enable(
             out.print(f"turned off: {escape(line)}")
         out.print(f"release {result.release.id} (plan {result.release.plan_hash}) comes back on boot:")
         for u in result.units:
-            out.print(f"  {escape(u.node)}: {escape(u.path)} enabled, starts {escape(u.container)}")
+            out.print(f"  {escape(u.node)}: {escape(u.path)} enabled, starts {escape(u.container)} (watched now)")
 
 
 @app.command()

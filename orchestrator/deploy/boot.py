@@ -1,10 +1,12 @@
 """`boot enable|disable|status`: make the serving release the thing that comes back when the nodes boot.
 
-`enable` writes, per node, the unit render/unit.py renders for its rank (from the same Plan as `up`), and
-enables it; anything else the boot check finds coming back (another stack's unit, a container with a
-restart policy that brings it back) is named, and only with `yes` disabled. `disable` removes our units
-and gives the containers back the restart policy the unit took from them. `status` reads what would come
-back, per node, through the same facts and judgement as the `boot` preflight check (checks_boot).
+`enable` writes, per node, the unit render/unit.py renders for its rank (from the same Plan as `up`), enables
+it and starts it (it attaches to the running container, so systemd restarts a rank that exits from now on);
+anything else the boot check finds coming back (another stack's unit, a container with a restart policy that
+brings it back) is named, and only with `yes` disabled. `disable` lets go of the containers (they keep
+serving), removes our units and gives the containers back the restart policy the unit took from them.
+`status` reads what would come back, per node, through the same facts and judgement as the `boot` preflight
+check (checks_boot).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ..render.unit import UNIT_DIR, BootUnit, render_unit, unit_name
 from ..runner.events import Events
 from ..transport.group import Cluster, Connector, GroupError
 from ..transport.node import NodeConnection, NodeError
-from . import privilege
+from . import boot_supervise, privilege
 from .boot_undo import Journal, install, turn_off
 
 FACTS = ["boot_units", "restart_policies"]
@@ -172,8 +174,8 @@ def enable(dep: Deployment, events: Events, *, yes: bool, connector: Connector |
             op.done(Outcome.FAILED, f"{exc}; {said}", release=release.id)
             raise BootRefused(f"boot enable failed: {exc}; {said}") from exc
         for u in units:
-            events.note(f"{u.name} enabled: brings back {u.container} (release {u.release}, plan "
-                        f"{u.plan_hash})", u.node)
+            events.note(f"{u.name} enabled and started: brings back {u.container} (release {u.release}, plan "
+                        f"{u.plan_hash}) at boot, and starts it again when it exits", u.node)
         again = look(op)
         result.after = {n: again.boot(n, {plan.plan_hash}) for n in again.facts}
         op.done(Outcome.OK, f"{name} on {', '.join(u.node for u in units)}; plan {plan.plan_hash}" +
@@ -217,6 +219,7 @@ def _roots(op: Operation, doing: str, release: int | None = None):
 def _install(conn: NodeConnection, unit: BootUnit, root: privilege.Root, scratch_dir: str, journal: Journal) -> None:
     try:
         install(conn, unit, root, scratch_dir, journal)
+        boot_supervise.start(conn, unit, root, journal)
     except (NodeError, OSError) as exc:  # a NodeError: the group error names the node once
         cause = str(exc).removeprefix(f"{conn.name}: ")
         raise NodeError(conn.name, f"could not install {unit.path}: {cause} (it needs root on the node)") from exc
@@ -275,8 +278,10 @@ def our_units(units: BootUnits | None, cluster_name: str, recipe: str | None) ->
     return [n for n, _state in units.our_files if (n == wanted if wanted else n.startswith(prefix))]
 
 
-def disable(inventory: Inventory, recipe: str | None, events: Events) -> DisableResult:
-    with Operation(inventory, events, AuditAction.BOOT_DISABLE, reach=Reach.ALL) as op:
+def disable(inventory: Inventory, recipe: str | None, events: Events, *,
+            connector: Connector | None = None) -> DisableResult:
+    with Operation(inventory, events, AuditAction.BOOT_DISABLE, reach=Reach.ALL,
+                   cluster_factory=partial(Cluster, connector=connector)) as op:
         looked = look(op)
         _no_systemd(looked)
         roots = _roots(op, f"boot disable (it removes units from {UNIT_DIR} and runs systemctl disable)")
@@ -304,8 +309,10 @@ def disable(inventory: Inventory, recipe: str | None, events: Events) -> Disable
 
 
 def _remove(conn: NodeConnection, name: str, unit: UnitInfo | None, root: privilege.Root) -> None:
-    """Disable, give the container back the restart policy the unit took, remove the file."""
+    """Disable, let go of the running container (it keeps serving), give it back the restart policy the unit
+    took, remove the file."""
     conn.run(root.argv(["systemctl", "disable", name]), timeout=60, check=True)
+    boot_supervise.let_go(conn, name, root)
     if unit is not None and unit.key("Container") and unit.key("DockerRestart") not in ("", "no"):
         conn.run(["docker", "update", "--restart", unit.key("DockerRestart"), unit.key("Container")], timeout=60)
     conn.run(root.argv(["rm", "-f", "--", f"{UNIT_DIR}/{name}"]), timeout=30, check=True)

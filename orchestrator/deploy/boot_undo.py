@@ -83,8 +83,8 @@ def turn_off(conn: NodeConnection, item: BootItem, root: privilege.Root, journal
 
 def install(conn: NodeConnection, unit: BootUnit, root: privilege.Root, scratch_dir: str, journal: Journal) -> None:
     """Atomic write, the container's restart policy off (so dockerd does not start it at boot ahead of the
-    unit), reload, enable (not started now: the release already serves); each step written down with its
-    undo. An earlier file of ours at the same path is read first, to be written back on undo."""
+    unit), reload, enable (boot_supervise.start then starts it, attached to the running container); each
+    step written down with its undo. An earlier file of ours at the same path is read first, to be written back on undo."""
     before = conn.run(["cat", "--", unit.path], timeout=30)
     earlier = before.stdout if before.ok else None
     was_enabled = conn.run(["systemctl", "is-enabled", unit.name], timeout=30).stdout.strip() == "enabled"

@@ -101,16 +101,18 @@ class UnitInfo:
         return dict(self.recorded).get(name, "")
 
     def started_container(self) -> str | None:
-        """The container `docker start [-a] NAME` names, when that is what ExecStart does."""
+        """The container `docker start [-a] NAME` names, when that is what ExecStart does (also as the argv
+        a wrapper runs: our peer's unit is `bash -c SCRIPT ... docker start --attach NAME`)."""
         for line in self.exec_start:
             try:
                 argv = shlex.split(line)
             except ValueError:
                 argv = line.split()
-            if len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] == "docker" and argv[1] == "start":
-                names = [a for a in argv[2:] if not a.startswith("-")]
-                if names:
-                    return names[0]
+            for i in range(len(argv) - 2):
+                if argv[i].rsplit("/", 1)[-1] == "docker" and argv[i + 1] == "start":
+                    names = [a for a in argv[i + 2:] if not a.startswith("-")]
+                    if names:
+                        return names[0]
         return None
 
 

@@ -2,10 +2,15 @@
 
 Rendered from the same Plan as `up`: the unit starts the very container `up` created (`docker start
 --attach`, by its name, which carries its plan and never changes), which keeps its env and env-file, so
-nothing secret is ever written into a unit. The peer's
-unit first waits, bounded and logged to the journal, until the head's rendezvous port listens. Restarts
-are systemd's, bounded by StartLimitBurst; the container's own Docker restart policy is set to `no` by
-ExecStartPre so the two never fight (a recipe's `docker.restart: on-failure:N` becomes the burst N).
+nothing secret is ever written into a unit. `boot enable` also starts it, which attaches to the running
+container: from then on systemd restarts a rank that exits (a head whose peer vanished exits after the
+collective timeout and is started again, reopening the rendezvous; a peer whose head vanished exits at once
+and waits for the head again). The peer's unit waits, bounded and logged to the journal, until the head's
+rendezvous port listens, inside the ExecStart of a Type=simple unit: never in ExecStartPre, which would hold
+the node's boot (`multi-user.target`, `is-system-running: starting`) for as long as it waits. Restarts are
+systemd's, at most StartLimitBurst per StartLimitIntervalSec; the container's own Docker restart policy is
+set to `no` by ExecStartPre so the two never fight (a recipe's `docker.restart: on-failure:N` becomes the
+burst N).
 
 Every value goes through systemd's own quoting (`command_word`, `setting_value`), never a shell's.
 """
@@ -24,22 +29,35 @@ PEER_WAIT_SECONDS = 600  # the stand-in's and torch's own rendezvous timeout
 STOP_SECONDS = 30
 RESTART_SECONDS = 15
 DEFAULT_RETRIES = 2
-# StartLimitBurst starts per this window; "infinity": the window never ends, so a rank gets at most that many
-# starts per boot however far apart its failures are (a failure after each 10-70 minute load included).
-START_LIMIT_WINDOW = "infinity"
 # Exit codes that are not restarted: 143 (SIGTERM: `docker stop` by down/up/the unit) and 137 (SIGKILL: the stop
-# timeout, or the kernel's OOM killer; a unified-memory leak must not be retried: eugr spark-vllm-docker #257).
-NO_RESTART_CODES = "143 137"
+# timeout, or the kernel's OOM killer; a unified-memory leak must not be retried: eugr spark-vllm-docker #257);
+# and the unit's own `docker start --attach` killed by SIGKILL: `boot disable` letting go of a running container.
+NO_RESTART_CODES = "143 137 SIGKILL"
 
-# "$1" head fabric IP, "$2" rendezvous port, "$3" seconds. One TCP connect per attempt, each bounded.
-# One line: `systemctl show` prints a command's argv unquoted, so a newline in it would break readers.
-_WAIT_FOR_HEAD = ("echo \"waiting for the head's rendezvous at $1:$2 (up to $3 s)\"; "
-                  "until timeout 3 bash -c 'exec 3<>\"/dev/tcp/$0/$1\"' \"$1\" \"$2\" 2>/dev/null; do "
-                  "if [ \"$SECONDS\" -ge \"$3\" ]; then "
-                  "echo \"the head's rendezvous at $1:$2 did not listen within $3 s\"; exit 1; fi; "
-                  "if [ $((SECONDS % 30)) -lt 2 ]; then echo \"still waiting for the head at $1:$2 ($SECONDS s)\"; fi; "
-                  "sleep 2; done; "
-                  "echo \"the head's rendezvous at $1:$2 listens (waited $SECONDS s)\"")
+# ExecStart of a peer: "$1" head fabric IP, "$2" rendezvous port, "$3" seconds, then the `docker start --attach
+# NAME` argv. A container that already runs (the unit started by `boot enable`) is attached to at once; else the
+# head's rendezvous is waited for (one TCP connect per attempt, each bounded; the whole wait bounded: exit 1,
+# and systemd's Restart= tries again) and the container started. One line: `systemctl show` prints a command's
+# argv unquoted, so a newline in it would break readers.
+_PEER_START = ("ip=$1 port=$2 bound=$3; shift 3; "
+               "if [ \"$(docker container inspect --format '{{.State.Running}}' \"${!#}\" 2>/dev/null)\" = true ]; "
+               "then echo \"${!#} runs: attaching to it\"; exec \"$@\"; fi; "
+               "echo \"waiting for the head's rendezvous at $ip:$port (up to $bound s)\"; "
+               "until timeout 3 bash -c 'exec 3<>\"/dev/tcp/$0/$1\"' \"$ip\" \"$port\" 2>/dev/null; do "
+               "if [ \"$SECONDS\" -ge \"$bound\" ]; then "
+               "echo \"the head's rendezvous at $ip:$port did not listen within $bound s\"; exit 1; fi; "
+               "if [ $((SECONDS % 30)) -lt 2 ]; then echo \"still waiting for the head at $ip:$port ($SECONDS s)\"; fi; "
+               "sleep 2; done; "
+               "echo \"the head's rendezvous at $ip:$port listens (waited $SECONDS s)\"; exec \"$@\"")
+
+
+def start_limit_window(burst: int, peer_wait: int = PEER_WAIT_SECONDS) -> int:
+    """StartLimitIntervalSec: `burst` starts per `burst` rendezvous timeouts. A rank that waits out a whole
+    rendezvous (head or peer: PEER_WAIT_SECONDS, then RESTART_SECONDS) is never stopped by it, so a head keeps
+    reopening its rendezvous until its peer is back; a rank that fails faster (a crash at start) gets `burst`
+    starts and stays failed."""
+    return burst * peer_wait
+
 
 _UNIT_CHARS = re.compile(r"[A-Za-z0-9:_.\\-]")
 _PLAIN = re.compile(r"^[A-Za-z0-9._:@/+-]+$")
@@ -120,18 +138,18 @@ def restart_burst(launch: RankLaunch) -> int:
 
 def render_unit(plan: Plan, launch: RankLaunch, release: int, *, container: str | None = None,
                 peer_wait: int = PEER_WAIT_SECONDS, stop_seconds: int = STOP_SECONDS) -> BootUnit:
-    """Pure: the unit for `launch`'s node. The head's unit starts its container; a peer's waits first.
+    """Pure: the unit for `launch`'s node. The head's unit starts its container; a peer's attaches to its running
+    container, or waits for the head's rendezvous first.
     `container`: the name of the container that serves the rank (`boot enable` finds it by its labels),
     by default the plan's own name for it."""
     name = unit_name(plan.cluster, plan.recipe)
     container = container or launch.container
-    pre = [command_line(["docker", "update", "--restart", "no", container])]
-    start_timeout = 120
+    start = ["docker", "start", "--attach", container]
     if not launch.is_head:
         head = plan.head
         ip, port = head.node.fabric_ip, str(head.spec.master_port)
-        pre.append(command_line(["bash", "-c", _WAIT_FOR_HEAD, "wait-for-head", ip, port, str(peer_wait)]))
-        start_timeout = peer_wait + 120
+        start = ["bash", "-c", _PEER_START, "wait-for-head", ip, port, str(peer_wait), *start]
+    burst = restart_burst(launch)
     role = "head" if launch.is_head else "peer"
     lines = [
         "# Written by `spark-deploy boot enable`; `spark-deploy boot disable` removes it.",
@@ -143,8 +161,8 @@ def render_unit(plan: Plan, launch: RankLaunch, release: int, *, container: str 
         "After=docker.service network-online.target",
         "Requires=docker.service",
         "Wants=network-online.target",
-        f"StartLimitIntervalSec={START_LIMIT_WINDOW}",
-        f"StartLimitBurst={restart_burst(launch)}",
+        f"StartLimitIntervalSec={start_limit_window(burst, peer_wait)}",
+        f"StartLimitBurst={burst}",
         f"{KEY_PREFIX}Cluster={_key(plan.cluster)}",
         f"{KEY_PREFIX}Recipe={_key(plan.recipe)}",
         f"{KEY_PREFIX}PlanHash={_key(plan.plan_hash)}",
@@ -155,13 +173,15 @@ def render_unit(plan: Plan, launch: RankLaunch, release: int, *, container: str 
         "",
         "[Service]",
         "Type=simple",
-        *[f"ExecStartPre={p}" for p in pre],
-        "ExecStart=" + command_line(["docker", "start", "--attach", container]),
+        "ExecStartPre=" + command_line(["docker", "update", "--restart", "no", container]),
+        "ExecStart=" + command_line(start),
+        # systemd runs ExecStop only after a clean exit (checked on 252): a rank that failed, or the unit's
+        # `docker start --attach` killed by `boot disable` letting go, never stops a container through it
         "ExecStop=" + command_line(["docker", "stop", "--time", str(stop_seconds), container]),
         "Restart=on-failure",
         f"RestartPreventExitStatus={NO_RESTART_CODES}",
         f"RestartSec={RESTART_SECONDS}",
-        f"TimeoutStartSec={start_timeout}",
+        "TimeoutStartSec=120",  # ExecStartPre only: the peer's wait is in ExecStart, bounded by itself
         f"TimeoutStopSec={stop_seconds + 30}",
         "",
         "[Install]",

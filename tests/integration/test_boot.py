@@ -9,6 +9,9 @@ Acceptance proven here:
     after): the release serves again by itself (/v1/models on the head, the same plan hash on every
     rank), the peer's journal shows it waited for the head, `boot status` shows it; `boot disable` and a
     reboot: nothing comes back.
+Issue 23 acceptance 5: with `boot enable` (which starts the units), the peer rebooted alone, then the head alone:
+`sim fault NODE reboot` succeeds (the node's boot is not held by the peer's wait) and each time the release
+answers a completion again by itself within docs/boot.md's bound, on the same plan and image ID.
 On the default (docker-init) node, which has no systemctl: the check skips saying why and `boot status` exits 1 naming the node.
 """
 
@@ -22,15 +25,21 @@ import urllib.request
 
 import pytest
 from deploy_helpers import OLD_STACK, SUDOERS, node_docker, recipe_variant, spark_deploy
+from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_inventory
-from orchestrator.render.unit import command_line, unit_name
+from orchestrator.render.unit import RESTART_SECONDS, command_line, unit_name
 from orchestrator.sim import node_boot
 from orchestrator.sim.cluster import SimCluster
 
 pytestmark = pytest.mark.integration
 
 READY_S = 180  # bound on the release serving again after a reboot (boot + the stand-in's 2 s load)
+COLLECTIVE_S = 5  # the stand-in's collective timeout here (SIM_COLLECTIVE_TIMEOUT; vLLM's: torch's 600 s)
+# docs/boot.md's bound for one node rebooted alone, from the node's boot finished: the collective timeout (the
+# peer alone), RestartSec, 30 s for the rank's load, the peer's 2 s polls and ready; doubled for a loaded 2-core
+# machine
+ALONE_S = 2 * (COLLECTIVE_S + RESTART_SECONDS + 30)
 
 
 def wait_for(what: str, probe, timeout: float, every: float = 1.0):
@@ -51,6 +60,25 @@ def wait_for(what: str, probe, timeout: float, every: float = 1.0):
 def models(cluster: SimCluster) -> list[str] | None:
     with urllib.request.urlopen(f"http://{cluster.node(1).ip}:8000/v1/models", timeout=5) as response:
         return [m["id"] for m in json.loads(response.read())["data"]]
+
+
+def completion(cluster: SimCluster) -> str:
+    """A real completion from the head (both ranks must be up: the engine serves only with every worker)."""
+    body = json.dumps({"model": "tiny", "prompt": "back by itself?", "max_tokens": 4}).encode()
+    request = urllib.request.Request(f"http://{cluster.node(1).ip}:8000/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.loads(response.read())["choices"][0]["text"]
+
+
+def running_images(cluster: SimCluster) -> dict[str, set[str]]:
+    """Per node, (plan-hash label, image ID) of our running containers."""
+    out = {}
+    for info in cluster.nodes():
+        r = node_docker(cluster, info.index, "ps", "--no-trunc", "--filter", "label=spark-deploy.managed=true",
+                        "--format", '{{.Label "spark-deploy.plan-hash"}} {{.Image}}')
+        out[info.name] = {line for line in r.stdout.splitlines() if line}
+    return out
 
 
 def running_plans(cluster: SimCluster) -> dict[str, set[str]]:
@@ -232,7 +260,8 @@ def test_other_stack_is_named_then_enable_reboot_disable(sysd, tmp_path):
 
     # ---- an `up` of another plan: the units follow the release that serves (a unit starts its container by a
     # name that never changes, so `up` points them at the new one), and the reboots below bring back THAT one ----
-    other = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
+    other = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048},
+                           env={"SIM_COLLECTIVE_TIMEOUT": str(COLLECTIVE_S)})
     r = spark_deploy("up", other, "-i", inv, timeout=600)
     assert r.returncode == 0, r.stderr + r.stdout
     assert "boot was enabled for an earlier release" in r.stdout, r.stdout
@@ -241,6 +270,8 @@ def test_other_stack_is_named_then_enable_reboot_disable(sysd, tmp_path):
     st = status_json(cluster)
     for n in st["nodes"]:
         assert n["serving_comes_back"] and n["our_units"][0]["plan_hash"] == plan, n
+    for n in (1, 2):  # started by enable: each unit watches its running container from now on
+        assert cluster.exec(n, ["systemctl", "is-active", name], check=False).stdout.strip() == "active"
 
     # ---- acceptance 3: reboot both together: the release serves again by itself ----
     reboot(cluster, 1, 2)
@@ -269,6 +300,28 @@ def test_other_stack_is_named_then_enable_reboot_disable(sysd, tmp_path):
             assert int(waited[-1]) > 0 and "waiting for the head's rendezvous" in log, log
         r = spark_deploy("status", "-i", inv, "--json", "--no-probe")
         assert r.returncode == 0, r.stdout
+
+    # ---- issue 23 acceptance 5: one node rebooted alone while the other runs on; the release comes back by
+    # itself, the same plan and image. The peer alone: the head loses it, exits after the collective timeout, its
+    # unit starts it again (the rendezvous reopens), the peer's unit (never holding the boot) waits and joins.
+    # The head alone: the peer loses it and exits, its unit waits for the head again and joins. ----
+    pinned = {f"{plan} {YAML().load(other.read_text())['image']['id']}"}  # the recipe's pinned image ID
+    assert running_images(cluster) == {"spark-1": pinned, "spark-2": pinned}
+    for alone, other_node in ((2, 1), (1, 2)):
+        mark = cluster.exec(other_node, ["date", "+%Y-%m-%d %H:%M:%S"]).stdout.strip()
+        r = spark_deploy("sim", "fault", f"spark-{alone}", "reboot", "--name", cluster.name, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr  # the node's own boot finished: nothing holds it
+        assert f"spark-{alone}: rebooted" in r.stdout and "systemd running" in r.stdout, r.stdout
+        wait_for(f"a completion from the head after spark-{alone} rebooted alone", lambda: completion(cluster),
+                 ALONE_S)
+        assert running_images(cluster) == {"spark-1": pinned, "spark-2": pinned}
+        survivor = cluster.exec(other_node, ["journalctl", "-u", name, "--since", mark, "-o", "cat",
+                                             "--no-pager"]).stdout
+        assert "Scheduled restart job" in survivor, survivor  # the rank that lost its partner, started again
+        if alone == 2:
+            assert "Watchdog caught collective operation timeout" in survivor, survivor
+        else:
+            assert f"waiting for the head's rendezvous at {head_ip}:29701" in survivor, survivor
 
     # ---- disable, reboot: nothing comes back ----
     r = spark_deploy("boot", "disable", "-i", inv)

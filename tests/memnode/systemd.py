@@ -1,7 +1,8 @@
 """systemd on an in-memory node: its boot facts (boot_units, restart_policies) for memnode/facts.py.
 
 Unit files are the node's files under /etc/systemd/system (written by `put_file`, as `boot enable` does);
-`systemctl daemon-reload / enable / disable` change what is loaded and enabled.
+`systemctl daemon-reload / enable / disable` change what is loaded and enabled; `start`, `kill --signal=SIGKILL`
+and `reset-failed` what runs (`show -p ActiveState --value` reads it).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class Systemd:
     def __init__(self) -> None:
         self.loaded: dict[str, str] = {}  # unit name -> text
         self.enabled: set[str] = set(BASE_UNITS)
+        self.active: set[str] = set(BASE_UNITS)  # started units (ours: watching their running container)
+        self.failed: set[str] = set()
 
     def text(self, node: Node, name: str) -> str:
         return BASE_UNITS.get(name, self.loaded.get(name, ""))
@@ -56,6 +59,25 @@ class Systemd:
             (self.enabled.add if args[0] == "enable" else self.enabled.discard)(name)
             verb = "Created symlink" if args[0] == "enable" else "Removed"
             return 0, "", f"{verb} /etc/systemd/system/multi-user.target.wants/{name}.\n"
+        if len(args) == 2 and args[0] == "start":
+            if args[1] not in self.loaded and args[1] not in BASE_UNITS:
+                return 5, "", f"Failed to start {args[1]}: Unit {args[1]} not found.\n"
+            self.active.add(args[1])
+            self.failed.discard(args[1])
+            return 0, "", ""
+        if args[:1] == ["kill"] and args[1:2] == ["--signal=SIGKILL"] and len(args) == 3:
+            if args[2] not in self.active:
+                return 1, "", f"Failed to kill unit {args[2]}: No main process to kill\n"
+            self.active.discard(args[2])
+            self.failed.add(args[2])  # killed: no restart (RestartPreventExitStatus) and no ExecStop
+            return 0, "", ""
+        if len(args) == 2 and args[0] == "reset-failed":
+            self.failed.discard(args[1])
+            return 0, "", ""
+        if args[:4] == ["show", "-p", "ActiveState", "--value"] and len(args) == 5:
+            name = args[4]
+            state = "active" if name in self.active else "failed" if name in self.failed else "inactive"
+            return 0, state + "\n", ""
         if len(args) == 2 and args[0] == "is-enabled":  # systemctl's words and exit codes for a unit file
             name = args[1]
             if name not in self.loaded and name not in BASE_UNITS:

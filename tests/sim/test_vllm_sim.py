@@ -804,3 +804,16 @@ def test_peer_dying_after_start_leaves_a_head_that_answers_health_but_not_comple
     assert http(port, "/health")[0] == 200
     with pytest.raises((TimeoutError, socket.timeout, urllib.error.URLError)):
         http(port, "/v1/completions", {"prompt": "anyone?", "max_tokens": 2}, timeout=1.0)
+
+
+def test_head_whose_peer_died_exits_after_the_collective_timeout(env, spawn):
+    """vLLM's head does not stall for ever: the NCCL watchdog aborts the all-reduce after the process group's
+    timeout and the server exits 1, so a supervisor can start it again and reopen the rendezvous."""
+    head, peer, port = start_cluster(spawn, {**env, "SIM_RINGBUFFER_INTERVAL": "0.3",
+                                             "SIM_COLLECTIVE_TIMEOUT": "1.5"}, env)
+    started(head)
+    peer.proc.kill()
+    head.wait_for(r"No available shared memory broadcast block found", timeout=10)
+    assert head.wait_exit() == 1
+    assert head.matching(r"Watchdog caught collective operation timeout: WorkNCCL\(.*Timeout\(ms\)=1500\)")
+    assert head.matching(r"Worker proc \S+ died unexpectedly \(exit code: -6\), shutting down executor\.")

@@ -257,3 +257,12 @@ def test_units_behind_names_the_nodes_whose_unit_brings_back_an_earlier_release(
     assert units_behind(seen, dep.inventory, "sim-tiny", 2) == {"spark-1": "1"}
     assert units_behind(seen, dep.inventory, "sim-tiny", 1) == {}  # the unit brings back the serving release
     assert units_behind(seen, dep.inventory, "other-recipe", 2) == {}  # no unit of that recipe
+
+
+def test_our_peer_unit_names_its_container_through_its_wrapper():
+    """Captured from the simulated systemd 252 node after `boot enable`: the peer's ExecStart is `bash -c SCRIPT
+    ... docker start --attach NAME` (its wait is in ExecStart, not in the boot); the container is still read."""
+    u = parse_boot_units(sample("boot_units_sim_peer.txt"))
+    ours = next(x for x in u.units if x.ours)
+    assert ours.exec_start[0].startswith("bash -c ")
+    assert ours.started_container() == "sd-sim-tiny-r1-564c4894" == ours.key("Container")

@@ -54,20 +54,29 @@ def test_head_starts_its_container_and_records_the_plan(plan):
     assert k["X-SparkDeploy-Container"] == [name] and head.container == name
     assert k["X-SparkDeploy-PlanHash"] == [plan.plan_hash] and k["X-SparkDeploy-Release"] == ["4"]
     assert k["Requires"] == ["docker.service"] and "docker.service" in k["After"][0]
-    assert k["Restart"] == ["on-failure"] and k["StartLimitIntervalSec"] == ["infinity"]
-    assert k["StartLimitBurst"] == ["3"] and k["RestartPreventExitStatus"] == ["143 137"]
-    assert k["WantedBy"] == ["multi-user.target"]
+    assert k["Restart"] == ["on-failure"] and k["Type"] == ["simple"]
+    # 3 starts per 3 rendezvous timeouts: a head that waits out its rendezvous (600 s) and starts again
+    # (15 s) is never stopped by the limit; one that crashes at start gets 3 starts
+    assert k["StartLimitBurst"] == ["3"] and k["StartLimitIntervalSec"] == ["1800"]
+    assert k["RestartPreventExitStatus"] == ["143 137 SIGKILL"] and k["RestartSec"] == ["15"]
+    assert k["WantedBy"] == ["multi-user.target"] and k["TimeoutStartSec"] == ["120"]
 
 
-def test_peer_waits_bounded_for_the_heads_rendezvous(plan):
+def test_peer_waits_bounded_for_the_heads_rendezvous_in_execstart_not_in_the_boot(plan):
+    """An ExecStartPre holds the unit `activating`, and the boot with it (multi-user.target waits for it,
+    is-system-running says `starting`): the wait is in the ExecStart of the Type=simple unit instead."""
     peer = render_unit(plan, plan.ranks[1], 4, peer_wait=300)
-    pre = keys(peer.text)["ExecStartPre"]
-    assert len(pre) == 2 and pre[1].startswith('"bash" "-c" ')
+    k = keys(peer.text)
+    name = f"sd-sim-tiny-r1-{plan.plan_hash[:8]}"
+    assert k["Type"] == ["simple"] and k["ExecStartPre"] == [f'"docker" "update" "--restart" "no" "{name}"']
+    (start,) = k["ExecStart"]
     head = plan.head
-    assert pre[1].endswith(f'"wait-for-head" "{head.node.fabric_ip}" "{head.spec.master_port}" "300"')
-    assert "$$SECONDS" in pre[1] and "%%" in pre[1]  # systemd would expand $ and % otherwise
-    assert keys(peer.text)["TimeoutStartSec"] == ["420"]  # the wait's own bound, plus room: never endless
-    assert keys(peer.text)["ExecStart"] == [f'"docker" "start" "--attach" "sd-sim-tiny-r1-{plan.plan_hash[:8]}"']
+    assert start.startswith('"bash" "-c" ')
+    assert start.endswith(f'"wait-for-head" "{head.node.fabric_ip}" "{head.spec.master_port}" "300" '
+                          f'"docker" "start" "--attach" "{name}"')
+    assert "$$SECONDS" in start and "%%" in start and "$${!#}" in start  # systemd would expand $ and % otherwise
+    assert k["TimeoutStartSec"] == ["120"]  # ExecStartPre only
+    assert k["StartLimitIntervalSec"] == ["900"]  # 3 starts per 3 of its own (300 s) waits: it retries for ever
 
 
 def test_the_unit_starts_the_container_boot_enable_found_by_its_labels(plan):
@@ -75,26 +84,69 @@ def test_the_unit_starts_the_container_boot_enable_found_by_its_labels(plan):
     for found in (f"sd-sim-tiny-r1-{plan.plan_hash[:8]}-20261201T000000Z-abc123", "sd-sim-tiny-r1"):
         peer = render_unit(plan, plan.ranks[1], 4, container=found)
         k = keys(peer.text)
-        assert k["ExecStart"] == [f'"docker" "start" "--attach" "{found}"'] and k["X-SparkDeploy-Container"] == [found]
+        assert k["ExecStart"][0].endswith(f'"docker" "start" "--attach" "{found}"')
+        assert k["X-SparkDeploy-Container"] == [found] and k["ExecStop"] == [f'"docker" "stop" "--time" "30" "{found}"']
         assert peer.container == found and k["X-SparkDeploy-PlanHash"] == [plan.plan_hash]
 
 
-def test_wait_script_is_one_line_and_valid_bash(plan):
-    from orchestrator.render.unit import _WAIT_FOR_HEAD
+def test_peer_start_script_is_one_line_and_valid_bash():
+    from orchestrator.render.unit import _PEER_START
 
-    assert "\n" not in _WAIT_FOR_HEAD
-    subprocess.run(["bash", "-n", "-c", _WAIT_FOR_HEAD], check=True)
+    assert "\n" not in _PEER_START
+    subprocess.run(["bash", "-n", "-c", _PEER_START], check=True)
 
 
-def test_wait_script_gives_up_after_its_bound():
-    from orchestrator.render.unit import _WAIT_FOR_HEAD
+def _fake_docker(tmp_path, running: str) -> dict:
+    """A `docker` on PATH that answers `container inspect` with `running` and logs every other call."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text('#!/bin/sh\nif [ "$1" = container ]; then echo %s; exit 0; fi\n'
+                                    'echo "docker $*" >> "%s"\n' % (running, tmp_path / "calls"))
+    (bin_dir / "docker").chmod(0o755)
+    import os
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
-    # port 9 on loopback: nothing listens; a 2 s bound ends it with exit 1 and says so
-    done = subprocess.run(["bash", "-c", _WAIT_FOR_HEAD, "wait-for-head", "127.0.0.1", "9", "2"],
+
+def test_peer_start_gives_up_after_its_bound_and_starts_nothing(tmp_path):
+    from orchestrator.render.unit import _PEER_START
+
+    # port 9 on loopback: nothing listens; a 2 s bound ends it with exit 1 and says so (systemd retries)
+    done = subprocess.run(["bash", "-c", _PEER_START, "wait-for-head", "127.0.0.1", "9", "2",
+                           "docker", "start", "--attach", "sd-x-r1"], env=_fake_docker(tmp_path, "false"),
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 1
     assert "waiting for the head's rendezvous at 127.0.0.1:9 (up to 2 s)" in done.stdout
     assert "did not listen within 2 s" in done.stdout
+    assert not (tmp_path / "calls").exists()
+
+
+def test_peer_start_runs_the_container_once_the_head_listens(tmp_path):
+    import socket
+
+    from orchestrator.render.unit import _PEER_START
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = str(srv.getsockname()[1])
+        done = subprocess.run(["bash", "-c", _PEER_START, "wait-for-head", "127.0.0.1", port, "20",
+                               "docker", "start", "--attach", "sd-x-r1"], env=_fake_docker(tmp_path, "false"),
+                              capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"the head's rendezvous at 127.0.0.1:{port} listens" in done.stdout
+    assert (tmp_path / "calls").read_text() == "docker start --attach sd-x-r1\n"
+
+
+def test_peer_start_attaches_to_a_running_container_without_waiting(tmp_path):
+    """`boot enable` starts the unit while the release serves: the head's rendezvous no longer listens."""
+    from orchestrator.render.unit import _PEER_START
+
+    done = subprocess.run(["bash", "-c", _PEER_START, "wait-for-head", "127.0.0.1", "9", "600",
+                           "docker", "start", "--attach", "sd-x-r1"], env=_fake_docker(tmp_path, "true"),
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and "sd-x-r1 runs: attaching to it" in done.stdout, done.stdout
+    assert "waiting" not in done.stdout
+    assert (tmp_path / "calls").read_text() == "docker start --attach sd-x-r1\n"
 
 
 def test_recipe_restart_bound_becomes_the_burst_and_is_recorded(tmp_path):
@@ -105,7 +157,7 @@ def test_recipe_restart_bound_becomes_the_burst_and_is_recorded(tmp_path):
     unit = render_unit(plan, plan.head, 1)
     assert restart_burst(plan.head) == 6  # the first start plus 5 retries
     assert keys(unit.text)["X-SparkDeploy-DockerRestart"] == ["on-failure:5"]
-    assert keys(unit.text)["StartLimitBurst"] == ["6"]
+    assert keys(unit.text)["StartLimitBurst"] == ["6"] and keys(unit.text)["StartLimitIntervalSec"] == ["3600"]
 
 
 def test_no_secret_reaches_the_unit(tmp_path):

@@ -339,6 +339,42 @@ def test_boot_enable_failing_on_the_second_node_is_named_and_serving_is_untouche
     assert (line["action"], line["outcome"]) == ("boot-enable", "failed")
 
 
+def active_units(mem: MemCluster) -> dict[str, list[str]]:
+    return {n: sorted(u for u in node.systemd.active if u.startswith("spark-deploy-"))
+            for n, node in mem.world.nodes.items()}
+
+
+def running(mem: MemCluster) -> dict[str, list[str]]:
+    return {n: sorted(c.name for c in node.containers.values() if c.state == "running")
+            for n, node in mem.world.nodes.items()}
+
+
+def test_boot_enable_starts_the_units_and_disable_lets_go_with_the_release_still_serving(mem):
+    """Started, a unit watches its running container (systemd starts a rank again that exits); disable lets go
+    of it (SIGKILL of the unit's own `docker start --attach`), never through a `docker stop`."""
+    served = mem.up()
+    before = running(mem)
+    result = boot.enable(mem.dep, mem.events, yes=False, connector=connector(mem.world))
+    name = result.units[0].name
+    assert active_units(mem) == {"spark-1": [name], "spark-2": [name]}
+    boot.disable(mem.dep.inventory, None, mem.events, connector=connector(mem.world))
+    assert active_units(mem) == {"spark-1": [], "spark-2": []} and enabled_units(mem) == active_units(mem)
+    assert all(not node.systemd.failed for node in mem.world.nodes.values())  # reset-failed after the kill
+    assert running(mem) == before and mem.serving_plan() == served.plan_hash and lock_free(mem)
+
+
+def test_boot_enable_failing_to_start_on_the_second_node_lets_go_on_the_first(mem):
+    served = mem.up()
+    before = running(mem)
+    mem.node("spark-2").traps.append((matches_argv("systemctl", "start"),
+                                      fails(1, "Failed to start unit: Access denied\n")))
+    with pytest.raises(boot.BootRefused) as caught:
+        boot.enable(mem.dep, mem.events, yes=False, connector=connector(mem.world))
+    assert "spark-2" in str(caught.value) and "Access denied" in str(caught.value)
+    assert active_units(mem) == {"spark-1": [], "spark-2": []} and enabled_units(mem) == active_units(mem)
+    assert running(mem) == before and mem.serving_plan() == served.plan_hash and lock_free(mem)
+
+
 def test_boot_enable_failing_on_the_second_node_enables_nothing(mem):
     """Found on this connector (was a strict xfail): boot enable now undoes itself on failure."""
     mem.up()

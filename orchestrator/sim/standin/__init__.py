@@ -28,6 +28,8 @@ back and speed.expected(truth, profile, k, batch) gives the expected tok/s and t
 Other knobs:
   SIM_LOAD_SECONDS [2.0]     time every rank spends "loading weights"
   SIM_PEER_TIMEOUT [600]     rendezvous timeout (torch TCPStore), seconds
+  SIM_COLLECTIVE_TIMEOUT [600]  a head whose peer's connection dropped stalls this long (the NCCL process
+                             group's timeout), then its watchdog aborts the worker and the server exits 1
   SIM_RINGBUFFER_INTERVAL [60]  period of the head's "No available shared memory broadcast block"
   SIM_AUTO_BACKEND [DEEPGEMM_MXFP4]  what `--moe-backend auto` picks
 Faults: SIM_FAULT_JIT_ASSERT, SIM_FAULT_CRASH_AT_START, SIM_FAULT_HANG_LOAD, SIM_FAULT_OOM,

@@ -252,7 +252,8 @@ class Node:
 
     # -- liveness -----------------------------------------------------------------------
     def _peer_lost(self) -> None:
-        """A peer died: the head stays up, its engine stalls, the ring-buffer warning repeats."""
+        """A peer died: the head stays up, its engine stalls, the ring-buffer warning repeats until the
+        collective timeout ends the process (_collective_watchdog)."""
         if not self._ringbuffer.acquire(blocking=False):
             return  # already warning
         self.engine.stalled.set()
@@ -263,6 +264,28 @@ class Node:
             while not self.life.stop.wait(interval):
                 self.log.info("EngineCore_DP0", "shm_broadcast.py:466", RINGBUFFER_MSG.format(shown))
         threading.Thread(target=_warn, name="ringbuffer", daemon=True).start()
+        threading.Thread(target=self._collective_watchdog, name="nccl-watchdog", daemon=True).start()
+
+    def _collective_watchdog(self) -> None:
+        """The all-reduce the stalled engine waits in never completes: after the process group's timeout
+        (torch's NCCL default, 10 min; SIM_COLLECTIVE_TIMEOUT) the worker's watchdog aborts it, the executor
+        shuts down, and the API server exits 1: a supervisor (the boot unit) can then start the head again,
+        which reopens the rendezvous for the peer."""
+        timeout = env_float(self.env, "SIM_COLLECTIVE_TIMEOUT", 600.0)
+        if self.life.stop.wait(timeout):
+            return
+        ms = int(timeout * 1000)
+        self.log.raw(None, f"[rank{self.rank}]:[E{time.strftime('%m%d %H:%M:%S')} ProcessGroupNCCL.cpp:632] "
+                           f"[Rank {self.rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+                           f"OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)={ms}) ran for {ms + 12} "
+                           "milliseconds before timing out.")
+        self.log.info("EngineCore_DP0", "multiproc_executor.py:566",
+                      f"Worker proc {self.worker} died unexpectedly (exit code: -6), shutting down executor.",
+                      "ERROR")
+        self.log.info("APIServer", "async_llm.py:480", "AsyncLLM output_handler failed.", "ERROR")
+        self.log.traceback("APIServer", "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an "
+                           "issue. See stack trace (above) for the root cause.")
+        self.life.end(1)
 
     def _head_lost(self) -> None:
         self.log.info(self.worker, "TCPStore.cpp:122",
