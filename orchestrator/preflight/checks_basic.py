@@ -57,7 +57,8 @@ class Ran:
         return (self.output.strip().splitlines() or ["no answer"])[-1]
 
 
-@fact("docker_version", _RAN, args=lambda _i: ["docker", "version", "--format", "{{.Server.Version}}"])
+@fact("docker_version", _RAN, args=lambda _i: ["docker", "version", "--format", "{{.Server.Version}}"],
+      api="server_version", api_args=lambda _i: [])
 def parse_ran(stdout: str) -> Ran:
     """The `_RAN` wrapper's output -> the command's exit code and output."""
     code, _, output = stdout.partition("\n")

@@ -32,7 +32,7 @@ df -PB1 -- "$root" | awk 'NR==2 {print $4}'
 docker image inspect --format '{{.Size}}' "$1" 2>/dev/null || echo absent'''
 
 
-@fact("image_disk", _DISK, args=lambda i: [i.plan.image_id])
+@fact("image_disk", _DISK, args=lambda i: [i.plan.image_id], api="image_disk")
 def parse_image_disk(stdout: str) -> dict:
     """(free bytes under DockerRootDir, the pinned image's size on this node or None when absent)."""
     lines = [line.strip() for line in stdout.splitlines() if line.strip()]

@@ -13,7 +13,7 @@ from .registry import Cell, Scope, Status, Verdict, check, missing, parity
 Seen = dict[str, dict[str, Observed]]
 
 
-@fact("docker_info", "docker info --format '{{json .}}'")
+@fact("docker_info", "docker info --format '{{json .}}'", api="info")
 def parse_docker_info(stdout: str) -> dict:
     """`docker info --format '{{json .}}'` -> engine version and storage (containerd's image store gives
     the same image another ID than overlay2: identity is compared by DiffIDs)."""

@@ -29,12 +29,13 @@ def _names_on(given: FactInput) -> list[str]:
     return [launch.container for launch in given.plan.ranks if launch.node.name == given.node.name]
 
 
-@fact(IMAGE_REFS, INSPECT_IMAGES, args=lambda i: image_sync.survey_refs(i.plan.image_id, i.plan.image_ref))
+@fact(IMAGE_REFS, INSPECT_IMAGES, args=lambda i: image_sync.survey_refs(i.plan.image_id, i.plan.image_ref),
+      api="images")
 def parse_image_refs(stdout: str) -> list[ImageIdentity | None]:
     return parse_identities(stdout)
 
 
-@fact(FOUND, RECIPE_OR_NAMED, args=lambda i: either_args(i.plan.recipe, _names_on(i)))
+@fact(FOUND, RECIPE_OR_NAMED, args=lambda i: either_args(i.plan.recipe, _names_on(i)), api="recipe_or_named")
 def parse_found(stdout: str) -> list[Container]:
     return parse_inspect(stdout)
 
