@@ -12,6 +12,7 @@ parsers, the fallback said in the `@engine` frame (and by each fact's Observed.s
 from __future__ import annotations
 
 import shlex
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,17 @@ if TYPE_CHECKING:
 ENGINE = "@engine"
 PROGRAM = (Path(__file__).parent / "engine_probe.py").read_text()
 FALLBACK = 3  # engine_probe's exit code when the socket cannot be used
+
+
+class Op(StrEnum):
+    """engine_probe.OPS: what the node-side program can answer (each the text of one fact's CLI script)."""
+
+    INFO = "info"
+    SERVER_VERSION = "server_version"
+    IMAGE_DISK = "image_disk"
+    IMAGES = "images"
+    RECIPE_OR_NAMED = "recipe_or_named"
+    INSPECT_LINES = "inspect_lines"
 
 
 def script(driver: str) -> str:
@@ -41,5 +53,5 @@ def probe_args(facts: list[Fact], given: FactInput) -> list[str]:
     argv: list[str] = []
     for f in facts:
         args = [str(a) for a in (f.api_args or f.args)(given)]
-        argv += [f.name, f.api, str(len(args)), *args]
+        argv += [f.name, str(f.api), str(len(args)), *args]
     return argv

@@ -69,7 +69,7 @@ class Fact:
     parse: Callable[[str], Any]
     args: Callable[[FactInput], list[str]] = lambda _i: []
     ok_codes: tuple[int, ...] = (0,)
-    api: str = ""  # engine_probe's op that answers it over the Engine API ("": only the script)
+    api: engine.Op | None = None  # engine_probe's op that answers it over the Engine API (None: only the script)
     api_args: Callable[[FactInput], list[str]] | None = None  # that op's arguments (None: the script's)
 
 
@@ -99,7 +99,7 @@ FACTS: dict[str, Fact] = {}
 
 
 def fact(name: str, script: str, args: Callable[[FactInput], list[str]] | None = None,
-         ok_codes: tuple[int, ...] = (0,), api: str = "", api_args: Callable[[FactInput], list[str]] | None = None):
+         ok_codes: tuple[int, ...] = (0,), api: engine.Op | None = None, api_args: Callable[[FactInput], list[str]] | None = None):
     """Register `parse` as the parser of the fact `name` (`script` run on the node; `api`: the engine_probe
     op printing the same text from the Engine API, used in a gathering: engine.py)."""
     def register(parse: Callable[[str], Any]) -> Callable[[str], Any]:

@@ -181,3 +181,9 @@ def test_only_facts_with_an_op_ride_in_the_engine_entry():
     assert argv[3:5] == [engine.ENGINE, engine.script(_DRIVER)]
     assert gather_argv([FACTS["docker_info"]], None, engine_api=False) == [  # type: ignore[arg-type]
         "docker_info", FACTS["docker_info"].script, "0"]
+
+
+def test_the_ops_facts_name_are_the_programs():
+    from orchestrator.preflight import engine_probe
+    assert {str(op) for op in engine.Op} == set(engine_probe.OPS)
+    assert {f.api for f in FACTS.values() if f.api} == set(engine.Op)
