@@ -72,8 +72,9 @@ wall = time.monotonic() - t0
 phases = {}
 for record in events.phases:
     phases[str(record.phase)] = phases.get(str(record.phase), 0.0) + record.seconds
+import orchestrator
 print(json.dumps({"up": wall, "in_process": time.monotonic() - t_process, "phases": phases,
-                  "already_serving": result.already_serving}))
+                  "already_serving": result.already_serving, "code": orchestrator.__file__}))
 """
 
 
@@ -81,12 +82,17 @@ def timed_up(python: str, recipe: Path, inventory: Path, force: bool) -> tuple[f
     """One `up()` in a new process of that side's interpreter: the call's wall time (what bench_up.py and
     issue 19 measure), the whole process's (imports and interpreter start-up too), and its phases."""
     argv = [python, "-c", _RUNNER, str(recipe), str(inventory), "force" if force else "fresh"]
+    checkout = Path(python).parents[2]  # CHECKOUT/.venv/bin/python
     t0 = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+    # cwd: `python -c` puts the working directory first on sys.path; started from B's checkout, A's
+    # interpreter imported B's `orchestrator` (the check below refuses that now)
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600, cwd=checkout)
     process = time.monotonic() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{python} up exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not Path(result["code"]).is_relative_to(checkout):
+        raise RuntimeError(f"{python} ran the code at {result['code']}, not {checkout}'s")
     if result["already_serving"]:
         raise RuntimeError(f"{python}: up found the plan already serving: no deployment was timed")
     return result["up"], process, result["phases"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ..checks import basics, writable
 from ..docker_cli import image_sync
 from ..transport.group import GroupError
+from . import engine
 from .facts import FACTS, FactInput, fact
 from .registry import Cell, Scope, Status, Verdict, active_check, check, missing, worst
 from .replaced import parse_replaced
@@ -57,7 +58,8 @@ class Ran:
         return (self.output.strip().splitlines() or ["no answer"])[-1]
 
 
-@fact("docker_version", _RAN, args=lambda _i: ["docker", "version", "--format", "{{.Server.Version}}"])
+@fact("docker_version", _RAN, args=lambda _i: ["docker", "version", "--format", "{{.Server.Version}}"],
+      api=engine.Op.SERVER_VERSION, api_args=lambda _i: [])
 def parse_ran(stdout: str) -> Ran:
     """The `_RAN` wrapper's output -> the command's exit code and output."""
     code, _, output = stdout.partition("\n")

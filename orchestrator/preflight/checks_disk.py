@@ -8,6 +8,7 @@ the compressed-or-not tar is still arriving).
 from __future__ import annotations
 
 from ..config.load import Deployment
+from . import engine
 from .facts import Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing
 
@@ -32,7 +33,7 @@ df -PB1 -- "$root" | awk 'NR==2 {print $4}'
 docker image inspect --format '{{.Size}}' "$1" 2>/dev/null || echo absent'''
 
 
-@fact("image_disk", _DISK, args=lambda i: [i.plan.image_id])
+@fact("image_disk", _DISK, args=lambda i: [i.plan.image_id], api=engine.Op.IMAGE_DISK)
 def parse_image_disk(stdout: str) -> dict:
     """(free bytes under DockerRootDir, the pinned image's size on this node or None when absent)."""
     lines = [line.strip() for line in stdout.splitlines() if line.strip()]

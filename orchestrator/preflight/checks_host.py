@@ -6,14 +6,14 @@ import json
 import re
 
 from ..config.load import Deployment
-from . import boot_cache
+from . import boot_cache, engine
 from .facts import Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing, parity
 
 Seen = dict[str, dict[str, Observed]]
 
 
-@fact("docker_info", "docker info --format '{{json .}}'")
+@fact("docker_info", "docker info --format '{{json .}}'", api=engine.Op.INFO)
 def parse_docker_info(stdout: str) -> dict:
     """`docker info --format '{{json .}}'` -> engine version and storage (containerd's image store gives
     the same image another ID than overlay2: identity is compared by DiffIDs)."""

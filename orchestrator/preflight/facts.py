@@ -9,6 +9,7 @@ tested on captured real outputs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..config.inventory import Node
@@ -16,6 +17,7 @@ from ..config.load import Deployment
 from ..render.plan import Plan
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
+from . import engine
 
 if TYPE_CHECKING:
     from .boot_cache import BootEntry
@@ -47,6 +49,7 @@ for ((k = 0; k < i; k++)); do
 done
 [ "$i" -eq 0 ] || cat -- "${files[@]}"
 rm -rf -- "$d"'''
+_ENGINE_SCRIPT = engine.script(_DRIVER)  # a constant too: the facts with an Engine API op, in one entry
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,15 @@ class Fact:
     parse: Callable[[str], Any]
     args: Callable[[FactInput], list[str]] = lambda _i: []
     ok_codes: tuple[int, ...] = (0,)
+    api: engine.Op | None = None  # engine_probe's op that answers it over the Engine API (None: only the script)
+    api_args: Callable[[FactInput], list[str]] | None = None  # that op's arguments (None: the script's)
+
+
+class Source(StrEnum):
+    """What printed a fact's output: its script, or the Engine API process standing in for its CLI calls."""
+
+    SCRIPT = "script"
+    ENGINE_API = "engine-api"
 
 
 @dataclass
@@ -76,6 +88,7 @@ class Observed:
     error: str | None = None
     raw: str = ""
     code: int = 0
+    source: Source = Source.SCRIPT
 
     @property
     def ok(self) -> bool:
@@ -86,12 +99,13 @@ FACTS: dict[str, Fact] = {}
 
 
 def fact(name: str, script: str, args: Callable[[FactInput], list[str]] | None = None,
-         ok_codes: tuple[int, ...] = (0,)):
-    """Register `parse` as the parser of the fact `name` (`script` run on the node)."""
+         ok_codes: tuple[int, ...] = (0,), api: engine.Op | None = None, api_args: Callable[[FactInput], list[str]] | None = None):
+    """Register `parse` as the parser of the fact `name` (`script` run on the node; `api`: the engine_probe
+    op printing the same text from the Engine API, used in a gathering: engine.py)."""
     def register(parse: Callable[[str], Any]) -> Callable[[str], Any]:
         if name in FACTS:
             raise ValueError(f"fact {name!r} registered twice")
-        FACTS[name] = Fact(name, script, parse, args or (lambda _i: []), ok_codes)
+        FACTS[name] = Fact(name, script, parse, args or (lambda _i: []), ok_codes, api, api_args)
         return parse
     return register
 
@@ -110,6 +124,8 @@ def parse_framed(stdout: str, facts: dict[str, Fact]) -> dict[str, Observed]:
     for block in stdout.split(SEP + "F ")[1:]:
         header, _, rest = block.partition("\n")
         name, _, code = header.partition(" ")
+        code, _, by = code.partition(" ")
+        source = Source.ENGINE_API if by == Source.ENGINE_API else Source.SCRIPT
         out, _, err = rest.partition("\n" + SEP + "E\n")
         out = out.rstrip("\n")  # the fact's stdout as `$(...)` would give it: trailing newlines dropped
         spec = facts.get(name)
@@ -118,18 +134,31 @@ def parse_framed(stdout: str, facts: dict[str, Fact]) -> dict[str, Observed]:
         rc = int(code) if code.strip().lstrip("-").isdigit() else -1
         if rc not in spec.ok_codes:
             seen[name] = Observed(error=(err.strip() or out.strip() or f"exit {rc}").splitlines()[-1][:300], raw=out,
-                                  code=rc)
+                                  code=rc, source=source)
             continue
         try:
-            seen[name] = Observed(value=spec.parse(out), raw=out, code=rc)
+            seen[name] = Observed(value=spec.parse(out), raw=out, code=rc, source=source)
         except Exception as exc:  # noqa: BLE001 - a parser that refuses says why; never a silent default
-            seen[name] = Observed(error=f"unexpected output ({exc})", raw=out, code=rc)
+            seen[name] = Observed(error=f"unexpected output ({exc})", raw=out, code=rc, source=source)
     return seen
 
 
-def gather_node(conn: NodeConnection, names: list[str], given: FactInput, timeout: float = 90) -> dict[str, Observed]:
+def gather_argv(facts: list[Fact], given: FactInput, engine_api: bool = True) -> list[str]:
+    """The driver's arguments: each fact's script, except that the facts with an Engine API op ride in one
+    `@engine` entry (engine.py: one process for all their docker calls, their scripts on its fallback)."""
+    api = [f for f in facts if f.api] if engine_api else []
+    argv = driver_args([f for f in facts if f not in api], given)
+    if api:
+        inner = engine.probe_args(api, given)
+        rest = [str(len(inner)), *inner, *driver_args(api, given)]
+        argv += [engine.ENGINE, _ENGINE_SCRIPT, str(len(rest)), *rest]
+    return argv
+
+
+def gather_node(conn: NodeConnection, names: list[str], given: FactInput, timeout: float = 90,
+                engine_api: bool = True) -> dict[str, Observed]:
     facts = [FACTS[n] for n in names]
-    result = conn.run_script(_DRIVER, *driver_args(facts, given), timeout=timeout, check=True)
+    result = conn.run_script(_DRIVER, *gather_argv(facts, given, engine_api), timeout=timeout, check=True)
     seen = parse_framed(result.stdout, {f.name: f for f in facts})
     for name in names:
         seen.setdefault(name, Observed(error="the fact printed nothing (the driver stopped early)"))

@@ -19,6 +19,7 @@ from ..docker_cli.containers import RECIPE_OR_NAMED, Container, either_args, of_
 from ..docker_cli.images import INSPECT_IMAGES, ImageIdentity, parse_identities
 from ..render.plan import Plan
 from ..transport.node import NodeConnection, NodeError
+from . import engine
 from .facts import FactInput, Observed, fact
 
 IMAGE_REFS, FOUND, LISTENING = "image_refs", "recipe_or_named", "listeners"
@@ -29,12 +30,13 @@ def _names_on(given: FactInput) -> list[str]:
     return [launch.container for launch in given.plan.ranks if launch.node.name == given.node.name]
 
 
-@fact(IMAGE_REFS, INSPECT_IMAGES, args=lambda i: image_sync.survey_refs(i.plan.image_id, i.plan.image_ref))
+@fact(IMAGE_REFS, INSPECT_IMAGES, args=lambda i: image_sync.survey_refs(i.plan.image_id, i.plan.image_ref),
+      api=engine.Op.IMAGES)
 def parse_image_refs(stdout: str) -> list[ImageIdentity | None]:
     return parse_identities(stdout)
 
 
-@fact(FOUND, RECIPE_OR_NAMED, args=lambda i: either_args(i.plan.recipe, _names_on(i)))
+@fact(FOUND, RECIPE_OR_NAMED, args=lambda i: either_args(i.plan.recipe, _names_on(i)), api=engine.Op.RECIPE_OR_NAMED)
 def parse_found(stdout: str) -> list[Container]:
     return parse_inspect(stdout)
 

@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from ..render.labels import Label, MANAGED_FILTER
+from . import engine
 from .facts import fact
 
 UTILIZATION_FLAGS = ("--gpu-memory-utilization", "--device-memory-utilization")
@@ -51,7 +52,13 @@ def _port(labels: dict, key: Label) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-@fact("replaced", _SCRIPT, args=lambda i: [i.dep.inventory.cluster, i.dep.recipe.name])
+def _filters(cluster: str, recipe: str) -> list[str]:
+    """_SCRIPT's `docker ps` filters, for the Engine API op that answers it (engine_probe.op_inspect_lines)."""
+    return [MANAGED_FILTER, f"label={Label.CLUSTER}={cluster}", f"label={Label.RECIPE}={recipe}", "status=running"]
+
+
+@fact("replaced", _SCRIPT, args=lambda i: [i.dep.inventory.cluster, i.dep.recipe.name], api=engine.Op.INSPECT_LINES,
+      api_args=lambda i: _filters(i.dep.inventory.cluster, i.dep.recipe.name))
 def parse_replaced(stdout: str) -> list[Replaced]:
     """`docker inspect` lines (name, labels, args as JSON, tab-separated) -> the containers up replaces."""
     out = []

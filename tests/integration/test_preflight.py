@@ -70,3 +70,44 @@ def test_a_jit_directory_shared_by_the_nodes_is_named(clean):
         assert_up_refuses(cluster, cluster.recipe_path, "jit-cache", "spark-2", "shared with")
     finally:
         cluster.fault("all", "local-jit")
+
+
+def test_the_docker_facts_over_the_engine_api_are_what_the_cli_prints(pair, conns):
+    """issue 19 acceptance 5: the gathering's docker facts come from ONE python3 process on the Engine API
+    socket (preflight/engine_probe.py) instead of nine `docker` CLI starts. Against a real dockerd, with a
+    running and a stopped container of the recipe, every one parses to what its CLI script gives."""
+    from orchestrator.config.load import load_deployment
+    from orchestrator.preflight.facts import FACTS, FactInput, Source, gather_node
+    from orchestrator.preflight.replaced import Replaced
+    from orchestrator.render.labels import Label
+    from orchestrator.render.plan import build_plan
+
+    dep = load_deployment(pair.recipe_path, pair.inventory_path)
+    plan = build_plan(dep)
+    head = plan.ranks[0]
+    ours = ["--label", f"{Label.MANAGED}=true", "--label", f"{Label.CLUSTER}={dep.inventory.cluster}",
+            "--label", f"{Label.RECIPE}={dep.recipe.name}", "--label", f"{Label.SERVE_PORT}=8000"]
+    pair.exec(1, ["docker", "run", "-d", "--name", head.container, *ours, "--entrypoint", "sh", plan.image_id,
+                  "-c", "sleep 300", "sh", "--gpu-memory-utilization", "0.6"])
+    pair.exec(1, ["docker", "create", "--name", "sd-stopped-one", *ours, "--entrypoint", "true", plan.image_id])
+    try:
+        names = sorted(n for n, f in FACTS.items() if f.api)
+        assert {"docker_info", "docker_version", "image_disk", "image_refs", "recipe_or_named", "replaced"} <= set(names)
+        conn = conns.nodes[0]
+        given = FactInput(dep.inventory.node(conn.name), dep, plan)
+        api = gather_node(conn, names, given)
+        cli = gather_node(conn, names, given, engine_api=False)
+        assert {n: (o.source, o.error) for n, o in api.items()} == dict.fromkeys(names, (Source.ENGINE_API, None))
+        assert {n: (o.source, o.error) for n, o in cli.items()} == dict.fromkeys(names, (Source.SCRIPT, None))
+        for name in names:
+            if name != "image_disk":
+                assert api[name].value == cli[name].value, name
+        assert api["image_disk"].value["size"] == cli["image_disk"].value["size"] > 0
+        assert abs(api["image_disk"].value["free"] - cli["image_disk"].value["free"]) < 1 << 30  # others write
+        assert api["replaced"].value == [Replaced(head.container, 8000, None, 0.6)]
+        assert sorted(c.name for c in api["recipe_or_named"].value) == sorted([head.container, head.container,
+                                                                               "sd-stopped-one"])
+        assert api["image_refs"].value[0].id == plan.image_id
+        assert api["docker_version"].value.code == 0 and api["docker_version"].value.output
+    finally:
+        pair.exec(1, ["docker", "rm", "-f", head.container, "sd-stopped-one"], check=False)

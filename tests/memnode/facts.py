@@ -14,7 +14,8 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from orchestrator.preflight.facts import FACTS, SEP
+from orchestrator.preflight import engine
+from orchestrator.preflight.facts import _ENGINE_SCRIPT, FACTS, SEP, Source
 
 from .docker import Answer, unknown
 from .model import Node
@@ -93,19 +94,28 @@ ANSWERS: dict[str, Callable[..., Answer]] = {
 }
 
 
+def _engine(node: Node, count: str, *argv: str) -> Answer:
+    """engine.script: the facts with an Engine API op, framed as engine_probe frames them (a Spark has
+    python3 and the docker group may read the socket); each answer is the one its CLI script gets here."""
+    return driver(node, *argv[int(count):], source=Source.ENGINE_API)
+
+
 def fact_answer(node: Node, name: str, script: str, args: list[str]) -> Answer:
+    if name == engine.ENGINE and script is _ENGINE_SCRIPT:
+        return _engine(node, *args)
     spec = FACTS.get(name)
     if spec is None or script is not spec.script or name not in ANSWERS:
         raise unknown(f"fact script {script[:60]!r}...")
     return ANSWERS[name](node, *args)
 
 
-def driver(node: Node, *argv: str) -> Answer:
+def driver(node: Node, *argv: str, source: Source = Source.SCRIPT) -> Answer:
     """facts._DRIVER: per fact (name, script, argc, args...), its header and stdout, then its stderr."""
     out, rest = [], list(argv)
     while rest:
         name, script, count = rest[0], rest[1], int(rest[2])
         args, rest = rest[3:3 + count], rest[3 + count:]
         code, stdout, stderr = fact_answer(node, name, script, args)
-        out.append(f"{SEP}F {name} {code}\n{stdout}\n{SEP}E\n{stderr}")  # stdout as printed (parse_framed strips)
+        by = f" {source}" if source is not Source.SCRIPT else ""
+        out.append(f"{SEP}F {name} {code}{by}\n{stdout}\n{SEP}E\n{stderr}")  # stdout as printed (parse_framed strips)
     return 0, "".join(out), ""
