@@ -106,6 +106,19 @@ def housekeeping(exe: str, recipe: Path, inventory: Path, mode: str) -> None:
         raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stdout[-1000:]} {proc.stderr[-1000:]}")
 
 
+def instant_engine(recipe: Path) -> Path:
+    """A copy of the recipe whose stand-in generates at ~infinite rates: the time it spends making tokens is
+    the engine's, not the tool's, exactly as SIM_LOAD_SECONDS is; the same copy serves both sides."""
+    import yaml
+
+    data = yaml.safe_load(recipe.read_text())
+    data.setdefault("env", {}).update({"SIM_DECODE_TPS": "1000000", "SIM_PREFILL_TPS": "100000000",
+                                       "SIM_TTFT": "0"})
+    out = recipe.with_name(recipe.stem + "-instant" + recipe.suffix)
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
 def phase_medians(runs: list[dict[str, float]]) -> dict[str, float]:
     names: list[str] = []
     for run in runs:
@@ -119,6 +132,10 @@ def main() -> int:
     ap.add_argument("--b", type=Path, default=HERE.parent, help="checkout B (default: this one)")
     ap.add_argument("--runs", type=int, default=7, help="counted runs per side (default 7)")
     ap.add_argument("--mode", choices=("fresh", "force"), default="fresh")
+    ap.add_argument("--engine", choices=("recipe", "instant"), default="recipe",
+                    help="recipe: the stand-in generates at the recipe's rates (SIM_DECODE_TPS 40: B's acceptance "
+                         "checks then wait ~1 s on tokens); instant: its generation rates made ~infinite for both "
+                         "sides, so the engine's token time drops out as its load time does")
     ap.add_argument("--json", type=Path, help="also write every raw figure here")
     args = ap.parse_args()
     paths = {"A": args.a.resolve(), "B": args.b.resolve()}
@@ -134,6 +151,8 @@ def main() -> int:
         log(f"sim cluster {sim.name}: 2 nodes, the image on both (no image sync is timed)")
         sim.up(nodes=2, load_image_on=(1, 2))
         recipe, inventory = sim.recipe_path, sim.inventory_path
+        if args.engine == "instant":
+            recipe = instant_engine(recipe)
         load = load_seconds(load_deployment(recipe, inventory))
         force = args.mode == "force"
         if force:  # something must serve for the first run to replace
@@ -154,7 +173,7 @@ def main() -> int:
         housekeeping(housekeeper, recipe, inventory, "fresh")
     finally:
         sim.down()
-    print(f"\nup overhead A/B, mode {args.mode}, SIM_LOAD_SECONDS={load:g}, n={args.runs} per side, "
+    print(f"\nup overhead A/B, mode {args.mode}, engine {args.engine}, SIM_LOAD_SECONDS={load:g}, n={args.runs} per side, "
           f"load average {load_start:.2f} -> {os.getloadavg()[0]:.2f}")
     for side, path in paths.items():
         print(f"  {side} {commit_of(path):<14} up() {spread(ups[side])}")
