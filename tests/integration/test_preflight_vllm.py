@@ -122,7 +122,7 @@ def test_vllm_checks_healthy_cached_and_failing(pair, rewrites_model, tmp_path):
     yaml = YAML()
     doc = yaml.load(cluster.recipe_path.read_text())
     doc["mounts"]["overlays"] = [
-        {"source": "/etc/os-release", "target": "/usr/lib/python3/dist-packages/standin/jit.py"},
+        {"source": "/etc/os-release", "target": "/usr/lib/python3/dist-packages/orchestrator/sim/standin/jit.py"},
         {"source": "/opt/overlay-only-here.py", "target": "/usr/lib/python3/dist-packages/vllm/fused_moe.py"}]
     overlays = tmp_path / "overlays.yaml"
     with overlays.open("w") as handle:
