@@ -155,12 +155,7 @@ def test_an_older_build_without_the_recipes_moe_backend(pair, tmp_path):
     wanted = dep.recipe.vllm.moe_backend
     assert wanted == "flashinfer_b12x"
     older = derive_without_choice(cluster, 1, dep.recipe.image.id, "vllm-sim:before-b12x", "--moe-backend", wanted)
-    yaml = YAML()
-    doc = yaml.load(cluster.recipe_path.read_text())
-    doc["image"]["id"] = older
-    recipe = tmp_path / "older.yaml"
-    with recipe.open("w") as handle:
-        yaml.dump(doc, handle)
+    recipe = recipe_variant(cluster, tmp_path / "older.yaml", image={"id": older})
     code, checks, text = preflight(cluster, recipe, tmp_path / "xdg")
     assert code == 1, text
     cell = checks["vllm-flags"]["per_node"][head]
