@@ -65,11 +65,13 @@ def _config() -> str:
     return CONFIG + head + "\n\n```yaml\n" + inspect.cleandoc(example) + "\n```\n\n" + after + "\n\n"
 
 
-def _walk(command, path=()):
+def walk(command, path=()):
+    """(path of names, command) of every leaf command under `command`: this page and the conventions test
+    (tests/unit/test_cli_conventions.py) walk the same tree."""
     ctx = typer.Context(command)
     if hasattr(command, "list_commands"):
         for name in command.list_commands(ctx):
-            yield from _walk(command.get_command(ctx, name), (*path, name))
+            yield from walk(command.get_command(ctx, name), (*path, name))
     else:
         yield path, command
 
@@ -131,7 +133,7 @@ def render_reference(app: typer.Typer | None = None) -> str:
     if app is None:
         from .main import app
     root = typer.main.get_command(app)
-    commands = list(_walk(root))
+    commands = list(walk(root))
     index = ["## Commands", ""] + [f"- [`spark-deploy {' '.join(p)}`](#spark-deploy-{'-'.join(p)}): "
                                    f"{_cell(_help(c.help or '')[0].split(chr(10) * 2)[0].split('. ')[0].rstrip('.'))}" for p, c in commands]
     body = [_command(p, c) for p, c in commands]

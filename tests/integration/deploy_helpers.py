@@ -30,7 +30,7 @@ def spark_deploy(*args: str, env: dict | None = None, timeout: float = 300) -> s
 
 def recipe_variant(cluster: SimCluster, dest: Path, *, env: dict | None = None, extra: dict | None = None,
                    vllm: dict | None = None, nodes: int | None = None, model: dict | None = None,
-                   image: dict | None = None) -> Path:
+                   image: dict | None = None, secrets: list[str] | None = None) -> Path:
     """A copy of the cluster's pinned sim recipe with some values changed."""
     yaml = YAML()
     doc = yaml.load(cluster.recipe_path.read_text())
@@ -45,6 +45,8 @@ def recipe_variant(cluster: SimCluster, dest: Path, *, env: dict | None = None, 
         doc["vllm"][key] = value
     if nodes is not None:
         doc["vllm"]["tensor_parallel_size"] = nodes
+    if secrets is not None:
+        doc["secrets"] = secrets
     with dest.open("w") as handle:
         yaml.dump(doc, handle)
     return dest

@@ -22,23 +22,15 @@ from typer.testing import CliRunner
 
 from orchestrator.cli.common import Refusal
 from orchestrator.cli.main import app
+from orchestrator.cli.reference import walk
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "orchestrator" / "sim" / "recipes" / "sim-tiny.yaml"
 GOOD_INVENTORY = Path(__file__).parent / "corpus" / "good-inventory.yaml"
 
 
-def _walk(command, path=()):
-    ctx = typer.Context(command)
-    if hasattr(command, "list_commands"):
-        for name in command.list_commands(ctx):
-            yield from _walk(command.get_command(ctx, name), (*path, name))
-    else:
-        yield path, command
-
-
 ROOT = typer.main.get_command(app)
-COMMANDS = dict(_walk(ROOT))
+COMMANDS = dict(walk(ROOT))
 IDS = [" ".join(p) for p in COMMANDS]
 
 # Commands without -i: arguments that make them end at once, offline, in a way they must report in JSON.
