@@ -2,8 +2,9 @@
 flag before any node is contacted.
 
 The table (names, actions, types, choices of vLLM 0.33.0) is orchestrator/vllm_table/, generated from
-vLLM's own parser; the simulated cluster's stand-in is built from a byte-identical copy. Preflight, which runs the pinned image's own
-parser, stays the authority: an image with another vLLM may accept what this table does not.
+vLLM's own parser; the simulated cluster's stand-in builds its parser from the same modules (its image ships
+them). Preflight, which runs the pinned image's own parser, stays the authority: an image with another vLLM
+may accept what this table does not.
 """
 
 from __future__ import annotations

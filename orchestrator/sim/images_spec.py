@@ -5,7 +5,7 @@
 - ``node``          the proven node: PID 1 docker-init, `sim-entrypoint` starts dockerd and sshd.
 - ``node-systemd``  the same packages + systemd, systemd-sysv, dbus; PID 1 is systemd (``sim-init`` execs it), dockerd
                     and sshd are systemd services (opt-in: ``SimCluster.up(init="systemd")``).
-- ``vllm``          minbase + python3 + the vLLM stand-in.
+- ``vllm``          minbase + python3 + the vLLM stand-in (with the option table it shares with `validate`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,16 @@ RECIPE_VERSION = "1"  # bump when the build procedure changes in a way the input
 
 _HERE = Path(__file__).resolve().parent
 NODE_MEMORY = _HERE / "node_memory.py"  # the node's memory daemon, installed as sim-memory
-STANDIN_DIR = _HERE / "standin"  # the vLLM stand-in package, run in the image as `python3 -m standin`
-STANDIN_IN_IMAGE = "usr/lib/python3/dist-packages/standin"  # on the image python3's sys.path
-STANDIN_SKIP = {"gen_options.py"}  # builds the option table on the host; not needed in the image
+PACKAGE_DIR = _HERE.parent  # orchestrator/: the image holds the stand-in at the same place in this package
+STANDIN_DIR = _HERE / "standin"  # the vLLM stand-in: `python3 -m orchestrator.sim.standin` in the image too
+VLLM_TABLE_DIR = PACKAGE_DIR / "vllm_table"  # vLLM's option table: the core package's, imported by the stand-in
+SITE_IN_IMAGE = "usr/lib/python3/dist-packages"  # on the image python3's sys.path
+PACKAGE_IN_IMAGE = f"{SITE_IN_IMAGE}/orchestrator"
+STANDIN_IN_IMAGE = f"{PACKAGE_IN_IMAGE}/sim/standin"
+VLLM_TABLE_IN_IMAGE = f"{PACKAGE_IN_IMAGE}/vllm_table"
+TABLE_SKIP = frozenset({"gen_options.py"})  # builds the option table on the host; not needed in the image
 # `vllm serve ...` in the image: the stand-in's own PID-1 supervisor runs the server as its child
-VLLM_WRAPPER = '#!/bin/sh\nexec python3 -m standin "$@"\n'
+VLLM_WRAPPER = '#!/bin/sh\nexec python3 -m orchestrator.sim.standin "$@"\n'
 
 NODE_PACKAGES = ("openssh-server", "docker.io", "python3", "iproute2", "procps", "ca-certificates", "earlyoom",
                  "sudo")
@@ -115,11 +120,20 @@ def vllm_sim_source() -> Path:
     return path
 
 
+def _modules(source: Path, dest: str, skip: frozenset[str] = frozenset()) -> dict[str, tuple[bytes, int]]:
+    return {f"{dest}/{py.name}": (py.read_bytes(), 0o644)
+            for py in sorted(source.glob("*.py")) if py.name not in skip}
+
+
 def standin_files() -> dict[str, tuple[bytes, int]]:
-    """Every module of the stand-in package, at its place in the image."""
-    source = vllm_sim_source()
-    return {f"{STANDIN_IN_IMAGE}/{py.name}": (py.read_bytes(), 0o644)
-            for py in sorted(source.glob("*.py")) if py.name not in STANDIN_SKIP}
+    """The stand-in and what it imports, at their places in this package: one option table for `validate`
+    and the stand-in (vllm_table/), so the stand-in's parser cannot drift from the one `validate` judges by."""
+    return {
+        f"{PACKAGE_IN_IMAGE}/__init__.py": ((PACKAGE_DIR / "__init__.py").read_bytes(), 0o644),
+        f"{PACKAGE_IN_IMAGE}/sim/__init__.py": ((_HERE / "__init__.py").read_bytes(), 0o644),
+        **_modules(VLLM_TABLE_DIR, VLLM_TABLE_IN_IMAGE, TABLE_SKIP),
+        **_modules(vllm_sim_source(), STANDIN_IN_IMAGE),
+    }
 
 
 def _node_files() -> dict[str, tuple[bytes, int]]:
@@ -177,5 +191,5 @@ def vllm_spec() -> ImageSpec:
         cmd=(),
         env={"PATH": _PATH, "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
         extra_tags=(VLLM_REFERENCE_TAG,),
-        compile_dirs=("/" + STANDIN_IN_IMAGE,),
+        compile_dirs=("/" + PACKAGE_IN_IMAGE,),
     )

@@ -5,7 +5,8 @@ The session fixtures (``docker_client``, ``sim_images``, ``sim_home``, ``shared_
 
 - ``pair``: the session's shared 2-node cluster, lent to one test: reset to how it was made before and
   after the test, and checked (tests/shared_clusters.py). The stand-in image is on both nodes;
-  ``bare_peer`` removes it from spark-2 first, for tests about moving it.
+  ``bare_peer`` removes it from spark-2 first, for tests about moving it; ``roce_pair`` gives both nodes a
+  Spark's HCA (`sim fault all roce`) for the test.
 - ``clean``: the same loan, for tests written against the old per-module cluster.
 - ``systemd_pair``: the shared systemd cluster, lent the same way.
 - ``conns``: an open ``Cluster`` of ``pair``'s inventory for one test (closed after).
@@ -78,6 +79,16 @@ def bare_peer(pair):
             if gone.code != 0 and "No such image" not in gone.stderr and "unrecognized image" not in gone.stderr:
                 raise AssertionError(f"spark-2: docker image rm -f {image}: {gone.stderr.strip()}")
     raise AssertionError(f"spark-2 still lists images after five rounds of removal: {ids}")
+
+
+@pytest.fixture
+def roce_pair(pair):
+    """The shared pair with a Spark's HCA on both nodes (taken away again; the reset checks that)."""
+    pair.fault("all", "roce")
+    try:
+        yield pair
+    finally:
+        pair.fault("all", "roce", remove="true")
 
 
 @pytest.fixture

@@ -13,11 +13,13 @@ from ruamel.yaml import YAML
 
 import cli_zygote
 from cli_zygote import run_cli
+from orchestrator.sim import fake_model
 from orchestrator.sim.cluster import SimCluster
 from orchestrator.sim.state import NODE_STATE_DIR
 
 _names = itertools.count(1)
 CLI = cli_zygote.CLI  # the command line, for tests that start it with Popen (signals, a second command)
+MODEL_ROOT = f"{fake_model.HF_CACHE_DIR}/hub/{fake_model.CACHE_DIR_NAME}"  # the sim's model in a node's HF cache
 
 
 def spark_deploy(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -27,10 +29,14 @@ def spark_deploy(*args: str, env: dict | None = None, timeout: float = 300) -> s
 
 
 def recipe_variant(cluster: SimCluster, dest: Path, *, env: dict | None = None, extra: dict | None = None,
-                   vllm: dict | None = None, nodes: int | None = None) -> Path:
+                   vllm: dict | None = None, nodes: int | None = None, model: dict | None = None,
+                   image: dict | None = None, secrets: list[str] | None = None) -> Path:
     """A copy of the cluster's pinned sim recipe with some values changed."""
     yaml = YAML()
     doc = yaml.load(cluster.recipe_path.read_text())
+    for section, values in (("model", model), ("image", image)):
+        for key, value in (values or {}).items():
+            doc[section][key] = value
     for key, value in (env or {}).items():
         doc["env"][key] = value
     for key, value in (extra or {}).items():
@@ -39,6 +45,8 @@ def recipe_variant(cluster: SimCluster, dest: Path, *, env: dict | None = None, 
         doc["vllm"][key] = value
     if nodes is not None:
         doc["vllm"]["tensor_parallel_size"] = nodes
+    if secrets is not None:
+        doc["secrets"] = secrets
     with dest.open("w") as handle:
         yaml.dump(doc, handle)
     return dest
@@ -52,6 +60,13 @@ def inventory_variant(cluster: SimCluster, dest: Path, **interconnect) -> str:
     with dest.open("w") as handle:
         yaml.dump(doc, handle)
     return str(dest)
+
+
+def blobs_on(cluster: SimCluster, node: int | str) -> dict[str, int]:
+    """name -> size of every file in the sim model's blobs dir on that node (`.incomplete` ones included), as
+    the node's own find lists them."""
+    out = cluster.exec(node, ["find", f"{MODEL_ROOT}/blobs", "-type", "f", "-printf", "%f %s\n"]).stdout
+    return {name: int(size) for name, size in (line.split() for line in out.splitlines())}
 
 
 def node_docker(cluster: SimCluster, node: int | str, *argv: str, check: bool = False):

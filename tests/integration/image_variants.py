@@ -13,6 +13,7 @@ import json
 import secrets
 
 from orchestrator.sim.cluster import SimCluster
+from orchestrator.sim.images_spec import VLLM_TABLE_IN_IMAGE
 from orchestrator.sim.state import SimError
 
 MB = 1_000_000  # decimal, as `docker system df` counts
@@ -59,7 +60,7 @@ def derive_image(cluster: SimCluster, node: int | str, base_ref: str, new_tag: s
     return image_id
 
 
-STANDIN_OPTIONS = "/usr/lib/python3/dist-packages/standin/options_table.py"
+STANDIN_OPTIONS = f"/{VLLM_TABLE_IN_IMAGE}/options_table.py"  # the table the stand-in's parser is built from
 
 
 def derive_without_choice(cluster: SimCluster, node: int | str, base_ref: str, new_tag: str,

@@ -18,7 +18,6 @@ import time
 import urllib.request
 
 import pytest
-from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_inventory
 
@@ -81,16 +80,6 @@ def containers_with_ids(cluster) -> set[tuple[str, str, str]]:
 def running_ranks(cluster) -> dict[str, list[str]]:
     return {node: node_docker(cluster, node, "ps", "--filter", "label=spark-deploy.managed=true",
                               "--format", "{{.Names}}", check=True).stdout.split() for node in NODES}
-
-
-def with_secret(cluster, dest, **kw):
-    recipe = recipe_variant(cluster, dest, **kw)
-    yaml = YAML()
-    doc = yaml.load(recipe.read_text())
-    doc["secrets"] = ["SD_TEST_TOKEN"]
-    with recipe.open("w") as handle:
-        yaml.dump(doc, handle)
-    return recipe
 
 
 def env_files(cluster, marker: str) -> dict[str, list[str]]:
@@ -177,7 +166,8 @@ def test_second_ctrl_c_during_undo_says_exactly_what_is_left(clean, tmp_path, ru
 def test_secrets_env_file_is_gone_during_the_ready_wait_and_down_removes_a_stale_one(clean, tmp_path, runs):
     cluster = clean
     marker = "sdtest_" + pysecrets.token_hex(12)
-    recipe = with_secret(cluster, tmp_path / "secret.yaml", env={"SIM_LOAD_SECONDS": "60"})
+    recipe = recipe_variant(cluster, tmp_path / "secret.yaml", env={"SIM_LOAD_SECONDS": "60"},
+                            secrets=["SD_TEST_TOKEN"])
     env = {"SD_TEST_TOKEN": marker}
 
     # A normal up: by the ready wait, Docker has read the env-file and no node keeps it.

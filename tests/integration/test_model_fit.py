@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from ruamel.yaml import YAML
 
-from deploy_helpers import assert_up_refuses, completion, spark_deploy
+from deploy_helpers import assert_up_refuses, completion, recipe_variant, spark_deploy
 
 pytestmark = pytest.mark.integration
 
@@ -60,12 +59,7 @@ def test_predicted_and_logged_kv_agree_and_an_oversized_model_is_refused_before_
     for node in (1, 2):
         cluster.exec(node, ["python3", "-c", MAKE_BIG, BIG])
     try:
-        yaml = YAML()
-        doc = yaml.load(cluster.recipe_path.read_text())
-        doc["model"]["repo"] = BIG
-        big = tmp_path / "big.yaml"
-        with big.open("w") as fh:
-            yaml.dump(doc, fh)
+        big = recipe_variant(cluster, tmp_path / "big.yaml", model={"repo": BIG})
         res, report = cli_json(cluster, "preflight", str(big), "--only", "model-fit")
         assert res.returncode == 1, res.stdout + res.stderr
         [fit] = [c for c in report["checks"] if c["name"] == "model-fit"]

@@ -18,14 +18,14 @@ import time
 import pytest
 from ruamel.yaml import YAML
 
-from deploy_helpers import CLI, spark_deploy
+from deploy_helpers import CLI, blobs_on, recipe_variant, spark_deploy
+from deploy_helpers import MODEL_ROOT as ROOT
 from orchestrator.sim import fake_model
 from orchestrator.sim.hub import HubRepo, HubStandIn
 from orchestrator.sim.state import NODE_UID, NODE_USER
 
 pytestmark = pytest.mark.integration
 
-ROOT = f"{fake_model.HF_CACHE_DIR}/hub/{fake_model.CACHE_DIR_NAME}"
 META = fake_model.model_metadata()
 BLOBS = {f["blob"]: f["size"] for f in META["files"].values()}
 SHARD1 = META["files"]["model-00001-of-00003.safetensors"]["blob"]
@@ -35,13 +35,7 @@ SHARD3 = META["files"]["model-00003-of-00003.safetensors"]["blob"]
 @pytest.fixture
 def recipe(pair, tmp_path):
     """The sim recipe pinned to the model's commit (a branch is refused without --revision)."""
-    yaml = YAML()
-    doc = yaml.load(pair.recipe_path.read_text())
-    doc["model"]["revision"] = META["revision"]
-    path = tmp_path / "recipe.yaml"
-    with path.open("w") as handle:
-        yaml.dump(doc, handle)
-    yield path
+    yield recipe_variant(pair, tmp_path / "recipe.yaml", model={"revision": META["revision"]})
     for node in (1, 2):
         pair.fault(node, "heal")
         pair.exec(node, ["umount", f"{ROOT}/blobs"], check=False)
@@ -65,12 +59,6 @@ def verify_blobs(pair, recipe) -> dict:
     return {n: c["status"] for n, c in json.loads(res.stdout)["checks"][0]["per_node"].items()}
 
 
-def on_disk(pair, node: int) -> dict[str, int]:
-    """name -> size of every file in the node's blobs dir (.incomplete ones included)."""
-    out = pair.exec(node, ["find", f"{ROOT}/blobs", "-maxdepth", "1", "-type", "f", "-printf", "%f %s\n"]).stdout
-    return {name: int(size) for name, size in (line.split() for line in out.splitlines())}
-
-
 def test_copies_what_is_missing_or_damaged_then_nothing(pair, recipe):
     pair.exec(2, ["rm", "-rf", "--", ROOT])
     first = pulled(pull(pair, recipe))
@@ -91,7 +79,7 @@ def test_copies_what_is_missing_or_damaged_then_nothing(pair, recipe):
 def arrived_bytes(pair, node: int) -> int:
     if pair.exec(node, ["test", "-d", f"{ROOT}/blobs"], check=False).code != 0:
         return 0
-    return sum(on_disk(pair, node).values())
+    return sum(blobs_on(pair, node).values())
 
 
 def start_slow_pull(pair, recipe, arrived: int = 20_000) -> subprocess.Popen:
@@ -120,14 +108,14 @@ def test_interrupted_copy_resumes_without_resending(pair, recipe):
             proc.kill()
     assert proc.returncode == 1 and "interrupted (Ctrl-C): what had arrived stays as .incomplete" in err, err
     assert re.search(r"spark-2: [\d.]+ of 0\.4 MB, [\d.]+ MB/s, ETA \d+ s", out), out  # progress per node
-    arrived = on_disk(pair, 2)
+    arrived = blobs_on(pair, 2)
     partial = [n for n in arrived if n.endswith(".incomplete")]
     assert partial, f"an interrupted copy leaves its partial blob as .incomplete: {arrived}"
     assert not set(arrived) - {*BLOBS, *(b + ".incomplete" for b in BLOBS)}
     pair.fault(1, "heal")
     resumed = pulled(pull(pair, recipe))
     assert resumed["bytes"] == META["total_bytes"] - sum(arrived.values())  # nothing that arrived is sent again
-    assert on_disk(pair, 2) == BLOBS  # no .incomplete left, every blob whole
+    assert blobs_on(pair, 2) == BLOBS  # no .incomplete left, every blob whole
     assert verify_blobs(pair, recipe) == {"spark-1": "ok", "spark-2": "ok"}
 
 
@@ -140,7 +128,7 @@ def test_failures_name_the_node_and_leave_no_half_blob(pair, recipe):
     full = pull(pair, recipe, "--streams", "1")
     assert full.returncode == 1, full.stdout + full.stderr
     assert "spark-2: " in full.stderr and "No space left on device" in full.stderr, full.stderr
-    held = on_disk(pair, 2)
+    held = blobs_on(pair, 2)
     assert any(n.endswith(".incomplete") for n in held), held
     whole = {n: size for n, size in held.items() if n in BLOBS}  # under its name only when whole and verified
     assert whole == {n: BLOBS[n] for n in whole}, held
@@ -167,7 +155,7 @@ def test_failures_name_the_node_and_leave_no_half_blob(pair, recipe):
             proc.kill()
     assert proc.returncode == 1, err
     assert "spark-1 → spark-2" in err and "fabric link from spark-1 to spark-2" in err, err
-    assert any(n.endswith(".incomplete") for n in on_disk(pair, 2))
+    assert any(n.endswith(".incomplete") for n in blobs_on(pair, 2))
     assert pair.exec(2, ["test", "-e", f"{ROOT}/snapshots/{META['revision']}"], check=False).code != 0
 
 
@@ -216,12 +204,7 @@ def test_downloads_once_in_the_pinned_image_then_copies(pair, hub, tmp_path):
 
 def _four_nodes_blob_deleted_on_spark2_and_corrupted_on_spark3(sim_cluster_factory, tmp_path):
     quad = sim_cluster_factory(nodes=4, load_image_on=(1,))
-    yaml = YAML()
-    doc = yaml.load(quad.recipe_path.read_text())
-    doc["model"]["revision"] = META["revision"]
-    recipe = tmp_path / "quad.yaml"
-    with recipe.open("w") as handle:
-        yaml.dump(doc, handle)
+    recipe = recipe_variant(quad, tmp_path / "quad.yaml", model={"revision": META["revision"]})
     for node in (2, 3, 4):
         quad.exec(node, ["rm", "-rf", "--", ROOT])
     first = pulled(pull(quad, recipe))

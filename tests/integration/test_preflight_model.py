@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from ruamel.yaml import YAML
 
-from deploy_helpers import assert_up_refuses, spark_deploy
+from deploy_helpers import assert_up_refuses, blobs_on, recipe_variant, spark_deploy
+from deploy_helpers import MODEL_ROOT as ROOT
 
 pytestmark = pytest.mark.integration
 
 CHECKS = ("model-files", "model-shards", "model-incomplete")
 SHARD2 = "model-00002-of-00003.safetensors"
-ROOT = "/srv/hf-cache/hub/models--sim--tiny-moe"
 
 
 def preflight(cluster, *extra: str, recipe=None):
@@ -35,8 +34,7 @@ def blob_of(cluster, node: int, name: str) -> str:
 
 
 def incomplete_blobs(cluster, node: int) -> list[str]:
-    out = cluster.exec(node, ["find", f"{ROOT}/blobs", "-maxdepth", "1", "-name", "*.incomplete", "-printf", "%f\n"])
-    return out.stdout.split()
+    return [name for name in blobs_on(cluster, node) if name.endswith(".incomplete")]
 
 
 def assert_healthy(cluster) -> None:
@@ -112,12 +110,7 @@ def test_incomplete_blob(pair):
 
 
 def test_revision_not_in_the_cache(pair, tmp_path):
-    yaml = YAML()
-    doc = yaml.load(pair.recipe_path.read_text())
-    doc["model"]["revision"] = "v2"
-    recipe = tmp_path / "recipe-v2.yaml"
-    with recipe.open("w") as handle:
-        yaml.dump(doc, handle)
+    recipe = recipe_variant(pair, tmp_path / "recipe-v2.yaml", model={"revision": "v2"})
     res = preflight(pair, "--json", recipe=recipe)
     assert res.returncode == 1, res.stdout + res.stderr
     for name, check in verdicts(res).items():

@@ -122,7 +122,7 @@ def test_vllm_checks_healthy_cached_and_failing(pair, rewrites_model, tmp_path):
     yaml = YAML()
     doc = yaml.load(cluster.recipe_path.read_text())
     doc["mounts"]["overlays"] = [
-        {"source": "/etc/os-release", "target": "/usr/lib/python3/dist-packages/standin/jit.py"},
+        {"source": "/etc/os-release", "target": "/usr/lib/python3/dist-packages/orchestrator/sim/standin/jit.py"},
         {"source": "/opt/overlay-only-here.py", "target": "/usr/lib/python3/dist-packages/vllm/fused_moe.py"}]
     overlays = tmp_path / "overlays.yaml"
     with overlays.open("w") as handle:
@@ -155,12 +155,7 @@ def test_an_older_build_without_the_recipes_moe_backend(pair, tmp_path):
     wanted = dep.recipe.vllm.moe_backend
     assert wanted == "flashinfer_b12x"
     older = derive_without_choice(cluster, 1, dep.recipe.image.id, "vllm-sim:before-b12x", "--moe-backend", wanted)
-    yaml = YAML()
-    doc = yaml.load(cluster.recipe_path.read_text())
-    doc["image"]["id"] = older
-    recipe = tmp_path / "older.yaml"
-    with recipe.open("w") as handle:
-        yaml.dump(doc, handle)
+    recipe = recipe_variant(cluster, tmp_path / "older.yaml", image={"id": older})
     code, checks, text = preflight(cluster, recipe, tmp_path / "xdg")
     assert code == 1, text
     cell = checks["vllm-flags"]["per_node"][head]

@@ -18,7 +18,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_inventory
 
@@ -200,23 +199,14 @@ def test_history_survives_losing_the_controller_cache_and_one_node(clean, tmp_pa
 # ---- 6 ------------------------------------------------------------------------------------------------
 
 
-def with_secret(cluster, dest: Path, **kw) -> Path:
-    recipe = recipe_variant(cluster, dest, **kw)
-    yaml = YAML()
-    doc = yaml.load(recipe.read_text())
-    doc["secrets"] = ["HF_TOKEN"]
-    with recipe.open("w") as handle:
-        yaml.dump(doc, handle)
-    return recipe
-
-
 def test_no_secret_value_in_any_record_audit_line_or_output(clean, tmp_path):
     cluster = clean
     marker = "hf_sdmarker" + pysecrets.token_hex(12)
     env = {"HF_TOKEN": marker}
-    a = with_secret(cluster, tmp_path / "a.yaml")
-    b = with_secret(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048})
-    bad = with_secret(cluster, tmp_path / "bad.yaml", vllm={"max_model_len": 2048}, extra={"no-such-flag": True})
+    a = recipe_variant(cluster, tmp_path / "a.yaml", secrets=["HF_TOKEN"])
+    b = recipe_variant(cluster, tmp_path / "b.yaml", vllm={"max_model_len": 2048}, secrets=["HF_TOKEN"])
+    bad = recipe_variant(cluster, tmp_path / "bad.yaml", vllm={"max_model_len": 2048}, extra={"no-such-flag": True},
+                         secrets=["HF_TOKEN"])
     inv = cluster.inventory_path
     outputs: list[tuple[str, subprocess.CompletedProcess]] = []
 

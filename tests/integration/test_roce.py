@@ -37,16 +37,6 @@ def cells(check: dict) -> dict[str, tuple[str, str]]:
     return {node: (c["status"], c["value"]) for node, c in check["per_node"].items()}
 
 
-@pytest.fixture
-def roce_pair(pair):
-    """The shared pair with a Spark's HCA on both nodes (taken away again; the reset checks that)."""
-    pair.fault("all", "roce")
-    try:
-        yield pair
-    finally:
-        pair.fault("all", "roce", remove="true")
-
-
 def test_the_checks_pass_on_a_sparks_hca_and_fail_naming_node_hca_index_and_entry(roce_pair, tmp_path):
     cluster = roce_pair
     mapped = {n.name: node_roce.gid_text(n.fabric_ip) for n in cluster.nodes()}

@@ -26,15 +26,6 @@ from orchestrator.sim.state import FABRIC_IFACE, MGMT_IFACE, NODE_USER
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def roce_pair(pair):
-    pair.fault("all", "roce")
-    try:
-        yield pair
-    finally:
-        pair.fault("all", "roce", remove="true")
-
-
 def setup_argv(cluster, tmp_path, *extra: str, user: str = NODE_USER) -> list[str]:
     return ["setup", *(n.ip for n in cluster.nodes()), "--user", user, "--key", str(cluster.key_path),
             "--known-hosts", str(tmp_path / "known_hosts"), "-o", str(tmp_path / "inventory.yaml"),

@@ -12,6 +12,7 @@ import fabric
 import paramiko
 import pytest
 
+from deploy_helpers import MODEL_ROOT, blobs_on
 from orchestrator.sim import fake_model, images
 from orchestrator.sim import reset as sim_reset
 from orchestrator.sim.cluster import SimCluster
@@ -208,11 +209,10 @@ def test_fake_model_in_hf_cache_layout(pair):
     cluster = pair
     meta = fake_model.model_metadata()
     assert cluster.info()["model"] == meta
-    root = f"/srv/hf-cache/hub/{fake_model.CACHE_DIR_NAME}"
+    root = MODEL_ROOT
     for node in cluster.nodes():
         assert cluster.exec(node.index, ["cat", f"{root}/refs/main"]).stdout == meta["revision"]
-        listing = cluster.exec(node.index, ["find", f"{root}/blobs", "-type", "f", "-printf", "%f %s\n"]).stdout
-        assert sorted(listing.split("\n")[:-1]) == sorted(f"{f['blob']} {f['size']}" for f in meta["files"].values())
+        assert blobs_on(cluster, node.index) == {f["blob"]: f["size"] for f in meta["files"].values()}
         link = cluster.exec(node.index, ["readlink", f"{root}/snapshots/{meta['revision']}/config.json"])
         assert link.stdout.strip() == f"../../blobs/{meta['files']['config.json']['blob']}"
     shard = cluster.container(1).get_archive(f"{root}/snapshots/{meta['revision']}/model-00003-of-00003.safetensors")

@@ -14,17 +14,21 @@ from pathlib import Path
 
 import pytest
 
-SIM_DIR = Path(__file__).resolve().parents[2] / "orchestrator" / "sim"
-PKG = SIM_DIR / "standin"
+from orchestrator.sim import images_spec
+
+SITE_DIR = Path(__file__).resolve().parents[2]  # holds the `orchestrator` package
+PKG = SITE_DIR / "orchestrator" / "sim" / "standin"
+TABLE = SITE_DIR / "orchestrator" / "vllm_table"
 SHARED = Path(__file__).resolve().parents[1] / "data" / "vllm"  # copied from shared/vllm: see its README
 TOP_USAGE = "usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ..."
 
 
 
 def standin(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`python3 -m standin ...` in an isolated interpreter (-I: no site, no env, no cwd on sys.path)."""
-    code = f"import sys, runpy; sys.path.insert(0, {str(SIM_DIR)!r}); sys.argv = ['standin', *sys.argv[1:]]; " \
-           "runpy.run_module('standin', run_name='__main__', alter_sys=True)"
+    """`python3 -m orchestrator.sim.standin ...` in an isolated interpreter (-I: no site, no env, no cwd on
+    sys.path)."""
+    code = f"import sys, runpy; sys.path.insert(0, {str(SITE_DIR)!r}); sys.argv = ['standin', *sys.argv[1:]]; " \
+           "runpy.run_module('orchestrator.sim.standin', run_name='__main__', alter_sys=True)"
     return subprocess.run([sys.executable, "-I", "-c", code, *args], capture_output=True, text=True, timeout=30)
 
 
@@ -35,13 +39,9 @@ def real() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def serve_parser():
-    sys.path.insert(0, str(SIM_DIR))
-    try:
-        from standin.cli import build_parser
-        from standin.helptext import _serve
-        yield _serve(build_parser())
-    finally:
-        sys.path.remove(str(SIM_DIR))
+    from orchestrator.sim.standin.cli import build_parser
+    from orchestrator.sim.standin.helptext import _serve
+    return _serve(build_parser())
 
 
 def skeleton(text: str) -> list[str]:
@@ -57,13 +57,9 @@ def skeleton(text: str) -> list[str]:
 
 # ----------------------------------------------------------------------------- the table
 def test_table_is_what_the_generator_makes_from_the_shared_files():
-    sys.path.insert(0, str(PKG))
-    try:
-        import gen_options
-    finally:
-        sys.path.remove(str(PKG))
-    assert gen_options.render(SHARED) == (PKG / "options_table.py").read_text(), \
-        "options_table.py is stale: run python3 orchestrator/sim/standin/gen_options.py"
+    from orchestrator.vllm_table import gen_options
+    assert gen_options.render(SHARED) == (TABLE / "options_table.py").read_text(), \
+        "options_table.py is stale: run python3 orchestrator/vllm_table/gen_options.py"
 
 
 def test_parser_accepts_exactly_the_real_option_strings(serve_parser, real):
@@ -157,12 +153,8 @@ def test_bad_choice_lists_the_real_choices_sorted(real):
 # ----------------------------------------------------------------------------- FlexibleArgumentParser
 @pytest.fixture
 def parse():
-    sys.path.insert(0, str(SIM_DIR))
-    try:
-        from standin.cli import parse_cli
-        yield parse_cli
-    finally:
-        sys.path.remove(str(SIM_DIR))
+    from orchestrator.sim.standin.cli import parse_cli
+    return parse_cli
 
 
 def test_aliases_underscores_dotted_keys_and_o_levels(parse, tmp_path):
@@ -195,28 +187,35 @@ def test_bad_literal_values_fail_like_pydantic(tmp_path):
 
 
 # ----------------------------------------------------------------------------- stdlib only
-def test_the_package_imports_only_the_standard_library():
-    modules = sorted(p.stem for p in PKG.glob("*.py"))
+def test_what_the_image_ships_for_the_standin_imports_only_the_standard_library(tmp_path):
+    """The image's python3 has the stdlib alone: its tree (the stand-in, the option table it shares with
+    `validate`, their package __init__s: images_spec.standin_files) must import nothing else and lack nothing."""
+    shipped = {path.removeprefix(images_spec.SITE_IN_IMAGE + "/"): content
+               for path, (content, _) in images_spec.standin_files().items()}
+    assert {"orchestrator/vllm_table/options_table.py", "orchestrator/sim/standin/__main__.py"} <= shipped.keys()
+    for path, content in shipped.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes(content)
+    modules = sorted(path.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for path in shipped)
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import importlib\n"
-            f"for m in {modules!r}: importlib.import_module('standin' if m == '__init__' else 'standin.' + m)\n"
+            f"for m in {modules!r}: importlib.import_module(m)\n"
             "bad = sorted(n for n in sys.modules if n.split('.')[0] not in sys.stdlib_module_names "
-            "and n.split('.')[0] != 'standin' and n != '__main__')\n"
-            "print(len([n for n in sys.modules if n.startswith('standin')]), ' '.join(bad))")
+            "and n.split('.')[0] != 'orchestrator' and n != '__main__')\n"
+            "print(len([n for n in sys.modules if n.split('.')[0] == 'orchestrator']), ' '.join(bad))")
     # -I: ignore PYTHON* env and user site; -S: no site-packages at all
-    r = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(SIM_DIR)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(tmp_path)], capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 0, r.stderr
     loaded, _, outside = r.stdout.strip().partition(" ")
     assert int(loaded) == len(modules) and outside == ""
-    for path in PKG.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+    for path, content in shipped.items():
+        for node in ast.walk(ast.parse(content)):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
             for name in names:
-                assert name.split(".")[0] in sys.stdlib_module_names | {"__future__"}, f"{path.name}: {name}"
+                assert name.split(".")[0] in sys.stdlib_module_names | {"__future__"}, f"{path}: {name}"
 
 
 def test_modules_are_small():
     for path in PKG.glob("*.py"):
-        if path.name != "options_table.py":  # generated data, one line per option
-            assert len(path.read_text().splitlines()) < 400, path.name
+        assert len(path.read_text().splitlines()) < 400, path.name

@@ -1,6 +1,6 @@
 """The stand-in's speed behaves like vLLM's (issue 12): measured against the formula of its own truth.
 
-Each server is a real stand-in process on 127.0.0.1 (standin.local.LocalStandin); clients speak real
+Each server is a real stand-in process on 127.0.0.1 (orchestrator.sim.standin.local.LocalStandin); clients speak real
 HTTP and time every chunk with perf_counter_ns, measuring decode as the field does (note 14):
 (completion_tokens - first_chunk_tokens) / (t_last_content - t_first_content), the first chunk's
 tokens counted by the server's /tokenize.  Expected figures come from speed.expected(truth, ...), the
@@ -15,20 +15,17 @@ import math
 import random
 import socket
 import statistics
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timing  # judged on wall-clock rates: scripts/test runs it alone (pyproject)
+from orchestrator.sim.standin.base import SimError
+from orchestrator.sim.standin.engine import tokenize
+from orchestrator.sim.standin.local import LocalStandin
+from orchestrator.sim.standin.speed import Truth, expected, position_rate
 
-SIM_DIR = Path(__file__).resolve().parents[2] / "orchestrator" / "sim"
-sys.path.insert(0, str(SIM_DIR))
-from standin.engine import tokenize
-from standin.local import LocalStandin
-from standin.speed import Truth, expected, position_rate
+pytestmark = pytest.mark.timing  # judged on wall-clock rates: scripts/test runs it alone (pyproject)
 
 CODE = "def solve(xs): return {x: x * 2 for x in xs}; import os"
 PROSE = "tell me about the sea and the wind over the hills"
@@ -187,7 +184,6 @@ def test_truth_line_round_trips_and_bad_knobs_are_named():
     # the realistic timing is the default, and part of the truth a bench is judged against
     assert (truth.step_jitter, truth.pace_sd, truth.metrics_lag, truth.first_chunk_p, truth.quickack) == \
         (0.04, 0.003, 1.0, 0.2, False)
-    from standin.base import SimError
     for env, word in (({"SIM_DECODE_TPS": "0"}, "SIM_DECODE_TPS"), ({"SIM_ACCEPT": "code=1"}, "SIM_ACCEPT"),
                       ({"SIM_BATCH_ALPHA": "-1"}, "SIM_BATCH_ALPHA"), ({"SIM_PREFILL_TPS": "x"}, "SIM_PREFILL_TPS"),
                       ({"SIM_STEP_JITTER": "0.5"}, "SIM_STEP_JITTER"), ({"SIM_PACE_SD": "-0.1"}, "SIM_PACE_SD"),

@@ -1,4 +1,4 @@
-"""Tests of the vLLM stand-in (the orchestrator/sim/standin package, run as `python3 -m standin`).
+"""Tests of the vLLM stand-in (the orchestrator/sim/standin package, run as `python3 -m orchestrator.sim.standin`).
 
 Every test runs the stand-in as real subprocesses on 127.0.0.1 with kernel-chosen free ports, talks
 real HTTP (urllib) and real TCP rendezvous to it, and waits by reading its log lines with deadlines.
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-SIM_DIR = Path(__file__).resolve().parents[2] / "orchestrator" / "sim"  # holds the `standin` package
-SIM = ["-m", "standin"]
+SITE_DIR = Path(__file__).resolve().parents[2]  # holds the `orchestrator` package
+SIM = ["-m", "orchestrator.sim.standin"]
 STARTED = "Application startup complete."
 
 
@@ -175,7 +175,7 @@ def hermetic_env(hf_home: Path, **extra: str) -> dict:
     """No inherited SIM_/VLLM_/HF_ vars; fast loading and decoding unless a test says otherwise."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SIM_", "VLLM_", "HF_"))}
     env.update(HF_HOME=str(hf_home), SIM_LOAD_SECONDS="0.2", SIM_DECODE_TPS="1000", SIM_TTFT="0.01",
-               PYTHONPATH=str(SIM_DIR))
+               PYTHONPATH=str(SITE_DIR))
     env.update(extra)
     return env
 

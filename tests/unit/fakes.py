@@ -6,6 +6,8 @@
   `docker image inspect --format '{{json .}}'`, shaped like output captured from a simulated node.
 * `FakeNode` answers `run_script` / `run` with what a node's engine would print for the refs it is given
   (the arguments), never by matching the script text.
+* `run_bash()` runs a node script in this machine's bash, as a node runs it; `HfCache` (the `hf_cache`
+  fixture, tests/unit/conftest.py) is the sim's fake model, real safetensors headers and blobs, in a HF cache.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import secrets
+import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -23,6 +26,7 @@ from orchestrator.config.load import Deployment, load_deployment
 from orchestrator.docker_cli.containers import Container, container_of
 from orchestrator.render.plan import Plan
 from orchestrator.render.spec import base_name, container_name
+from orchestrator.sim import fake_model
 from orchestrator.transport.node import NodeError, Result
 
 SIM_RECIPE = Path(__file__).resolve().parents[2] / "orchestrator" / "sim" / "recipes" / "sim-tiny.yaml"
@@ -124,6 +128,30 @@ def image_inspect(image_id: str = IMAGE_ID, *, tags: tuple[str, ...] = ("vllm-si
             "Created": "2026-12-01T09:51:06.13898958Z", "DockerVersion": "20.10.24+dfsg1",
             "Architecture": "amd64", "Os": "linux", "Size": 120090624,
             "RootFS": {"Type": "layers", "Layers": list(layers)}}
+
+
+def run_bash(script: str, *args: str) -> str:
+    """A node script run by this machine's bash the way run_script runs it on a node ("$1".. are `args`): its
+    stdout; a non-zero exit fails the test with the script's stderr."""
+    res = subprocess.run(["bash", "-c", script, "bash", *args], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+@dataclass(frozen=True)
+class HfCache:
+    """The sim's fake model written at `root` in the real HF cache layout (fake_model.write_hf_cache)."""
+
+    root: Path
+    meta: dict  # write_hf_cache's: revision, files (name -> blob, size), total_bytes
+
+    @classmethod
+    def write(cls, root: Path) -> HfCache:
+        return cls(root, fake_model.write_hf_cache(root))
+
+    @property
+    def blobs(self) -> Path:
+        return self.root / "hub" / fake_model.CACHE_DIR_NAME / "blobs"
 
 
 @dataclass

@@ -7,32 +7,19 @@ a real HF-cache layout (fake_model.write_hf_cache), so the bytes it reads are me
 from __future__ import annotations
 
 import struct
-import subprocess
 from pathlib import Path
 
 import pytest
+from fakes import run_bash
 
 from orchestrator.bench import ceiling as ce
 from orchestrator.checks import safetensors_headers as hd
 from orchestrator.sim import fake_model as fm
 
 
-def _run_script(*args: str) -> str:
-    res = subprocess.run(["bash", "-c", hd.SCRIPT, "bash", *args], capture_output=True, text=True, timeout=30)
-    assert res.returncode == 0, res.stderr
-    return res.stdout
-
-
-@pytest.fixture(scope="module")
-def snapshot(tmp_path_factory) -> tuple[Path, dict]:
-    cache = tmp_path_factory.mktemp("hf")
-    meta = fm.write_hf_cache(cache)
-    return cache, meta
-
-
-def test_ceiling_of_the_fake_model_equals_the_hand_computation(snapshot):
-    cache, _ = snapshot
-    h = hd.parse("spark-1", _run_script(str(cache), fm.REPO_ID, "main"))
+def test_ceiling_of_the_fake_model_equals_the_hand_computation(hf_cache):
+    cache = hf_cache.root
+    h = hd.parse("spark-1", run_bash(hd.SCRIPT, str(cache), fm.REPO_ID, "main"))
     assert len(h.headers) == 3 and h.config["num_experts_per_tok"] == 2
     b = ce.breakdown(h.headers, h.config)
     # By hand, BF16 = 2 bytes. Per decoder layer: 2 norms 64 + q 64x64 + k 32x64 + v 32x64 + o 64x64
@@ -51,9 +38,9 @@ def test_ceiling_of_the_fake_model_equals_the_hand_computation(snapshot):
     assert top.tokens_per_s == pytest.approx(2 * 273e9 / 165504)
 
 
-def test_only_headers_are_read_a_few_kb_not_the_files(snapshot):
-    cache, meta = snapshot
-    h = hd.parse("spark-1", _run_script(str(cache), fm.REPO_ID, "main"))
+def test_only_headers_are_read_a_few_kb_not_the_files(hf_cache):
+    cache, meta = hf_cache.root, hf_cache.meta
+    h = hd.parse("spark-1", run_bash(hd.SCRIPT, str(cache), fm.REPO_ID, "main"))
     snap = Path(h.snapshot)
     expected = (snap / "config.json").stat().st_size
     for f in sorted(snap.glob("*.safetensors")):
@@ -65,16 +52,16 @@ def test_only_headers_are_read_a_few_kb_not_the_files(snapshot):
     assert h.bytes_read < 16_000 < shards  # a few KB of headers, against the shards' full size
 
 
-def test_missing_snapshot_and_broken_header_are_named(snapshot, tmp_path):
-    cache, _ = snapshot
+def test_missing_snapshot_and_broken_header_are_named(hf_cache, tmp_path):
+    cache = hf_cache.root
     with pytest.raises(hd.HeaderError, match="no refs/v9"):
-        hd.parse("spark-2", _run_script(str(cache), fm.REPO_ID, "v9"))
+        hd.parse("spark-2", run_bash(hd.SCRIPT, str(cache), fm.REPO_ID, "v9"))
     plain = tmp_path / "model"
     plain.mkdir()
     (plain / "config.json").write_text("{}")
     (plain / "model.safetensors").write_bytes(struct.pack("<Q", 10**12) + b"{}")
     with pytest.raises(hd.HeaderError, match="spark-2: not safetensors: model.safetensors: header length"):
-        hd.parse("spark-2", _run_script(str(cache), str(plain), "main"))
+        hd.parse("spark-2", run_bash(hd.SCRIPT, str(cache), str(plain), "main"))
 
 
 def _entry(dtype: str, shape: list[int], offset: int = 0) -> dict:

@@ -3,9 +3,6 @@ real bash on a real HF cache layout), the refusals before any connection, and th
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from orchestrator.model.copy import Route, _failure, to_fetch
@@ -14,36 +11,21 @@ from orchestrator.model.scripts import (LIST_SH, SURVEY_SH, BlobState, Held, Lis
                                         parse_listing, parse_survey)
 from orchestrator.sim import fake_model
 
-from fakes import deployment
+from fakes import deployment, run_bash
 
 META = fake_model.model_metadata()
 REPO = fake_model.REPO_ID
 
 
-def bash(script: str, *args: str) -> str:
-    return subprocess.run(["bash", "-c", script, "bash", *args], capture_output=True, text=True, check=True,
-                          timeout=30).stdout
-
-
-@pytest.fixture
-def cache(tmp_path) -> Path:
-    fake_model.write_hf_cache(tmp_path)
-    return tmp_path
-
-
-def blobs_dir(cache: Path) -> Path:
-    return cache / "hub" / fake_model.CACHE_DIR_NAME / "blobs"
-
-
-def test_the_source_listing_names_every_snapshot_file_with_its_blob_and_size(cache):
-    listing = parse_listing(bash(LIST_SH, str(cache), REPO, META["revision"]))
+def test_the_source_listing_names_every_snapshot_file_with_its_blob_and_size(hf_cache):
+    listing = parse_listing(run_bash(LIST_SH, str(hf_cache.root), REPO, META["revision"]))
     assert {f.name: (f.blob, f.size) for f in listing.files} == {n: (f["blob"], f["size"]) for n, f in META["files"].items()}
-    absent = parse_listing(bash(LIST_SH, str(cache), REPO, "0" * 40))
+    absent = parse_listing(run_bash(LIST_SH, str(hf_cache.root), REPO, "0" * 40))
     assert absent.absent and absent.absent.startswith("no snapshot directory")
 
 
-def test_the_survey_hashes_what_is_there_and_says_what_is_missing_damaged_or_partial(cache):
-    blobs = blobs_dir(cache)
+def test_the_survey_hashes_what_is_there_and_says_what_is_missing_damaged_or_partial(hf_cache):
+    blobs = hf_cache.blobs
     shard1, shard3, config = (META["files"][n]["blob"] for n in
                               ("model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors", "config.json"))
     (blobs / shard1).unlink()
@@ -52,8 +34,8 @@ def test_the_survey_hashes_what_is_there_and_says_what_is_missing_damaged_or_par
     data[100] ^= 1
     (blobs / shard3).write_bytes(bytes(data))  # same name and size, other bytes
     (blobs / config).unlink()
-    listing = parse_listing(bash(LIST_SH, str(cache), REPO, META["revision"]))
-    held = parse_survey(bash(SURVEY_SH, str(cache), REPO, *listing.blobs()))
+    listing = parse_listing(run_bash(LIST_SH, str(hf_cache.root), REPO, META["revision"]))
+    held = parse_survey(run_bash(SURVEY_SH, str(hf_cache.root), REPO, *listing.blobs()))
     assert held[shard1] == BlobState(Held.PARTIAL, offset=1000)
     assert held[shard3].held is Held.DAMAGED and held[shard3].digest != shard3
     assert held[config] == BlobState(Held.MISSING)

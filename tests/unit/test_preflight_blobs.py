@@ -3,9 +3,8 @@ its parser, and the judge; and that the check is opt-in."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
+from fakes import run_bash
 
 from orchestrator import preflight as registry
 from orchestrator.preflight.checks_blobs import _SCRIPT, judge_scan, parse_blob_scan
@@ -14,18 +13,11 @@ from orchestrator.sim import fake_model
 
 
 def scan_here(cache, repo=fake_model.REPO_ID, rev="main") -> str:
-    return subprocess.run(["bash", "-c", _SCRIPT, "bash", str(cache), repo, rev], capture_output=True, text=True,
-                          check=True).stdout
+    return run_bash(_SCRIPT, str(cache), repo, rev)
 
 
-@pytest.fixture
-def cache(tmp_path):
-    meta = fake_model.write_hf_cache(tmp_path)
-    return tmp_path, meta
-
-
-def test_a_healthy_cache_hashes_to_its_names(cache):
-    root, meta = cache
+def test_a_healthy_cache_hashes_to_its_names(hf_cache):
+    root, meta = hf_cache.root, hf_cache.meta
     scan = parse_blob_scan(scan_here(root))
     assert {f.name: f.blob for f in scan.files} == {n: f["blob"] for n, f in meta["files"].items()}
     assert all(f.matches for f in scan.files) and scan.bytes == meta["total_bytes"]
@@ -34,10 +26,10 @@ def test_a_healthy_cache_hashes_to_its_names(cache):
     assert cell.status == Status.OK and cell.value.startswith("every blob hashes to its name: 5 blobs, ")
 
 
-def test_bytes_changed_in_place_and_a_missing_blob_fail(cache):
-    root, meta = cache
+def test_bytes_changed_in_place_and_a_missing_blob_fail(hf_cache):
+    root, meta = hf_cache.root, hf_cache.meta
     shard = "model-00002-of-00003.safetensors"
-    blobs = root / "hub" / fake_model.CACHE_DIR_NAME / "blobs"
+    blobs = hf_cache.blobs
     path = blobs / meta["files"][shard]["blob"]
     data = bytearray(path.read_bytes())
     data[5000] ^= 0xFF
@@ -52,8 +44,8 @@ def test_bytes_changed_in_place_and_a_missing_blob_fail(cache):
     assert "config.json: blob" in cell.value and "is missing" in cell.value
 
 
-def test_no_snapshot_and_a_plain_directory(cache):
-    root, _ = cache
+def test_no_snapshot_and_a_plain_directory(hf_cache):
+    root = hf_cache.root
     absent = parse_blob_scan(scan_here(root, rev="v9"))
     assert judge_scan(absent).status == Status.FAIL and "no refs/v9" in judge_scan(absent).value
     plain = parse_blob_scan(scan_here(root, repo="/models/local"))

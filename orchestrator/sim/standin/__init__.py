@@ -4,8 +4,10 @@ It accepts the real flags (and fails on bad ones exactly like vLLM's argparse), 
 that spark-deploy parses (docs/vllm-reference.md), runs a real TCP rendezvous between ranks, and
 serves the OpenAI-style HTTP API (/v1/completions, /v1/chat/completions, /tokenize, /metrics) at a
 known, vLLM-like speed, so deploy checks and the benchmark can be tested without GPUs.  Run as
-`python3 -m standin serve MODEL [flags]` (the image's `vllm` is `exec python3 -m standin "$@"`), or on
-this machine `python -m orchestrator.sim.standin.local` (local.py: a single node on loopback).
+`python3 -m orchestrator.sim.standin serve MODEL [flags]` (the image's `vllm` is that line, and the image
+holds this package and the option table it imports, orchestrator/vllm_table, at their places in the
+package: sim/images_spec.py), or on this machine `python -m orchestrator.sim.standin.local` (local.py: a
+single node on loopback).
 
 Speed (environment, defaults in brackets; the model and its exact expectation are in speed.py):
   SIM_DECODE_TPS [50]        plain decode rate of one request, tokens/s (a step without drafts: 1/rate s)

@@ -1,4 +1,4 @@
-"""`python3 -m standin serve ...`: parse like vLLM, then run one rank under the supervisor."""
+"""`python3 -m orchestrator.sim.standin serve ...`: parse like vLLM, then run one rank under the supervisor."""
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,4 @@
-"""The `vllm` command line, built from options_table.py: exactly the real 0.33.0 `serve` options.
+"""The `vllm` command line, built from vllm_table/options_table.py: exactly the real 0.33.0 `serve` options.
 
 Before argparse, the FlexibleArgumentParser rewrites vLLM applies: `--max_model_len` means
 `--max-model-len`, `-O3` means `--optimization-level=3`, `--compilation-config.mode 3` (dotted keys of
@@ -11,8 +11,8 @@ import argparse
 import json
 import sys
 
-from . import options_table as table
-from .argtypes import normalise_choice, resolve, takes_json
+from ...vllm_table import options_table as table
+from ...vllm_table.argtypes import normalise_choice, resolve, takes_json
 from .base import TOP_USAGE, VERSION
 
 __all__ = ["build_parser", "parse_cli", "non_default_args", "normalise_choice"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from . import options_table
+from ...vllm_table import options_table
 from .base import OFFLINE_MSG, SPEC_KEYS, SimError
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 import textwrap
 
-from . import options_table as table
+from ...vllm_table import options_table as table
 
 NAME_COLUMN = 26
 WIDTH = 78

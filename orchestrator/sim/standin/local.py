@@ -27,7 +27,8 @@ from typing import Self
 
 from .speed import Truth
 
-SIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # holds the `standin` package
+# holds the `orchestrator` package: the stand-in runs as orchestrator.sim.standin, as in the image
+SITE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 READY = "Application startup complete."
 
 
@@ -39,8 +40,8 @@ def make_model_dir(path: str, max_model_len: int = 32768) -> str:
 
 
 def serve_argv(model_dir: str, port: int, name: str, spec_k: int, extra=()) -> list[str]:
-    argv = [sys.executable, "-m", "standin", "serve", model_dir, "--host", "127.0.0.1", "--port", str(port),
-            "--served-model-name", name]
+    argv = [sys.executable, "-m", "orchestrator.sim.standin", "serve", model_dir, "--host", "127.0.0.1",
+            "--port", str(port), "--served-model-name", name]
     if spec_k:
         argv += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": spec_k})]
     return argv + list(extra)
@@ -49,7 +50,7 @@ def serve_argv(model_dir: str, port: int, name: str, spec_k: int, extra=()) -> l
 def clean_env(env: dict | None) -> dict:
     """This process's environment without SIM_/VLLM_/HF_ variables, fast loading, then `env`."""
     out = {k: v for k, v in os.environ.items() if not k.startswith(("SIM_", "VLLM_", "HF_"))}
-    out.update(SIM_LOAD_SECONDS="0", PYTHONPATH=SIM_DIR)
+    out.update(SIM_LOAD_SECONDS="0", PYTHONPATH=SITE_DIR)
     out.update(env or {})
     return out
 
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("extra", nargs="*", help="more vLLM flags, after --")
     a = p.parse_args(argv)
     model = make_model_dir(os.path.join(tempfile.gettempdir(), "spark-deploy-standin-model"))
-    env = dict(os.environ, PYTHONPATH=SIM_DIR)
+    env = dict(os.environ, PYTHONPATH=SITE_DIR)
     env.setdefault("SIM_LOAD_SECONDS", "0")
     argv_ = serve_argv(model, a.port, a.name, a.spec, a.extra)
     print("standin:", " ".join(argv_[1:]), flush=True)

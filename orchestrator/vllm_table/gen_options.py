@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate options_table.py from the real vLLM serve parser, captured as data in tests/data/vllm/ (a copy of the shared folder's vllm/).
 
-    python3 orchestrator/sim/standin/gen_options.py [VLLM_DATA_DIR]
+    python3 orchestrator/vllm_table/gen_options.py [VLLM_DATA_DIR]
 
 Reads options.json (every action: option strings, hidden aliases, dest, group, type, choices, nargs,
 default, metavar) and serve-help-all.txt (group order, group descriptions, the text before the first
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_SRC = HERE.parents[2] / "tests" / "data" / "vllm"  # the project's copy of vLLM's command line (its README)
+DEFAULT_SRC = HERE.parents[1] / "tests" / "data" / "vllm"  # the project's copy of vLLM's command line (its README)
 ACTIONS = {"_StoreAction": "store", "LoRAParserAction": "store", "DeprecatedLogConfigFileAction": "store",
            "_AppendAction": "append", "_StoreTrueAction": "store_true", "EnableDisableAction": "enable_disable",
            "_HelpAction": "help"}
@@ -93,9 +93,9 @@ def render(src: Path) -> str:
 
 def main() -> None:
     src = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_SRC
-    for target in (HERE / "options_table.py", HERE.parents[1] / "vllm_table" / "options_table.py"):
-        target.write_text(render(src))  # the stand-in's copy and the core package's (validate's) copy
-        print(f"wrote {target}")
+    target = HERE / "options_table.py"  # validate's table and the stand-in's parser: the one copy
+    target.write_text(render(src))
+    print(f"wrote {target}")
 
 
 if __name__ == "__main__":
