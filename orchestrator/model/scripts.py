@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass, field
 
 from ..checks.blob_hash import BLOB_DIGEST_SH
+from ..transport.bulk_ssh import BULK_SSH_OPTS
 
 # On the source. "$1" the HF cache, "$2" the repo id, "$3" the commit: one record per snapshot file.
 LIST_SH = r'''cache=$1; repo=$2; commit=$3
@@ -44,7 +45,7 @@ COPY_SH = BLOB_DIGEST_SH + r'''
 cache=$1; repo=$2; commit=$3; srcblobs=$4; dest=$5; port=$6; streams=$7; ref=$8; shift 8
 root="$cache/hub/models--${repo//\//--}"; blobs="$root/blobs"
 mkdir -p -- "$blobs" || { printf 'fail\t-\ttarget\tcannot create %s\n' "$blobs"; exit 1; }
-SSH=(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o Compression=no -o ConnectTimeout=10
+SSH=(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes ''' + BULK_SSH_OPTS + r''' -o ConnectTimeout=10
      -o ServerAliveInterval=2 -o ServerAliveCountMax=3 -p "$port" "$dest")
 err=$("${SSH[@]}" "test -d $(printf %q "$srcblobs")" 2>&1 </dev/null); rc=$?
 if [ $rc = 255 ]; then printf 'fail\t-\treach\t%s\n' "$(printf '%s' "$err" | tail -n 1)"; exit 1; fi
