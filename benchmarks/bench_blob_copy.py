@@ -4,11 +4,14 @@
     .venv/bin/python benchmarks/bench_blob_copy.py [--gb 2] [--shards 4] [--runs 2]
 
 On a fresh 2-node simulated cluster: spark-1 gets a generated model (random shards, --gb in total) in its
-HF cache; then, alternating, spark-2 receives (a) the same bytes by `ssh spark-1 cat SHARDS > file` (the
-raw path: same ssh, same fabric, same disk) and (b) the blob copy (model/pull.sync_model: ssh tail -c |
-dd >> .incomplete, the hash on arrival, rename, links) with 1, 2 and 4 streams; and (c) the raw path with
-the bytes also through sha256sum, the cap of any verified copy on this CPU. Prints MB/s and the ratios
-copy / raw (target >= 0.9) and copy / raw+hash per stream count. Not in CI: it moves GBs. The cluster is removed in a finally.
+HF cache; then, alternating, spark-2 receives (a) the same bytes by `ssh -c CIPHER spark-1 cat SHARDS > file`
+(the raw path: same ssh, same fabric, same disk) once per cipher of CIPHERS, the fastest of them being the
+baseline (a fair one: the fastest raw transfer over that path, whatever the copy itself uses), (b) the blob
+copy (model/pull.sync_model: ssh tail -c | tee >(hash) | dd >> .incomplete, rename, links) with 1, 2 and 4
+streams, and (c) the raw path with the copy's own cipher list, the bytes written by the copy's own sink
+that hashes them (checks/blob_hash.blob_keep): the raw path plus verification, the cap of the copy here.
+Prints MB/s, the ratios copy / raw (target >= 0.9) and copy / raw+hash per stream count, the hasher spark-2 chose and the load average.
+Not in CI: it moves GBs. The cluster is removed in a finally.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from orchestrator.checks.blob_hash import BLOB_DIGEST_SH, BLOB_KEEP_SH  # noqa: E402
 from orchestrator.config.load import load_inventory  # noqa: E402
 from orchestrator.model.pull import sync_model  # noqa: E402
 from orchestrator.runner.events import Events  # noqa: E402
 from orchestrator.sim.cluster import SimCluster  # noqa: E402
 from orchestrator.sim.state import NODE_HF_CACHE, NODE_UID, NODE_USER  # noqa: E402
+from orchestrator.transport.bulk_ssh import BULK_CIPHERS  # noqa: E402
 from orchestrator.transport.group import Cluster  # noqa: E402
 
 REPO = "sim/bench-big"
@@ -45,18 +50,24 @@ for i in $(seq 1 "$n"); do
 done
 printf %s "$commit" > "$root/refs/main"'''
 
-# On spark-2 as the login user: the raw path. "$1" hash too (1/0), "$2" user@spark-1's fabric address, then
-# the shard paths. With "$1" = 1 the bytes also go through sha256sum: the floor of ANY verified copy here.
-RAW = r'''hash=$1; dest=$2; shift 2
+# On spark-2 as the login user: the raw path. "$1" hash too (1/0), "$2" the ssh cipher list, "$3" user@spark-1's
+# fabric address, then the shard paths. With "$1" = 1 the bytes are written by the copy's own sink, which hashes
+# them on the way (checks/blob_hash.blob_keep): the raw path plus verification, the cap of the copy here.
+RAW = BLOB_DIGEST_SH + "\n" + BLOB_KEEP_SH + r'''
+hash=$1; cipher=$2; dest=$3; shift 3
 start=$(date +%s.%N)
 if [ "$hash" = 1 ]; then
-  ssh -o BatchMode=yes -o Compression=no "$dest" "cat $*" | tee >(sha256sum > /dev/null) > /srv/hf-cache/raw.tmp
+  ssh -o BatchMode=yes -o Compression=no -c "$cipher" "$dest" "cat $*" \
+    | blob_keep "$(printf %064d 0)" 0 /srv/hf-cache/raw.tmp > /dev/null
 else
-  ssh -o BatchMode=yes -o Compression=no "$dest" "cat $*" > /srv/hf-cache/raw.tmp
+  ssh -o BatchMode=yes -o Compression=no -c "$cipher" "$dest" "cat $*" > /srv/hf-cache/raw.tmp
 fi
 end=$(date +%s.%N)
 stat -c %s /srv/hf-cache/raw.tmp; rm -f /srv/hf-cache/raw.tmp
 echo "$start $end"'''
+HASHER = BLOB_DIGEST_SH + '\nprintf "%s\\n" "$BLOB_HASHER"'
+# The raw baselines: OpenSSH's default, and the AES-GCM ones the copy prefers (transport/bulk_ssh.py).
+CIPHERS = ("chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
 
 def main() -> int:
@@ -78,19 +89,27 @@ def main() -> int:
         src = inv.node("spark-1")
         dest = f"{NODE_USER}@{src.fabric_ip}"
         paths = [f"{ROOT}/blobs/{s}" for s in shards]
-        raw, hashed, copy = [], [], {int(s): [] for s in args.streams.split(",")}
+        raw: dict[str, list[float]] = {c: [] for c in CIPHERS}
+        hashed: list[float] = []
+        copy: dict[int, list[float]] = {int(s): [] for s in args.streams.split(",")}
         group = Cluster(inv)
         try:
             group.open()
             conns = {c.name: c for c in group.nodes}
+            hasher = conns["spark-2"].run(["bash", "-c", HASHER], check=True).stdout.strip()
+
+            def cat(flag: str, cipher: str) -> float:
+                out = conns["spark-2"].run(["bash", "-c", RAW, "bash", flag, cipher, dest, *paths], timeout=None,
+                                           check=True)
+                size, times = out.stdout.split("\n", 1)
+                start, end = map(float, times.split())
+                assert int(size) == total, f"raw cat moved {size} of {total} bytes"
+                return total / (end - start) / 1e6
+
             for run in range(args.runs):
-                for flag, into in (("0", raw), ("1", hashed)):
-                    out = conns["spark-2"].run(["bash", "-c", RAW, "bash", flag, dest, *paths], timeout=None,
-                                               check=True)
-                    size, times = out.stdout.split("\n", 1)
-                    start, end = map(float, times.split())
-                    assert int(size) == total, f"raw cat moved {size} of {total} bytes"
-                    into.append(total / (end - start) / 1e6)
+                for cipher in CIPHERS:
+                    raw[cipher].append(cat("0", cipher))
+                hashed.append(cat("1", ",".join(BULK_CIPHERS)))
                 for streams in copy:
                     conns["spark-2"].run(["rm", "-rf", "--", ROOT], check=True)
                     t0 = time.monotonic()
@@ -98,15 +117,21 @@ def main() -> int:
                     seconds = time.monotonic() - t0
                     assert result["spark-2"].bytes == total, result["spark-2"].bytes
                     copy[streams].append(total / seconds / 1e6)
-                print(f"run {run + 1}: raw cat {raw[-1]:.0f} MB/s; raw cat + sha256 {hashed[-1]:.0f} MB/s; "
-                      + "; ".join(f"copy x{s} {v[-1]:.0f} MB/s" for s, v in copy.items()), flush=True)
+                print(f"run {run + 1}: " + "; ".join(f"raw cat {c.split('@')[0]} {v[-1]:.0f} MB/s" for c, v in raw.items())
+                      + f"; raw cat + hash {hashed[-1]:.0f} MB/s; "
+                      + "; ".join(f"copy x{s} {v[-1]:.0f} MB/s" for s, v in copy.items())
+                      + f"; load average {os.getloadavg()[0]:.1f}", flush=True)
         finally:
             group.close()
-        base = statistics.median(raw)
-        print(f"\n{args.gb:g} GB in {args.shards} shards, {args.runs} runs, medians:")
+        medians = {c: statistics.median(v) for c, v in raw.items()}
+        best = max(medians, key=medians.__getitem__)
+        base = medians[best]
+        print(f"\n{args.gb:g} GB in {args.shards} shards, {args.runs} runs, medians; spark-2 hashes with {hasher}; "
+              f"load average (1/5/15 min) {' '.join(f'{x:.1f}' for x in os.getloadavg())}:")
         floor = statistics.median(hashed)
-        print(f"  raw `ssh cat > file`              {base:7.0f} MB/s")
-        print(f"  raw, through sha256sum too        {floor:7.0f} MB/s   (the cap of any verified copy here)")
+        for cipher, mb in medians.items():
+            print(f"  raw `ssh -c {cipher} cat > file` {mb:7.0f} MB/s" + ("   <- the baseline (fastest)" if cipher == best else ""))
+        print(f"  raw, written by the hashing sink   {floor:7.0f} MB/s   (raw + verification: the copy's cap)")
         for streams, values in copy.items():
             mb = statistics.median(values)
             print(f"  blob copy, {streams} stream(s)           {mb:7.0f} MB/s   ratio {mb / base:.2f} vs raw "

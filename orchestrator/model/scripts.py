@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from ..checks.blob_hash import BLOB_DIGEST_SH
+from ..checks.blob_hash import BLOB_DIGEST_SH, BLOB_KEEP_SH
 from ..transport.bulk_ssh import BULK_SSH_OPTS
 
 # On the source. "$1" the HF cache, "$2" the repo id, "$3" the commit: one record per snapshot file.
@@ -41,7 +41,8 @@ done'''
 # On a target. "$1" HF cache, "$2" repo id, "$3" commit, "$4" the source's blobs dir, "$5" user@source's
 # fabric address, "$6" its sshd port, "$7" streams, "$8" ref to write ("" = none); then `F blob size`
 # (fetch) and `L name blob` (link) triples. Records: at/got/ok/bad/fail/linked, tab separated.
-COPY_SH = BLOB_DIGEST_SH + r'''
+COPY_SH = BLOB_DIGEST_SH + "\n" + BLOB_KEEP_SH + r'''
+blob_keeper && keep=python3 || keep=tee
 cache=$1; repo=$2; commit=$3; srcblobs=$4; dest=$5; port=$6; streams=$7; ref=$8; shift 8
 root="$cache/hub/models--${repo//\//--}"; blobs="$root/blobs"
 mkdir -p -- "$blobs" || { printf 'fail\t-\ttarget\tcannot create %s\n' "$blobs"; exit 1; }
@@ -57,9 +58,15 @@ fetch() {  # blob size: append what is missing to blob.incomplete, verify, then 
   e=$(mktemp); rc=(0 0); rm -f "$e.sum"
   for try in 1 2 3 4 5; do  # a refused SSH start (the source's MaxStartups, under many streams): again
     [ "$have" = 0 ] || break
-    "${SSH[@]}" "tail -c +1 -- $(printf %q "$srcblobs/$b")" 2>"$e.s" </dev/null \
-      | tee >(blob_sum "$b" "$size" > "$e.sum") | dd of="$part" oflag=append conv=notrunc bs=1M status=none 2>"$e"
-    rc=("${PIPESTATUS[0]}" "${PIPESTATUS[2]}"); wait $!  # a whole blob: hashed as it arrives (tee)
+    if [ "$keep" = python3 ]; then  # a whole blob: hashed as it arrives, by the process that writes it
+      "${SSH[@]}" "tail -c +1 -- $(printf %q "$srcblobs/$b")" 2>"$e.s" </dev/null \
+        | blob_keep "$b" "$size" "$part" > "$e.sum" 2>"$e"
+      rc=("${PIPESTATUS[@]}")
+    else  # no python3: tee into the hash
+      "${SSH[@]}" "tail -c +1 -- $(printf %q "$srcblobs/$b")" 2>"$e.s" </dev/null \
+        | tee >(blob_sum "$b" "$size" > "$e.sum") | dd of="$part" oflag=append conv=notrunc bs=1M status=none 2>"$e"
+      rc=("${PIPESTATUS[0]}" "${PIPESTATUS[2]}"); wait $!
+    fi
     [ "${rc[0]}" = 255 ] && [ ! -s "$part" ] && grep -qE 'kex_exchange_identification|Connection (reset|closed) by' \
       "$e.s" || break
     sleep "0.$((RANDOM % 9 + 1))"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.checks.blob_hash import BLOB_DIGEST_SH, Hasher
+from orchestrator.checks.blob_hash import BLOB_DIGEST_SH, BLOB_KEEP_SH, Hasher
 
 BASE = ("bash", "cat", "stat", "sha256sum", "sha1sum")  # what every node has (coreutils)
 PROBE = BLOB_DIGEST_SH + '\nprintf "%s\\n" "$BLOB_HASHER"; for a; do blob_digest "${a%:*}" "${a#*:}"; done'
@@ -75,3 +75,34 @@ def test_an_unreadable_blob_fails_instead_of_printing_a_digest(tmp_path):
     out = subprocess.run([str(path / "bash"), "-c", script, "bash", str(tmp_path / "gone"), "a" * 64],
                          capture_output=True, text=True, timeout=30, env={"PATH": str(path)})
     assert out.returncode != 0 and out.stdout == ""
+
+
+def test_blob_keep_writes_what_it_hashes_under_the_same_rule(tmp_path, blobs):
+    """The copy's one-process sink (python3): the file it writes holds the input, its digest is blob_sum's."""
+    path = bin_dir(tmp_path, "python3")
+    script = BLOB_DIGEST_SH + "\n" + BLOB_KEEP_SH + '\nblob_keeper || exit 9\nblob_keep "$1" "$2" "$3" < "$4"'
+    for i, (source, name) in enumerate(blobs):
+        out = tmp_path / f"kept-{i}"
+        size = str(source.stat().st_size)
+        got = subprocess.run([str(path / "bash"), "-c", script, "bash", name, size, str(out), str(source)],
+                             capture_output=True, text=True, check=True, timeout=30, env={"PATH": str(path)})
+        assert out.read_bytes() == source.read_bytes()
+        assert got.stdout.split() == [name if len(name) in (40, 64) else "unnamed"]
+
+
+def test_blob_keep_names_the_file_and_the_cause_when_it_cannot_write(tmp_path, blobs):
+    path = bin_dir(tmp_path, "python3")
+    script = BLOB_DIGEST_SH + "\n" + BLOB_KEEP_SH + '\nblob_keep "$1" 10 "$2" < /dev/null'
+    target = tmp_path / "no-such-dir" / "blob.incomplete"
+    got = subprocess.run([str(path / "bash"), "-c", script, "bash", "a" * 64, str(target)],
+                         capture_output=True, text=True, timeout=30, env={"PATH": str(path)})
+    assert got.returncode != 0 and got.stdout == ""
+    assert got.stderr.strip().splitlines()[-1] == f"{target}: No such file or directory"
+
+
+def test_without_python3_the_copy_falls_back_to_tee(tmp_path):
+    path = bin_dir(tmp_path)
+    script = BLOB_DIGEST_SH + "\n" + BLOB_KEEP_SH + '\nblob_keeper && echo python3 || echo tee'
+    got = subprocess.run([str(path / "bash"), "-c", script], capture_output=True, text=True, timeout=30,
+                         env={"PATH": str(path)})
+    assert got.stdout.split() == ["tee"]
