@@ -5,12 +5,12 @@
 
 On a fresh 2-node simulated cluster: spark-1 gets a generated model (random shards, --gb in total) in its
 HF cache; then, alternating, spark-2 receives (a) the same bytes by `ssh -c CIPHER spark-1 cat SHARDS > file`
-(the raw path: same ssh, same fabric, same disk) once per cipher of CIPHERS, the fastest of them being the
-baseline (a fair one: the fastest raw transfer over that path, whatever the copy itself uses), (b) the blob
-copy (model/pull.sync_model: ssh tail -c | tee >(hash) | dd >> .incomplete, rename, links) with 1, 2 and 4
-streams, and (c) the raw path with the copy's own cipher list, the bytes written by the copy's own sink
-that hashes them (checks/blob_hash.blob_keep): the raw path plus verification, the cap of the copy here.
-Prints MB/s, the ratios copy / raw (target >= 0.9) and copy / raw+hash per stream count, the hasher spark-2 chose and the load average.
+(the raw path: same ssh, same fabric, same disk) once per cipher, and with one such ssh per shard at once
+(RAWS): the fastest of them is the baseline (a fair one: the fastest raw transfer over that path, whatever
+the copy itself uses); (b) the blob copy (model/pull.sync_model: `ssh tail -c | blob_keep`, which appends
+to the .incomplete and hashes as it writes; rename, links) with 1, 2 and 4 streams; (c) one raw stream with
+the copy's own cipher list written by the copy's own sink: the raw path plus verification. Prints MB/s, the
+ratios per stream count (target: copy >= 0.9 x the baseline), the hasher spark-2 chose and the load average.
 Not in CI: it moves GBs. The cluster is removed in a finally.
 """
 
@@ -50,24 +50,30 @@ for i in $(seq 1 "$n"); do
 done
 printf %s "$commit" > "$root/refs/main"'''
 
-# On spark-2 as the login user: the raw path. "$1" hash too (1/0), "$2" the ssh cipher list, "$3" user@spark-1's
-# fabric address, then the shard paths. With "$1" = 1 the bytes are written by the copy's own sink, which hashes
-# them on the way (checks/blob_hash.blob_keep): the raw path plus verification, the cap of the copy here.
+# On spark-2 as the login user: the raw path. "$1" the mode, "$2" the ssh cipher list, "$3" user@spark-1's
+# fabric address, then the shard paths. Mode 0: one `ssh cat SHARDS > file`; p: one such ssh per shard, all at
+# once (the raw path with as many streams as the copy); 1: one stream written by the copy's own sink, which
+# hashes it on the way (checks/blob_hash.blob_keep): the raw path plus verification, the cap of the copy here.
 RAW = BLOB_DIGEST_SH + "\n" + BLOB_KEEP_SH + r'''
-hash=$1; cipher=$2; dest=$3; shift 3
+mode=$1; cipher=$2; dest=$3; shift 3
+SSH=(ssh -o BatchMode=yes -o Compression=no -c "$cipher" "$dest")
 start=$(date +%s.%N)
-if [ "$hash" = 1 ]; then
-  ssh -o BatchMode=yes -o Compression=no -c "$cipher" "$dest" "cat $*" \
-    | blob_keep "$(printf %064d 0)" 0 /srv/hf-cache/raw.tmp > /dev/null
-else
-  ssh -o BatchMode=yes -o Compression=no -c "$cipher" "$dest" "cat $*" > /srv/hf-cache/raw.tmp
-fi
+case $mode in
+  1) "${SSH[@]}" "cat $*" | blob_keep "$(printf %064d 0)" 0 /srv/hf-cache/raw.tmp > /dev/null ;;
+  p) i=0; for f; do i=$((i + 1)); "${SSH[@]}" "cat $f" > /srv/hf-cache/raw.tmp.$i & done; wait ;;
+  *) "${SSH[@]}" "cat $*" > /srv/hf-cache/raw.tmp ;;
+esac
 end=$(date +%s.%N)
-stat -c %s /srv/hf-cache/raw.tmp; rm -f /srv/hf-cache/raw.tmp
+total=0; for f in /srv/hf-cache/raw.tmp*; do total=$((total + $(stat -c %s "$f"))); done
+echo "$total"; rm -f /srv/hf-cache/raw.tmp*
 echo "$start $end"'''
 HASHER = BLOB_DIGEST_SH + '\nprintf "%s\\n" "$BLOB_HASHER"'
-# The raw baselines: OpenSSH's default, and the AES-GCM ones the copy prefers (transport/bulk_ssh.py).
-CIPHERS = ("chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+# The raw baselines: OpenSSH's default cipher and the AES-GCM ones the copy prefers (transport/bulk_ssh.py), one
+# stream; and the fastest cipher here with one stream per shard. The baseline is the fastest of them.
+RAWS = {"cat, chacha20-poly1305": ("0", "chacha20-poly1305@openssh.com"),
+        "cat, aes128-gcm": ("0", "aes128-gcm@openssh.com"),
+        "cat, aes256-gcm": ("0", "aes256-gcm@openssh.com"),
+        "cat, aes128-gcm, a stream per shard": ("p", "aes128-gcm@openssh.com")}
 
 
 def main() -> int:
@@ -89,7 +95,7 @@ def main() -> int:
         src = inv.node("spark-1")
         dest = f"{NODE_USER}@{src.fabric_ip}"
         paths = [f"{ROOT}/blobs/{s}" for s in shards]
-        raw: dict[str, list[float]] = {c: [] for c in CIPHERS}
+        raw: dict[str, list[float]] = {label: [] for label in RAWS}
         hashed: list[float] = []
         copy: dict[int, list[float]] = {int(s): [] for s in args.streams.split(",")}
         group = Cluster(inv)
@@ -107,8 +113,8 @@ def main() -> int:
                 return total / (end - start) / 1e6
 
             for run in range(args.runs):
-                for cipher in CIPHERS:
-                    raw[cipher].append(cat("0", cipher))
+                for label, (mode, cipher) in RAWS.items():
+                    raw[label].append(cat(mode, cipher))
                 hashed.append(cat("1", ",".join(BULK_CIPHERS)))
                 for streams in copy:
                     conns["spark-2"].run(["rm", "-rf", "--", ROOT], check=True)
@@ -117,25 +123,27 @@ def main() -> int:
                     seconds = time.monotonic() - t0
                     assert result["spark-2"].bytes == total, result["spark-2"].bytes
                     copy[streams].append(total / seconds / 1e6)
-                print(f"run {run + 1}: " + "; ".join(f"raw cat {c.split('@')[0]} {v[-1]:.0f} MB/s" for c, v in raw.items())
+                print(f"run {run + 1}: " + "; ".join(f"raw {label} {v[-1]:.0f} MB/s" for label, v in raw.items())
                       + f"; raw cat + hash {hashed[-1]:.0f} MB/s; "
                       + "; ".join(f"copy x{s} {v[-1]:.0f} MB/s" for s, v in copy.items())
                       + f"; load average {os.getloadavg()[0]:.1f}", flush=True)
         finally:
             group.close()
-        medians = {c: statistics.median(v) for c, v in raw.items()}
+        medians = {label: statistics.median(v) for label, v in raw.items()}
         best = max(medians, key=medians.__getitem__)
         base = medians[best]
+        single = max(v for label, v in medians.items() if RAWS[label][0] == "0")
         print(f"\n{args.gb:g} GB in {args.shards} shards, {args.runs} runs, medians; spark-2 hashes with {hasher}; "
               f"load average (1/5/15 min) {' '.join(f'{x:.1f}' for x in os.getloadavg())}:")
         floor = statistics.median(hashed)
-        for cipher, mb in medians.items():
-            print(f"  raw `ssh -c {cipher} cat > file` {mb:7.0f} MB/s" + ("   <- the baseline (fastest)" if cipher == best else ""))
-        print(f"  raw, written by the hashing sink   {floor:7.0f} MB/s   (raw + verification: the copy's cap)")
+        for label, mb in medians.items():
+            print(f"  raw {label:38} {mb:5.0f} MB/s" + ("   <- the baseline (the fastest raw)" if label == best else ""))
+        print(f"  raw, one stream, the hashing sink      {floor:5.0f} MB/s   (raw + verification)")
         for streams, values in copy.items():
             mb = statistics.median(values)
-            print(f"  blob copy, {streams} stream(s)           {mb:7.0f} MB/s   ratio {mb / base:.2f} vs raw "
-                  f"(target >= 0.90), {mb / floor:.2f} vs raw + hash")
+            print(f"  blob copy, {streams} stream(s)                   {mb:5.0f} MB/s   ratio {mb / base:.2f} vs the "
+                  f"baseline (target >= 0.90), {mb / single:.2f} vs the fastest one-stream raw, "
+                  f"{mb / floor:.2f} vs raw + hash")
         return 0
     finally:
         cluster.down()
