@@ -51,6 +51,10 @@ SSH=(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes ''' + BULK_SSH_OPTS + r''
 err=$("${SSH[@]}" "test -d $(printf %q "$srcblobs")" 2>&1 </dev/null); rc=$?
 if [ $rc = 255 ]; then printf 'fail\t-\treach\t%s\n' "$(printf '%s' "$err" | tail -n 1)"; exit 1; fi
 if [ $rc != 0 ]; then printf 'fail\t-\tsource\tno blobs directory %s\n' "$srcblobs"; exit 1; fi
+reader() {  # offset blob: the source's command that sends the blob from that byte on, in 1 MiB reads (tail -c
+  # +N writes 4 KiB at a time: at GB scale those writes into ssh cost the source more CPU than the cipher)
+  printf 'dd if=%s bs=1M iflag=skip_bytes skip=%s status=none' "$(printf %q "$srcblobs/$2")" "$1"
+}
 fetch() {  # blob size: append what is missing to blob.incomplete, verify, then rename
   local b=$1 size=$2 part=$blobs/$1.incomplete have got sum e side why
   have=$(stat -c %s -- "$part" 2>/dev/null || echo 0)
@@ -59,11 +63,11 @@ fetch() {  # blob size: append what is missing to blob.incomplete, verify, then 
   for try in 1 2 3 4 5; do  # a refused SSH start (the source's MaxStartups, under many streams): again
     [ "$have" = 0 ] || break
     if [ "$keep" = python3 ]; then  # a whole blob: hashed as it arrives, by the process that writes it
-      "${SSH[@]}" "tail -c +1 -- $(printf %q "$srcblobs/$b")" 2>"$e.s" </dev/null \
+      "${SSH[@]}" "$(reader 0 "$b")" 2>"$e.s" </dev/null \
         | blob_keep "$b" "$size" "$part" > "$e.sum" 2>"$e"
       rc=("${PIPESTATUS[@]}")
     else  # no python3: tee into the hash
-      "${SSH[@]}" "tail -c +1 -- $(printf %q "$srcblobs/$b")" 2>"$e.s" </dev/null \
+      "${SSH[@]}" "$(reader 0 "$b")" 2>"$e.s" </dev/null \
         | tee >(blob_sum "$b" "$size" > "$e.sum") | dd of="$part" oflag=append conv=notrunc bs=1M status=none 2>"$e"
       rc=("${PIPESTATUS[0]}" "${PIPESTATUS[2]}"); wait $!
     fi
@@ -73,16 +77,16 @@ fetch() {  # blob size: append what is missing to blob.incomplete, verify, then 
   done
   if [ "$have" = 0 ]; then :
   elif [ "$have" -lt "$size" ]; then  # resumed: the rest appended, the whole file hashed afterwards
-    "${SSH[@]}" "tail -c +$((have + 1)) -- $(printf %q "$srcblobs/$b")" 2>"$e.s" </dev/null \
+    "${SSH[@]}" "$(reader "$have" "$b")" 2>"$e.s" </dev/null \
       | dd of="$part" oflag=append conv=notrunc bs=1M status=none 2>"$e"
     rc=("${PIPESTATUS[@]}")
   fi
   got=$(( $(stat -c %s -- "$part" 2>/dev/null || echo "$have") - have ))
   printf 'got\t%s\t%s\n' "$b" "$got"
   side=
-  if [ "${rc[1]}" != 0 ]; then side=target; why=$(tail -n 1 "$e")  # dd could not write: the target's disk
+  if [ "${rc[1]}" != 0 ]; then side=target; why=$(tail -n 1 "$e")  # the sink (or dd) could not write: the target's disk
   elif [ "${rc[0]}" = 255 ]; then side=link; why=$(tail -n 1 "$e.s")  # ssh itself: the way between the nodes
-  elif [ "${rc[0]}" != 0 ]; then side=source; why=$(tail -n 1 "$e.s"); fi  # tail on the source
+  elif [ "${rc[0]}" != 0 ]; then side=source; why=$(tail -n 1 "$e.s"); fi  # the reader on the source
   rm -f "$e" "$e.s"
   if [ -n "$side" ]; then rm -f "$e.sum"; printf 'fail\t%s\t%s\t%s\n' "$b" "$side" "$why"; return 1; fi
   if [ -s "$e.sum" ]; then sum=$(cat "$e.sum"); rm -f "$e.sum"
