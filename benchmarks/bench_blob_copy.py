@@ -33,6 +33,7 @@ from orchestrator.sim.cluster import SimCluster  # noqa: E402
 from orchestrator.sim.state import NODE_HF_CACHE, NODE_UID, NODE_USER  # noqa: E402
 from orchestrator.transport.bulk_ssh import BULK_CIPHERS  # noqa: E402
 from orchestrator.transport.group import Cluster  # noqa: E402
+from node_cpu import nodes_cpu  # noqa: E402  (beside this file)
 
 REPO = "sim/bench-big"
 ROOT = f"{NODE_HF_CACHE}/hub/models--sim--bench-big"
@@ -96,6 +97,17 @@ def main() -> int:
         dest = f"{NODE_USER}@{src.fabric_ip}"
         paths = [f"{ROOT}/blobs/{s}" for s in shards]
         raw: dict[str, list[float]] = {label: [] for label in RAWS}
+        cpu: dict[str, list[float]] = {}  # what -> CPU seconds per GB, both nodes together
+        ids = [cluster.container(n).id for n in (1, 2)]
+
+        def costed(what: str, fn):
+            before = nodes_cpu(ids)
+            out = fn()
+            after = nodes_cpu(ids)
+            if before is not None and after is not None:
+                cpu.setdefault(what, []).append((after - before) / (total / 1e9))
+            return out
+
         hashed: list[float] = []
         copy: dict[int, list[float]] = {int(s): [] for s in args.streams.split(",")}
         group = Cluster(inv)
@@ -114,12 +126,13 @@ def main() -> int:
 
             for run in range(args.runs):
                 for label, (mode, cipher) in RAWS.items():
-                    raw[label].append(cat(mode, cipher))
-                hashed.append(cat("1", ",".join(BULK_CIPHERS)))
+                    raw[label].append(costed(label, lambda: cat(mode, cipher)))
+                hashed.append(costed("sink", lambda: cat("1", ",".join(BULK_CIPHERS))))
                 for streams in copy:
                     conns["spark-2"].run(["rm", "-rf", "--", ROOT], check=True)
                     t0 = time.monotonic()
-                    result = sync_model(group, conns, inv, REPO, COMMIT, "spark-1", Events(), streams=streams)
+                    result = costed(f"copy x{streams}", lambda: sync_model(group, conns, inv, REPO, COMMIT, "spark-1",
+                                                                           Events(), streams=streams))
                     seconds = time.monotonic() - t0
                     assert result["spark-2"].bytes == total, result["spark-2"].bytes
                     copy[streams].append(total / seconds / 1e6)
@@ -136,14 +149,24 @@ def main() -> int:
         print(f"\n{args.gb:g} GB in {args.shards} shards, {args.runs} runs, medians; spark-2 hashes with {hasher}; "
               f"load average (1/5/15 min) {' '.join(f'{x:.1f}' for x in os.getloadavg())}:")
         floor = statistics.median(hashed)
+        cost = {what: statistics.median(v) for what, v in cpu.items()}
+
+        def of(what: str) -> str:
+            return f"   CPU {cost[what]:5.2f} s/GB" if what in cost else ""
+
         for label, mb in medians.items():
-            print(f"  raw {label:38} {mb:5.0f} MB/s" + ("   <- the baseline (the fastest raw)" if label == best else ""))
-        print(f"  raw, one stream, the hashing sink      {floor:5.0f} MB/s   (raw + verification)")
+            print(f"  raw {label:38} {mb:5.0f} MB/s{of(label)}" + ("   <- the baseline (the fastest raw)" if label == best
+                                                                     else ""))
+        print(f"  raw, one stream, the hashing sink          {floor:5.0f} MB/s{of('sink')}   (raw + verification)")
         for streams, values in copy.items():
             mb = statistics.median(values)
-            print(f"  blob copy, {streams} stream(s)                   {mb:5.0f} MB/s   ratio {mb / base:.2f} vs the "
-                  f"baseline (target >= 0.90), {mb / single:.2f} vs the fastest one-stream raw, "
+            print(f"  blob copy, {streams} stream(s)                     {mb:5.0f} MB/s{of(f'copy x{streams}')}   ratio "
+                  f"{mb / base:.2f} vs the baseline (target >= 0.90), {mb / single:.2f} vs the fastest one-stream raw, "
                   f"{mb / floor:.2f} vs raw + hash")
+        if best in cost:
+            print("  CPU (both nodes) per GB, the baseline's over the copy's (the rate ratio a CPU-bound, otherwise idle "
+                  "machine would give): " + ", ".join(f"x{s} {cost[best] / cost[f'copy x{s}']:.2f}" for s in copy
+                                                       if f"copy x{s}" in cost))
         return 0
     finally:
         cluster.down()
