@@ -27,6 +27,7 @@ class NodeFacts:
     mem_available_gib: float | None = None
     swap_used_gib: float | None = None
     sm_clock_mhz: float | None = None
+    sm_clock_missing: str | None = None  # why there is no SM clock (nvidia-smi absent or failing): shown, not judged
     error: str | None = None
 
 

@@ -43,10 +43,11 @@ def node_facts(name: str, stdout: str) -> NodeFacts:
         facts.swap_used_gib = round(m["swap_total_gib"] - m["swap_free_gib"], 2)
     except ValueError as exc:
         facts.error = f"meminfo unreadable: {exc}"
+    first = next(iter(gpu.strip().splitlines()), "")
     try:
-        facts.sm_clock_mhz = float(gpu.strip().splitlines()[0])
-    except (ValueError, IndexError):
-        pass  # no GPU clock (nvidia-smi failed): left out, memory still judged
+        facts.sm_clock_mhz = float(first)
+    except ValueError:  # memory is still judged; the clock is only shown, so its absence is said, not judged
+        facts.sm_clock_missing = f"nvidia-smi: {first.strip()[:120]}" if first.strip() else "nvidia-smi printed nothing"
     return facts
 
 

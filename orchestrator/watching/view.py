@@ -26,7 +26,8 @@ def render(sample: Sample):
     for c in ("node", "MemAvailable GiB", "swap used GiB", "SM MHz"):
         nodes.add_column(c)
     for n in sample.nodes:
-        nodes.add_row(n.node, _f(n.mem_available_gib), _f(n.swap_used_gib), _f(n.sm_clock_mhz, "{:.0f}"))
+        clock = _f(n.sm_clock_mhz, "{:.0f}") if n.sm_clock_missing is None else f"- ({escape(n.sm_clock_missing)})"
+        nodes.add_row(n.node, _f(n.mem_available_gib), _f(n.swap_used_gib), clock)
     e = sample.engine
     engine = Text(f"running {_f(e.running, '{:.0f}')}, waiting {_f(e.waiting, '{:.0f}')}, KV use "
                   f"{_f(None if e.kv_usage is None else e.kv_usage * 100)}%, gen {_f(e.gen_tps)} tok/s, spec acceptance "

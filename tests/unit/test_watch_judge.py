@@ -49,5 +49,8 @@ def test_each_problem_is_named():
 def test_node_facts_read_meminfo_and_the_sm_clock():
     text = (SAMPLES / "meminfo-sim-spark-serving-0.7.txt").read_text() + "@@gpu\n2405\n"
     facts = node_facts("a", text)
-    assert facts.sm_clock_mhz == 2405.0 and 0 < facts.mem_available_gib < 20
-    assert node_facts("b", "garbage@@gpu\nNVIDIA-SMI has failed").error.startswith("meminfo unreadable")
+    assert facts.sm_clock_mhz == 2405.0 and 0 < facts.mem_available_gib < 20 and facts.sm_clock_missing is None
+    broken = node_facts("b", "garbage@@gpu\nNVIDIA-SMI has failed")
+    assert broken.error.startswith("meminfo unreadable") and broken.sm_clock_mhz is None
+    assert broken.sm_clock_missing == "nvidia-smi: NVIDIA-SMI has failed"
+    assert node_facts("c", text.split("@@gpu")[0] + "@@gpu\n").sm_clock_missing == "nvidia-smi printed nothing"
