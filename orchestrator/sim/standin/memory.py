@@ -57,6 +57,9 @@ def claim(utilization: float, env, what: str) -> "Held | None":
     total_kb = _ask(sock, reader, {"op": "show"})["MemTotal"]
     need = int(utilization * total_kb)
     overhead = int(env_float(env, "SIM_RUNTIME_OVERHEAD_GIB", RUNTIME_OVERHEAD_GIB) * GIB_KB)
+    # Before the claim: once it is granted the node is short of memory, and an earlyoom that polled in between
+    # would pick the node's largest real process (its dockerd) instead of this one.
+    _prefer_me_for_oom()
     reply = _ask(sock, reader, {"op": "claim", "kb": need + overhead, "need_free_kb": need, "what": what})
     if not reply.get("ok"):
         sock.close()
@@ -66,7 +69,6 @@ def claim(utilization: float, env, what: str) -> "Held | None":
                        f"{need / GIB_KB:.2f} GiB). Decrease GPU memory utilization or reduce GPU memory used "
                        "by other processes.")
     sock.settimeout(None)
-    _prefer_me_for_oom()
     return Held(sock, reply.get("over_kb", 0) > 0, total_kb)
 
 
