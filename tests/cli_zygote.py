@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 SERVER = r"""
-import json, os, sys, traceback
+import faulthandler, json, os, signal, sys, traceback
 proto_in, proto_out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
 null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 0)
@@ -37,6 +39,7 @@ def child(req):
     proto_in.close(); proto_out.close()
     os.dup2(os.open(req["out"], os.O_WRONLY | os.O_TRUNC), 1)
     os.dup2(os.open(req["err"], os.O_WRONLY | os.O_TRUNC), 2)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hung call's stacks, asked for before its kill
     os.environ.clear()
     os.environ.update(req["env"])
     os.chdir(req["cwd"])
@@ -111,29 +114,62 @@ class Zygote:
                 except (OSError, ValueError):
                     self.broken = True
                     return None
-                code = self._wait(pid, timeout, argv)
+                code = self._wait(pid, timeout, argv, err)
                 with open(out, encoding="utf-8", errors="replace") as fh_out, \
                         open(err, encoding="utf-8", errors="replace") as fh_err:
                     return subprocess.CompletedProcess(["spark-deploy", *argv], code, fh_out.read(), fh_err.read())
         finally:
             self.lock.release()
 
-    def _wait(self, pid: int, timeout: float, argv: list[str]) -> int:
+    @staticmethod
+    def _stacks(pid: int, err: str) -> str:
+        """Where a hung call is: SIGUSR1 makes its faulthandler write every thread's stack to its stderr file.
+        On the failure path only, bounded (2 s): read once the file has grown and then stopped growing."""
+        before = last = os.path.getsize(err)
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            return ""
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = os.path.getsize(err)
+            if before < now == last:
+                break
+            last = now
+        with open(err, encoding="utf-8", errors="replace") as fh:
+            return fh.read()[-6000:]
+
+    def _wait(self, pid: int, timeout: float, argv: list[str], err: str) -> int:
         box: dict = {}
         reader = threading.Thread(target=lambda: box.update(self._reply()), daemon=True)
         reader.start()
         reader.join(timeout)
         if reader.is_alive():
+            stacks = self._stacks(pid, err)
             try:
                 os.killpg(pid, 9)
             except ProcessLookupError:
                 pass
             reader.join(30)
-            raise subprocess.TimeoutExpired(["spark-deploy", *argv], timeout)
+            if reader.is_alive():  # the zygote itself is stuck on the child: later calls go without it
+                self.broken = True
+            raise HungCall(["spark-deploy", *argv], timeout, stacks)
         if "code" not in box:
             self.broken = True
             raise OSError(f"the CLI zygote ended while running spark-deploy {' '.join(argv)}")
         return box["code"]
+
+
+class HungCall(subprocess.TimeoutExpired):
+    """A zygote call killed at its timeout, with the stacks and stderr tail it left (pytest prints str())."""
+
+    def __init__(self, cmd: list[str], timeout: float, stacks: str):
+        super().__init__(cmd, timeout, stderr=stacks)
+        self.stacks = stacks
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n--- its stderr and thread stacks at the timeout ---\n{self.stacks}"
 
 
 ZYGOTE = Zygote()

@@ -38,13 +38,16 @@ def test_each_call_gets_its_own_environment_and_nothing_carries_over(tmp_path):
 
 
 def test_a_call_that_outlives_its_timeout_is_killed():
-    """bench against a loopback port that accepts and never answers: it waits; the timeout kills it."""
+    """bench against a loopback port that accepts and never answers: it waits; the timeout kills it, after
+    asking it for its stacks (the report a hung CI run needs)."""
     zygote = Zygote()
     with socket.create_server(("127.0.0.1", 0)) as silent:
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
         started = time.monotonic()
-        with pytest.raises(subprocess.TimeoutExpired):
+        with pytest.raises(subprocess.TimeoutExpired) as hung:
             zygote.run(["bench", "--url", url, "--shots", "1"], dict(os.environ), 2)
         assert time.monotonic() - started < 30
+    # what the call was doing when it was killed: its threads' stacks, down to the read that never returned
+    assert "(most recent call first)" in str(hung.value) and "orchestrator/bench/client.py" in str(hung.value), str(hung.value)
     again = zygote.run(["--help"], dict(os.environ), 60)  # and the zygote still serves
     assert again is not None and again.returncode == 0
