@@ -40,6 +40,9 @@ from orchestrator.sim.images import VLLM_REFERENCE_TAG
 from orchestrator.transport.group import Cluster
 from orchestrator.config.load import load_deployment
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from node_cpu import nodes_cpu  # noqa: E402  (beside this file)
+
 MB = 1_000_000
 SSH_OPTS = "-o BatchMode=yes -o StrictHostKeyChecking=yes -o Compression=no"
 DERIVE = ('set -e; head -c "$1" /dev/urandom > /tmp/bench-layer; c=$(docker create "$2"); '
@@ -58,6 +61,17 @@ def timed(fn) -> tuple[float, object]:
 
 
 def run(sim: SimCluster, runs: int, size_mb: int) -> dict:
+    ids = [sim.container(n).id for n in (1, 2)]
+    cpu: dict[str, list[float]] = {}  # what -> CPU seconds of both nodes together
+
+    def costed(what: str, fn):
+        before = nodes_cpu(ids)
+        seconds, out = timed(fn)
+        after = nodes_cpu(ids)
+        if before is not None and after is not None:
+            cpu.setdefault(what, []).append(after - before)
+        return seconds, out
+
     dep = load_deployment(sim.recipe_path, sim.inventory_path)
     n2 = dep.inventory.node("spark-2")
     as_root = dep.inventory.model_copy(update={"ssh": dep.inventory.ssh.model_copy(update={"user": "root"})})
@@ -93,11 +107,12 @@ def run(sim: SimCluster, runs: int, size_mb: int) -> dict:
         load: list[float] = []
         for i in range(runs):
             clear()
-            seconds, _ = timed(lambda: dst.run_script("docker load < /tmp/bench-image.tar", timeout=900, check=True))
+            seconds, _ = costed("load", lambda: dst.run_script("docker load < /tmp/bench-image.tar", timeout=900,
+                                                               check=True))
             load.append(seconds)
             for login in full:
                 clear()
-                seconds, moved = timed(lambda: copy(a, a_identity, login))
+                seconds, moved = costed(login, lambda: copy(a, a_identity, login))
                 if moved.layers.archive is not sync.Archive.FULL:
                     raise RuntimeError(f"the full copy did not move the whole image: {moved}")
                 full[login].append(seconds)
@@ -123,6 +138,9 @@ def run(sim: SimCluster, runs: int, size_mb: int) -> dict:
         "full_copy_mb_s": {k: archive / statistics.median(v) / MB for k, v in full.items()},
         "ratio_full_to_load": {k: load_s / statistics.median(v) for k, v in full.items()},
         "layers": layer_runs,
+        "cpu_seconds_both_nodes": {k: statistics.median(v) for k, v in cpu.items()},
+        "cpu_ratio_load_to_full": {k: statistics.median(cpu["load"]) / statistics.median(v) for k, v in cpu.items()
+                                   if k != "load" and "load" in cpu},
     }
 
 
@@ -146,6 +164,8 @@ def main() -> int:
               f"{results['load_only_mb_s']:.0f} MB/s: ratio {ratio:.2f} (target >= 0.9)", file=sys.stderr)
         layer = results["layers"][login]
         print(f"  B onto A ({login}): {layer['bytes']} bytes in {layer['seconds']:.2f} s", file=sys.stderr)
+    for what, seconds in results["cpu_seconds_both_nodes"].items():
+        print(f"CPU of both nodes, {what}: {seconds:.2f} s (median)", file=sys.stderr)
     print(json.dumps(results))
     return 0 if results["ratio_full_to_load"]["store"] >= 0.9 else 1
 

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..transport.bulk_ssh import BULK_SSH_OPTS
 from ..transport.cancel import Cancelled
 from ..transport.jobs import MARK, RemoteJob, received, wrapped
 from ..transport.node import NodeConnection, NodeError
@@ -34,7 +35,7 @@ BYTES = re.compile(rb"(\d+) byte")  # dd's "\r123 bytes (...) copied": read up t
 # (layer_store.py or layer_filter.py) and "$6" that program's plan.
 SEND = r"""set -o pipefail
 tag() { while IFS= read -r l; do printf '\036SD %s %s\n' "$1" "$l" >&2; done; }
-to() { ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o Compression=no -o ConnectTimeout=10 "$1" "$2"; }
+to() { ssh -o BatchMode=yes -o StrictHostKeyChecking=yes """ + BULK_SSH_OPTS + r""" -o ConnectTimeout=10 "$1" "$2"; }
 case "$4" in
   store)
     python3 -c "$5" sdstore "$6" 2> >(tag serr) | to "$2" "$3"

@@ -1,7 +1,7 @@
 """Copy one snapshot's missing or damaged blobs from a source node to a target node, over the fabric.
 
 The controller only starts the target's script (model/scripts.COPY_SH) and reads its records: the bytes go
-`ssh source tail -c +N blob | dd >> blob.incomplete` on the target, node to node (no rsync needed), so the
+`ssh source dd skip=N blob | blob_keep >> blob.incomplete` on the target, node to node (no rsync needed), so the
 machine running spark-deploy is not in the data path. Progress (bytes, rate, ETA) comes from the sizes of
 the `.incomplete` files the target reports twice a second.
 """

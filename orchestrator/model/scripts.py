@@ -12,7 +12,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from ..checks.blob_hash import BLOB_DIGEST_SH
+from ..checks.blob_hash import BLOB_DIGEST_SH, BLOB_KEEP_SH
+from ..transport.bulk_ssh import BULK_SSH_OPTS
 
 # On the source. "$1" the HF cache, "$2" the repo id, "$3" the commit: one record per snapshot file.
 LIST_SH = r'''cache=$1; repo=$2; commit=$3
@@ -40,15 +41,20 @@ done'''
 # On a target. "$1" HF cache, "$2" repo id, "$3" commit, "$4" the source's blobs dir, "$5" user@source's
 # fabric address, "$6" its sshd port, "$7" streams, "$8" ref to write ("" = none); then `F blob size`
 # (fetch) and `L name blob` (link) triples. Records: at/got/ok/bad/fail/linked, tab separated.
-COPY_SH = BLOB_DIGEST_SH + r'''
+COPY_SH = BLOB_DIGEST_SH + "\n" + BLOB_KEEP_SH + r'''
+blob_keeper && keep=python3 || keep=tee
 cache=$1; repo=$2; commit=$3; srcblobs=$4; dest=$5; port=$6; streams=$7; ref=$8; shift 8
 root="$cache/hub/models--${repo//\//--}"; blobs="$root/blobs"
 mkdir -p -- "$blobs" || { printf 'fail\t-\ttarget\tcannot create %s\n' "$blobs"; exit 1; }
-SSH=(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o Compression=no -o ConnectTimeout=10
+SSH=(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes ''' + BULK_SSH_OPTS + r''' -o ConnectTimeout=10
      -o ServerAliveInterval=2 -o ServerAliveCountMax=3 -p "$port" "$dest")
 err=$("${SSH[@]}" "test -d $(printf %q "$srcblobs")" 2>&1 </dev/null); rc=$?
 if [ $rc = 255 ]; then printf 'fail\t-\treach\t%s\n' "$(printf '%s' "$err" | tail -n 1)"; exit 1; fi
 if [ $rc != 0 ]; then printf 'fail\t-\tsource\tno blobs directory %s\n' "$srcblobs"; exit 1; fi
+reader() {  # offset blob: the source's command that sends the blob from that byte on, in 1 MiB reads (tail -c
+  # +N writes 4 KiB at a time: at GB scale those writes into ssh cost the source more CPU than the cipher)
+  printf 'dd if=%s bs=1M iflag=skip_bytes skip=%s status=none' "$(printf %q "$srcblobs/$2")" "$1"
+}
 fetch() {  # blob size: append what is missing to blob.incomplete, verify, then rename
   local b=$1 size=$2 part=$blobs/$1.incomplete have got sum e side why
   have=$(stat -c %s -- "$part" 2>/dev/null || echo 0)
@@ -56,25 +62,31 @@ fetch() {  # blob size: append what is missing to blob.incomplete, verify, then 
   e=$(mktemp); rc=(0 0); rm -f "$e.sum"
   for try in 1 2 3 4 5; do  # a refused SSH start (the source's MaxStartups, under many streams): again
     [ "$have" = 0 ] || break
-    "${SSH[@]}" "tail -c +1 -- $(printf %q "$srcblobs/$b")" 2>"$e.s" </dev/null \
-      | tee >(blob_sum "$b" "$size" > "$e.sum") | dd of="$part" oflag=append conv=notrunc bs=1M status=none 2>"$e"
-    rc=("${PIPESTATUS[0]}" "${PIPESTATUS[2]}"); wait $!  # a whole blob: hashed as it arrives (tee)
+    if [ "$keep" = python3 ]; then  # a whole blob: hashed as it arrives, by the process that writes it
+      "${SSH[@]}" "$(reader 0 "$b")" 2>"$e.s" </dev/null \
+        | blob_keep "$b" "$size" "$part" > "$e.sum" 2>"$e"
+      rc=("${PIPESTATUS[@]}")
+    else  # no python3: tee into the hash
+      "${SSH[@]}" "$(reader 0 "$b")" 2>"$e.s" </dev/null \
+        | tee >(blob_sum "$b" "$size" > "$e.sum") | dd of="$part" oflag=append conv=notrunc bs=1M status=none 2>"$e"
+      rc=("${PIPESTATUS[0]}" "${PIPESTATUS[2]}"); wait $!
+    fi
     [ "${rc[0]}" = 255 ] && [ ! -s "$part" ] && grep -qE 'kex_exchange_identification|Connection (reset|closed) by' \
       "$e.s" || break
     sleep "0.$((RANDOM % 9 + 1))"
   done
   if [ "$have" = 0 ]; then :
   elif [ "$have" -lt "$size" ]; then  # resumed: the rest appended, the whole file hashed afterwards
-    "${SSH[@]}" "tail -c +$((have + 1)) -- $(printf %q "$srcblobs/$b")" 2>"$e.s" </dev/null \
+    "${SSH[@]}" "$(reader "$have" "$b")" 2>"$e.s" </dev/null \
       | dd of="$part" oflag=append conv=notrunc bs=1M status=none 2>"$e"
     rc=("${PIPESTATUS[@]}")
   fi
   got=$(( $(stat -c %s -- "$part" 2>/dev/null || echo "$have") - have ))
   printf 'got\t%s\t%s\n' "$b" "$got"
   side=
-  if [ "${rc[1]}" != 0 ]; then side=target; why=$(tail -n 1 "$e")  # dd could not write: the target's disk
+  if [ "${rc[1]}" != 0 ]; then side=target; why=$(tail -n 1 "$e")  # the sink (or dd) could not write: the target's disk
   elif [ "${rc[0]}" = 255 ]; then side=link; why=$(tail -n 1 "$e.s")  # ssh itself: the way between the nodes
-  elif [ "${rc[0]}" != 0 ]; then side=source; why=$(tail -n 1 "$e.s"); fi  # tail on the source
+  elif [ "${rc[0]}" != 0 ]; then side=source; why=$(tail -n 1 "$e.s"); fi  # the reader on the source
   rm -f "$e" "$e.s"
   if [ -n "$side" ]; then rm -f "$e.sum"; printf 'fail\t%s\t%s\t%s\n' "$b" "$side" "$why"; return 1; fi
   if [ -s "$e.sum" ]; then sum=$(cat "$e.sum"); rm -f "$e.sum"
