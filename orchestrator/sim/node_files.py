@@ -223,8 +223,7 @@ case "$action" in
       nohup /usr/sbin/sshd -D -e >>"$log" 2>&1 </dev/null &
     else
       rm -f /var/run/docker.pid
-      # Docker CE's docker.service (a Spark's) has OOMScoreAdjust=-500: earlyoom and the kernel pass it over
-      nohup sh -c 'echo -500 >/proc/self/oom_score_adj 2>/dev/null || true; exec dockerd' >>"$log" 2>&1 </dev/null &
+      nohup dockerd >>"$log" 2>&1 </dev/null &
     fi
     echo $! >"$pidfile"
     ;;

@@ -5,8 +5,6 @@ PID 1 is systemd (exec'd by `sim-init`, which first gives the boot its own boot_
 
 - ssh.service drop-in: generate host keys missing at first boot (none are baked into the image) and keep
   them afterwards (`ssh-keygen -A` never overwrites), so known_hosts stays valid across reboots.
-- docker.service drop-in: OOMScoreAdjust=-500, as Docker CE's unit (a Spark's) has it, so an OOM killer
-  picks what holds the memory, not dockerd.
 - sim-boot.service: re-applies the node's simulated disk (a full disk) at every boot.
 - sim-memory.service: the node's unified memory (node_memory.py), up before dockerd and sshd.
 - journald: persistent journal, so `journalctl -b -1` shows the boot before a reboot.
@@ -32,12 +30,6 @@ SSH_DROPIN = """# spark-deploy sim: host keys are made at first boot and kept (s
 ExecStartPre=
 ExecStartPre=/usr/bin/ssh-keygen -A
 ExecStartPre=/usr/sbin/sshd -t
-"""
-
-# Docker CE's docker.service (what a Spark runs) has this line; Debian's docker.io unit does not
-DOCKER_DROPIN = """# spark-deploy sim: as Docker CE's unit, so earlyoom and the kernel pass dockerd over
-[Service]
-OOMScoreAdjust=-500
 """
 
 SIM_BOOT_UNIT = """[Unit]
@@ -88,7 +80,6 @@ def files() -> dict[str, tuple[bytes, int]]:
     out = {
         "usr/local/sbin/sim-init": (SIM_INIT.encode(), 0o755),
         "etc/systemd/system/ssh.service.d/spark-deploy-sim.conf": (SSH_DROPIN.encode(), 0o644),
-        "etc/systemd/system/docker.service.d/spark-deploy-sim.conf": (DOCKER_DROPIN.encode(), 0o644),
         "etc/systemd/system/sim-boot.service": (SIM_BOOT_UNIT.encode(), 0o644),
         "etc/systemd/system/multi-user.target.wants/sim-boot.service":
             (b"/etc/systemd/system/sim-boot.service", SYMLINK),
