@@ -21,7 +21,7 @@ import docker.errors
 from docker.types import IPAMConfig, IPAMPool
 from rich.console import Console
 
-from . import fake_model, faults_host, faults_roce, images, node_boot, provision
+from . import fake_model, faults_host, faults_roce, images, node_boot, node_exec, provision
 from .node_boot import NotReady, Readiness, RebootResult, ssh_banner  # noqa: F401 - part of this API
 from .state import (
     FABRIC_IFACE,
@@ -143,8 +143,8 @@ class SimCluster:
     def exec(self, ref: int | str, argv: list[str], *, check: bool = True) -> ExecResult:
         """Run argv in a node container (like `docker exec NODE argv...`)."""
         c = self.container(ref)
-        code, (out, err) = c.exec_run(argv, demux=True)
-        res = ExecResult(code, (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace"))
+        code, out, err = node_exec.exec_whole(c, argv)  # not exec_run: it can lose a short process's output
+        res = ExecResult(code, out.decode(errors="replace"), err.decode(errors="replace"))
         if check and code != 0:
             raise SimError(f"{c.name}: {argv!r} exited {code}: {(res.stderr or res.stdout).strip()[-2000:]}")
         return res

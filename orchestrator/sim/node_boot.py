@@ -24,7 +24,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from . import provision
+from . import node_exec, provision
 from .state import INIT_LABEL, NodeInfo, NodeInit, SimError
 
 STOP_TIMEOUT_S = 60  # docker stop's grace before SIGKILL: systemd stops inner containers (10 s each at most)
@@ -95,8 +95,8 @@ def ssh_banner(ip: str, port: int = 22, timeout: float = 2.0) -> str:
 
 
 def _out(container, argv: list[str]) -> tuple[int, str]:
-    code, out = container.exec_run(argv)
-    return code, out.decode(errors="replace").strip()
+    code, out, err = node_exec.exec_whole(container, argv)
+    return code, (out + err).decode(errors="replace").strip()
 
 
 def system_state(container) -> SystemState:

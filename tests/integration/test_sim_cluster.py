@@ -229,6 +229,23 @@ def test_fake_model_in_hf_cache_layout(pair):
 
 
 # ---- faults ----------------------------------------------------------------------------------
+def test_exec_returns_the_whole_output_and_the_command_as_given(pair):
+    """SimCluster.exec holds the exec open until both streams' end markers arrived (node_exec.py): argv reaches
+    the node unchanged, stdin is empty, the wrapper is not in the command's environment, and short processes
+    that print and exit at once (the case the engine can cut) give all of their output, every time."""
+    odd = ["a b", "c'd", "$HOME", "*", "-n", ""]
+    assert pair.exec(1, ["printf", "[%s]", *odd]).stdout == "".join(f"[{a}]" for a in odd)
+    mixed = pair.exec(1, ["sh", "-c", "cat; echo out; echo err >&2; exit 3"], check=False)
+    assert (mixed.code, mixed.stdout, mixed.stderr) == (3, "out\n", "err\n")
+    assert "SIM_EXEC" not in pair.exec(1, ["env"]).stdout
+    # `pgrep -f` sees the command alone: nothing of its argv is on the wrapper's command line
+    assert pair.exec(1, ["sh", "-c", "pgrep -fc unique-marker-4711 || true"]).stdout.strip() == "1"
+    for size in [1, 100, 65536, 1 << 20] * 10:
+        got = pair.exec(1, ["head", "-c", str(size), "/dev/zero"])
+        assert len(got.stdout) == size
+    assert pair.exec(1, ["readlink", "/proc/1/exe"]).stdout.strip() != ""
+
+
 def test_shared_jit_really_shares_one_directory(pair):
     cluster = pair
     n1, n2 = cluster.nodes()
