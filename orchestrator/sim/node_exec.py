@@ -27,6 +27,7 @@ from .state import SimError
 
 END = b"\x1esim-exec-end\n"
 _ARGV_VAR = "SIM_EXEC_ARGV"
+_ENV_STRING_MAX = 128 * 1024 - 64  # Linux's MAX_ARG_STRLEN is per string: "SIM_EXEC_ARGV=" + the command
 WRAPPER = (f'read -r _ || exit 125; c=${_ARGV_VAR}; unset {_ARGV_VAR}; eval "$c" </dev/null; rc=$?; '
            r"printf '\036sim-exec-end\n'; printf '\036sim-exec-end\n' >&2; read -r _; exit $rc")
 
@@ -34,8 +35,12 @@ WRAPPER = (f'read -r _ || exit 125; c=${_ARGV_VAR}; unset {_ARGV_VAR}; eval "$c"
 def exec_whole(container, argv: list[str]) -> tuple[int, bytes, bytes]:
     """(exit code, stdout, stderr) of argv run in the container as `docker exec` runs it."""
     api = container.client.api
+    command = shlex.join(argv)
+    if len(command.encode()) > _ENV_STRING_MAX:  # one environment string cannot hold it: exec it as it is
+        code, (out, err) = container.exec_run(argv, demux=True)
+        return code, out or b"", err or b""
     exec_id = api.exec_create(container.id, ["sh", "-c", WRAPPER], stdin=True, stdout=True, stderr=True,
-                              environment={_ARGV_VAR: shlex.join(argv)})["Id"]
+                              environment={_ARGV_VAR: command})["Id"]
     sock = api.exec_start(exec_id, socket=True)
     out, err = bytearray(), bytearray()
     acked = False

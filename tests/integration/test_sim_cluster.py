@@ -228,7 +228,6 @@ def test_fake_model_in_hf_cache_layout(pair):
     assert meta["total_bytes"] < 2 * 1024 * 1024
 
 
-# ---- faults ----------------------------------------------------------------------------------
 def test_exec_returns_the_whole_output_and_the_command_as_given(pair):
     """SimCluster.exec holds the exec open until both streams' end markers arrived (node_exec.py): argv reaches
     the node unchanged, stdin is empty, the wrapper is not in the command's environment, and short processes
@@ -244,8 +243,11 @@ def test_exec_returns_the_whole_output_and_the_command_as_given(pair):
         got = pair.exec(1, ["head", "-c", str(size), "/dev/zero"])
         assert len(got.stdout) == size
     assert pair.exec(1, ["readlink", "/proc/1/exe"]).stdout.strip() != ""
+    # an argv longer than one environment string can hold runs as a plain exec
+    assert pair.exec(1, ["sh", "-c", 'echo "$#"', "sh", *["y" * 1000] * 150]).stdout == "150\n"
 
 
+# ---- faults ----------------------------------------------------------------------------------
 def test_shared_jit_really_shares_one_directory(pair):
     cluster = pair
     n1, n2 = cluster.nodes()
