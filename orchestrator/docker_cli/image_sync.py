@@ -41,6 +41,9 @@ for i in $(seq 1 "$2"); do
   else idle=0; fi
   sleep 1
 done' sdlate "$1" "$2" </dev/null >/dev/null 2>&1 &"""
+# "$1" image ID: end the removers an earlier cancelled copy of this image left on the node. A copy (or a
+# survey that finds the image) wants it there: a remover still waiting would delete the new copy.
+STOP_LATE_REMOVERS = 'pkill -f -- "sdlate $1" 2>/dev/null; true'
 Progress = Callable[[int, int], None]  # (bytes moved so far, expected total)
 
 Side = pipe.Side
@@ -140,6 +143,7 @@ def copy_image(src: NodeConnection, dst: NodeConnection, image_id: str, expected
     where the source's layer store is readable. On any failure or cancel the destination's images are put back
     as they were. Raises TransferFailed (naming the side that failed), Cancelled or NodeError."""
     started = time.monotonic()
+    dst.run_script(STOP_LATE_REMOVERS, image_id, timeout=15, check=True)
     before = snapshot(dst)
     watches: list[pipe.Stall] = []
     try:

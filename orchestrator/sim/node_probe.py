@@ -25,7 +25,8 @@ import time
 DOCKER_SOCK = "/var/run/docker.sock"
 # a node's last image command can outlive the controller's side of an interrupted `up` by a moment
 IMAGE_COMMAND = re.compile(r"^docker (load|save|image|rmi|tag|pull|import)")
-COPY_MARKERS = ("docker save", "docker load", "sdsend", "sdrecv", "dd bs=1M", "http.server", "earlyoom", "ssh ")
+COPY_MARKERS = ("docker save", "docker load", "sdsend", "sdrecv", "sdlate", "dd bs=1M", "http.server", "earlyoom",
+                "ssh ")  # sdlate: a cancelled image copy's remover (docker_cli/image_sync.LATE_REMOVER)
 
 
 def docker_api(method: str, path: str, timeout: float = 20.0):

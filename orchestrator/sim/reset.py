@@ -226,7 +226,9 @@ def reset(cluster, baselines: dict[str, Condition], want: ImageWant | None = Non
     found, todo, errors = clear_all()
 
     def undo(node: NodeInfo) -> None:
-        for diff in [d for d in todo if d.node == node.name]:  # in Aspect order: dockerd is up first
+        # in Aspect order (dockerd is up first), but stray processes killed before anything else: a cancelled
+        # copy's remover would delete the image this reset loads back
+        for diff in sorted([d for d in todo if d.node == node.name], key=lambda d: d.aspect is not Aspect.PROCESSES):
             action = UNDO[diff.aspect]
             if action is None:
                 continue

@@ -278,3 +278,22 @@ def test_a_cancel_after_the_whole_stream_arrived_still_leaves_no_image(clean, co
                                                            clean.exec(2, ["ps", "-eo", "args="]).stdout.splitlines()),
              30, "the late image was not removed, or the remover did not end")
     assert leftovers(clean) == {}
+
+
+def test_a_new_copy_ends_the_remover_a_cancelled_one_left(clean, conns):
+    """A remover left by a cancelled copy waits (up to LATE_REMOVER_BOUND, as the `spark` login cannot see
+    the engine's staging directory) for the image to appear. A later copy of the same image is wanted: it
+    ends that remover first, so the image it loads stays."""
+    image_id = pinned_id(clean)
+    src, dst = conns.head, conns.peers[0]
+    dst.run_script(sync.LATE_REMOVER, image_id, "600", timeout=15, check=True)  # as _undo leaves it
+
+    def removers() -> list[str]:
+        return [line for line in clean.exec(2, ["ps", "-eo", "args="]).stdout.splitlines() if "sdlate" in line]
+
+    assert removers(), "the remover did not start"
+    moved = sync.copy_image(src, dst, image_id, inspect_image(src, image_id),
+                            dst_host=conns.inventory.node(dst.name).fabric_ip, dst_user=conns.inventory.ssh.user,
+                            mode=sync.TransferMode.DIRECT)
+    assert moved.identity.id == image_id and removers() == []  # ended: nothing is left to delete it
+    assert image_id in snapshot(dst).ids
