@@ -81,14 +81,23 @@ def arrived_bytes(pair, node: int) -> int:
     return sum(blobs_on(pair, node).values())
 
 
-def start_slow_pull(pair, recipe, arrived: int = 20_000) -> subprocess.Popen:
+def mid_blob(pair, node: int, room: int) -> bool:
+    """A blob is arriving on the node with at least 1 KB there and `room` bytes still to come."""
+    held = blobs_on(pair, node)
+    return any(name.endswith(".incomplete") and size >= 1_000 and BLOBS[name[:-len(".incomplete")]] - size >= room
+               for name, size in held.items())
+
+
+def start_slow_pull(pair, recipe, arrived: int = 20_000, room: int = 0) -> subprocess.Popen:
     """A pull from a spark-1 throttled on the fabric (~12 s for the model), once `arrived` bytes are on
-    spark-2 (80 KB: ~2.5 s, a progress line with a rate has been printed)."""
+    spark-2 (80 KB: ~2.5 s, a progress line with a rate has been printed) and, with `room`, while a blob is
+    arriving with that much of it still to come (at 32 KB/s, 40 KB is over a second: an interrupt sent
+    then lands inside that blob, not between two)."""
     pair.fault(1, "throttle", rate="256kbit", net="fabric")
     proc = subprocess.Popen([*CLI, "model", "pull", str(recipe), "-i", str(pair.inventory_path), "--streams", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while arrived_bytes(pair, 2) < arrived:
+    while arrived_bytes(pair, 2) < arrived or (room and not mid_blob(pair, 2, room)):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise AssertionError(f"{arrived} bytes did not arrive on spark-2 within 60 s: {proc.communicate()}")
@@ -98,7 +107,7 @@ def start_slow_pull(pair, recipe, arrived: int = 20_000) -> subprocess.Popen:
 
 def test_interrupted_copy_resumes_without_resending(pair, recipe):
     pair.exec(2, ["rm", "-rf", "--", ROOT])
-    proc = start_slow_pull(pair, recipe, arrived=80_000)
+    proc = start_slow_pull(pair, recipe, arrived=80_000, room=40_000)
     try:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
