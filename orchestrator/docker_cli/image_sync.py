@@ -41,8 +41,9 @@ for i in $(seq 1 "$2"); do
   else idle=0; fi
   sleep 1
 done' sdlate "$1" "$2" </dev/null >/dev/null 2>&1 &"""
-# "$1" image ID: end the removers an earlier cancelled copy of this image left on the node. A copy (or a
-# survey that finds the image) wants it there: a remover still waiting would delete the new copy.
+# "$1" image ID: end the removers an earlier cancelled copy of this image left on the node. A new copy wants the
+# image there, and a remover still waiting would delete it once loaded. (A survey that finds the image does
+# not end them: the second at most between a late load and the remover's next poll is left open.)
 STOP_LATE_REMOVERS = 'pkill -f -- "sdlate $1" 2>/dev/null; true'
 Progress = Callable[[int, int], None]  # (bytes moved so far, expected total)
 
