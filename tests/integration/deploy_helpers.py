@@ -22,9 +22,11 @@ CLI = cli_zygote.CLI  # the command line, for tests that start it with Popen (si
 MODEL_ROOT = f"{fake_model.HF_CACHE_DIR}/hub/{fake_model.CACHE_DIR_NAME}"  # the sim's model in a node's HF cache
 
 
-def spark_deploy(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def spark_deploy(*args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
     """The real command line, in a process of its own: real exit codes, real stdout/stderr (forked from a
-    zygote that has done the imports once: cli_zygote.py)."""
+    zygote that has done the imports once: cli_zygote.py). The default timeout is under pytest-timeout's 300 s,
+    so a hung call ends as cli_zygote.HungCall, with the thread stacks of the CLI that hung, not with the
+    test's own stack only."""
     return run_cli(args, env={**os.environ, "COLUMNS": "200", **(env or {})}, timeout=timeout)
 
 
