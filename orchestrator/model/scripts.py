@@ -98,17 +98,30 @@ watch_parts() { while :; do for p in "$blobs"/*.incomplete; do [ -f "$p" ] && pr
   "$(basename "$p" .incomplete)" "$(stat -c %s -- "$p" 2>/dev/null)"; done; sleep 0.5; done; }
 watch_parts & watcher=$!
 trap 'kill $watcher 2>/dev/null' EXIT
-links=(); failed=0; running=0
+links=(); failed=0; pids=()
+reap() {  # until fewer than $1 fetches run, each ended one waited for by its PID. Not `wait -n`: bash 5.2
+  # reaps a job that ends while it waits for another, and a later `wait -n` then never returns for it
+  local p live
+  while :; do
+    live=()
+    for p in "${pids[@]}"; do
+      if kill -0 "$p" 2>/dev/null; then live+=("$p"); else wait "$p" || failed=1; fi
+    done
+    pids=("${live[@]}")
+    [ "${#pids[@]}" -lt "$1" ] && return 0
+    sleep 0.1
+  done
+}
 while [ $# -ge 3 ]; do
   case $1 in
     F) [ $failed = 0 ] || { shift 3; continue; }  # after a failure: no new fetch, the running ones end
-       fetch "$2" "$3" & running=$((running + 1))
-       if [ $running -ge "$streams" ]; then wait -n || failed=1; running=$((running - 1)); fi ;;
+       fetch "$2" "$3" & pids+=($!)
+       reap "$streams" ;;
     L) links+=("$2" "$3") ;;
   esac
   shift 3
 done
-while [ $running -gt 0 ]; do wait -n || failed=1; running=$((running - 1)); done
+reap 1
 kill $watcher 2>/dev/null
 [ $failed = 0 ] || exit 1
 set -- "${links[@]}"
