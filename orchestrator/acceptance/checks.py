@@ -6,7 +6,7 @@ import json
 import re
 
 from .charsets import cjk_count, simplified_only
-from .model import AcceptContext, AcceptStatus, Answer, Request, Result, finite
+from .model import AcceptContext, AcceptStatus, Answer, Malformed, Request, Result, finite, shown
 from .registry import acceptance
 
 LOGPROB_PROMPT = "The DGX Spark cluster serves"
@@ -48,9 +48,11 @@ def judge_logprobs(name: str, answer: Answer) -> Result:
     problem = answer.problem()
     if problem:
         return Result(name, AcceptStatus.FAIL, problem)
-    values = (answer.choice.get("logprobs") or {}).get("token_logprobs")
+    logprobs = answer.choice.get("logprobs")
+    values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
     if not isinstance(values, list) or not values:
-        return Result(name, AcceptStatus.FAIL, f"no token_logprobs in the answer: {answer.excerpt()}")
+        return Result(name, AcceptStatus.FAIL, f"no choices[0].logprobs.token_logprobs list in the answer: "
+                                               f"{answer.excerpt()}")
     bad = [(i, v) for i, v in enumerate(values) if not finite(v)]
     if bad:
         shown = ", ".join(f"{v!r} at {i}" for i, v in bad[:3])
@@ -97,7 +99,7 @@ def greedy_digest(ctx: AcceptContext):
         problem = answer.problem()
         if problem:
             return Result("greedy-digest", AcceptStatus.FAIL, f"{key}: {problem}")
-        outputs[key] = answer.choice.get("text", "")
+        outputs[key] = answer.text_of("text")
     return judge_greedy("greedy-digest", outputs, ctx.previous, ctx.settings.expect_identical)
 
 
@@ -121,7 +123,7 @@ def judge_needle(name: str, answer: Answer, words: int) -> Result:
     problem = answer.problem()
     if problem:
         return Result(name, AcceptStatus.FAIL, f"{words}-word prompt: {problem}")
-    text = answer.choice.get("text", "")
+    text = answer.text_of("text")
     if NEEDLE_VALUE in text:
         return Result(name, AcceptStatus.PASS, f"retrieved {NEEDLE_VALUE!r} planted at {NEEDLE_DEPTH:.0%} of a "
                                                f"{words}-word prompt")
@@ -151,12 +153,18 @@ def judge_tool_call(name: str, answer: Answer) -> tuple[Result, dict | None]:
     if problem:
         return Result(name, AcceptStatus.FAIL, problem), None
     calls = answer.message.get("tool_calls") or []
-    content = answer.message.get("content") or ""
+    content = answer.text_of("content")
+    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        raise Malformed(f"choices[0].message.tool_calls is {shown(calls)}, not a list of objects")
     if not calls:
         plain = " as plain text" if re.search(r"get_weather|tool_call|\"name\"", content) else ""
         return Result(name, AcceptStatus.FAIL, f"no tool call parsed: the call came back{plain} in content "
                                                f"{content[:100]!r}"), None
     fn = calls[0].get("function") or {}
+    if not isinstance(fn, dict):
+        raise Malformed(f"choices[0].message.tool_calls[0].function is {shown(fn)}, not an object")
+    if not isinstance(fn.get("arguments") or "", str):
+        raise Malformed(f"tool_calls[0].function.arguments is {shown(fn.get('arguments'))}, not a string")
     try:
         args = json.loads(fn.get("arguments") or "")
     except ValueError:
@@ -182,7 +190,7 @@ def tool_call(ctx: AcceptContext):
     problem = answer.problem()
     if problem:
         return Result("tool-call", AcceptStatus.FAIL, f"the round trip: {problem}")
-    content = answer.message.get("content") or ""
+    content = answer.text_of("content")
     if "22" not in content:
         return Result("tool-call", AcceptStatus.FAIL, f"the tool's result was not used: answered {content[:100]!r}")
     return Result("tool-call", AcceptStatus.PASS, f"get_weather(city='Taipei') parsed, result used: {content[:60]!r}")
@@ -194,7 +202,7 @@ def judge_language(name: str, answer: Answer) -> Result:
     problem = answer.problem()
     if problem:
         return Result(name, AcceptStatus.FAIL, problem)
-    text = answer.message.get("content") or ""
+    text = answer.text_of("content")
     if cjk_count(text) < 4:
         return Result(name, AcceptStatus.FAIL, f"not answered in Chinese: {text[:80]!r}")
     bad = simplified_only(text)
@@ -222,9 +230,8 @@ def judge_thinking(name: str, answer: Answer) -> Result:
     problem = answer.problem()
     if problem:
         return Result(name, AcceptStatus.FAIL, problem)
-    msg = answer.message
-    reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
-    content = msg.get("content") or ""
+    reasoning = answer.text_of("reasoning_content") or answer.text_of("reasoning")
+    content = answer.text_of("content")
     if "<think>" in content or "</think>" in content:
         return Result(name, AcceptStatus.FAIL, f"the thinking arrived inside content: {content[:80]!r}")
     if not reasoning:

@@ -12,7 +12,7 @@ def judge_custom(check: CustomCheck, answer: Answer) -> Result:
     problem = answer.problem()
     if problem:
         return Result(check.name, AcceptStatus.FAIL, problem, advisory=check.advisory)
-    text = (answer.message.get("content") or "") if check.chat else answer.choice.get("text", "")
+    text = answer.text_of("content" if check.chat else "text")
     if check.expect.startswith("regex:"):
         ok = re.search(check.expect[len("regex:"):], text) is not None
     else:

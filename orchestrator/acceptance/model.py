@@ -24,6 +24,17 @@ class Request:
     timeout: float = 60.0
 
 
+class Malformed(ValueError):
+    """A well-formed answer of the wrong shape (a field missing, of the wrong type): the check that read it
+    fails, naming the field; run.py turns it into that check's result."""
+
+
+def shown(value, limit: int = 60) -> str:
+    """A server's value as the output shows it: a repr, cut, so no control character reaches a terminal."""
+    text = repr(value)
+    return text[:limit] + ("…" if len(text) > limit else "")
+
+
 @dataclass(frozen=True)
 class Answer:
     """What came back: the HTTP status and the parsed JSON (None when there was no answer or no JSON)."""
@@ -31,37 +42,74 @@ class Answer:
     status: int | None
     body: dict | None
     text: str  # the raw answer, or why there was none
+    json_kind: str | None = None  # what the JSON was when it was not an object ("a list"), None if no JSON
 
     @classmethod
     def parse(cls, status: int, raw: bytes) -> "Answer":
         text = raw.decode(errors="replace")
         try:
             body = json.loads(text)  # NaN/Infinity are read as floats: a judge must see them
-        except ValueError:
-            body = None
-        return cls(status, body if isinstance(body, dict) else None, text)
+        except (ValueError, RecursionError):
+            return cls(status, None, text)
+        if isinstance(body, dict):
+            return cls(status, body, text)
+        return cls(status, None, text, json_kind=f"a {type(body).__name__}")
 
     def excerpt(self, limit: int = 160) -> str:
-        flat = self.text.strip().replace("\n", " ")
-        return flat[:limit] + ("…" if len(flat) > limit else "")
+        """The server's text, escaped (a repr) and cut: never its raw bytes."""
+        flat = self.text.strip()
+        cut = flat[:limit]
+        return repr(cut) + ("…" if len(flat) > limit else "")
 
     def problem(self) -> str | None:
-        """Why this is not a usable 200 JSON answer, or None."""
+        """Why this is not a usable 200 JSON answer with a first choice, or None."""
         if self.status is None:
             return f"no answer: {self.text}"
         if self.status != 200:
             return f"HTTP {self.status}: {self.excerpt()}"
-        if self.body is None or not self.body.get("choices"):
+        if self.body is None:
+            if self.json_kind:
+                return f"the answer is JSON but {self.json_kind}, not an object: {self.excerpt()}"
+            return f"the answer is not JSON: {self.excerpt()}"
+        choices = self.body.get("choices")
+        if not choices:
             return f"no choices in the answer: {self.excerpt()}"
+        if not isinstance(choices, list) or not isinstance(choices[0], dict):
+            return f"choices is {shown(choices)}, not a list of objects"
         return None
 
     @property
     def choice(self) -> dict:
-        return (self.body or {}).get("choices", [{}])[0] or {}
+        """The first choice (an object, once problem() is None; else empty)."""
+        choices = (self.body or {}).get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            return choices[0]
+        return {}
 
     @property
     def message(self) -> dict:
-        return self.choice.get("message") or {}
+        """choices[0].message of a chat answer: Malformed when missing or not an object."""
+        message = self.choice.get("message")
+        if not isinstance(message, dict):
+            said = "missing" if message is None else f"{shown(message)}, not an object"
+            raise Malformed(f"choices[0].message is {said}")
+        return message
+
+    def text_of(self, key: str) -> str:
+        """choices[0].text of a completion (required), or choices[0].message.KEY of a chat answer ("" when
+        absent or null: content is null beside a tool call); Malformed when not text."""
+        if key == "text":
+            where, value = "choices[0]", self.choice.get(key)
+            if value is None:
+                raise Malformed("choices[0].text is missing" if key not in self.choice else
+                                "choices[0].text is None, not a string")
+        else:
+            where, value = "choices[0].message", self.message.get(key)
+        if value is None:
+            return ""
+        if not isinstance(value, str):
+            raise Malformed(f"{where}.{key} is {shown(value)}, not a string")
+        return value
 
 
 @dataclass

@@ -1,13 +1,14 @@
 """Run acceptance checks against the head's API: send what each check yields, hand it the answers."""
 from __future__ import annotations
 
+import http.client
 import socket
 import urllib.error
 
 from ..http_api.endpoint import Endpoint
 from . import checks as _builtin  # noqa: F401 - registers the built-in checks
 from .custom import custom_exchange
-from .model import AcceptContext, AcceptStatus, Answer, Request, Result
+from .model import AcceptContext, AcceptStatus, Answer, Malformed, Request, Result, shown
 from .registry import CHECKS, selected
 
 
@@ -24,17 +25,22 @@ def send(endpoint: Endpoint, req: Request) -> Answer:
         return Answer(None, None, f"no answer within {req.timeout:.0f} s")
     except OSError as exc:
         return Answer(None, None, exc.strerror or str(exc))
+    except http.client.HTTPException as exc:  # not HTTP at all (a binary or garbled answer)
+        return Answer(None, None, f"not an HTTP answer ({type(exc).__name__}: {shown(str(exc))})")
     return Answer.parse(status, raw)
 
 
-def drive(exchange, endpoint: Endpoint) -> Result:
-    """Feed a check's generator the answers to its requests until it returns its Result."""
+def drive(name: str, exchange, endpoint: Endpoint) -> Result:
+    """Feed a check's generator the answers to its requests until it returns its Result; an answer of the
+    wrong shape is that check's failure, naming the field."""
     req = next(exchange)
     while True:
         try:
             req = exchange.send(send(endpoint, req))
         except StopIteration as done:
             return done.value
+        except Malformed as exc:
+            return Result(name, AcceptStatus.FAIL, f"malformed answer: {exc}")
 
 
 def plan(ctx: AcceptContext, only: list[str] | None = None) -> list[tuple[str, object]]:
@@ -58,10 +64,11 @@ def run_checks(endpoint: Endpoint, ctx: AcceptContext, only: list[str] | None = 
             if why:
                 result = Result(name, AcceptStatus.SKIP, f"not applicable: {why}")
             else:
-                result = drive(check.exchange(ctx), endpoint)
+                result = drive(name, check.exchange(ctx), endpoint)
                 result.advisory = name in ctx.settings.advisory
         else:
-            result = drive(custom_exchange(check)(ctx), endpoint)
+            result = drive(name, custom_exchange(check)(ctx), endpoint)
+            result.advisory = check.advisory
         results.append(result)
         if on_result:
             on_result(result)
