@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from ..config.load import load_deployment
 from ..deploy.context import UpOptions
 from ..export.lws import K8sOptions, export_k8s
 from ..export.lws_ranks import ExportError
+from ..export.options import check_options
 from .common import BadInput, ClusterOpt, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes
 from .conventions import sub_app
 
@@ -55,12 +57,22 @@ def k8s(
     """
     with exit_codes(as_json):
         dep = load_deployment(recipe, inventory)
+        opts = K8sOptions(namespace=namespace, image_ref=image_ref, secret_name=secret_name,
+                          hf_cache_claim=hf_cache_claim, rdma_resource=rdma_resource, ready_timeout=ready_timeout,
+                          version=_version())
+        checked = check_options(dep, opts)
+        errors = list(checked.errors)
+        if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+            errors.append(f"--output {out_dir} is a file: it names the directory to write RECIPE.k8s.yaml in")
+        if errors:
+            raise BadInput("export k8s: " + "; ".join(errors) + " (nothing written)")
         try:
-            export = export_k8s(dep, K8sOptions(namespace=namespace, image_ref=image_ref, secret_name=secret_name,
-                                                hf_cache_claim=hf_cache_claim, rdma_resource=rdma_resource,
-                                                ready_timeout=ready_timeout, version=_version()))
+            export = export_k8s(dep, opts)
         except ExportError as exc:
             raise BadInput(f"{recipe}: {exc}") from None
+        if not as_json:
+            for why in checked.ignored:
+                err.print(f"[yellow]warning[/]: {escape(why)}")
         text = export.yaml()
         path = None
         if out_dir is not None:
@@ -71,7 +83,7 @@ def k8s(
             emit_json({"plan_hash": export.plan.plan_hash, "recipe_digest": export.plan.recipe_digest,
                        "name": export.name, "file": str(path) if path else None, "manifests": export.manifests,
                        "substitutions": {role: [vars(s) for s in subs] for role, subs in export.substitutions.items()},
-                       "header": export.header})
+                       "header": export.header, "warnings": checked.ignored})
         elif path is None:
             typer.echo(text, nl=False)
         else:

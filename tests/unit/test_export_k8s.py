@@ -214,3 +214,40 @@ def test_options_shape_the_pods(tmp_path):
                                         ("1073741824", "1Gi"), ("1000", "1000"), ("1536m", "1536Mi")])
 def test_docker_sizes_become_exact_binary_quantities(docker, k8s):
     assert docker_size_quantity(docker) == k8s
+
+
+def test_bad_names_a_negative_timeout_and_a_file_as_output_are_bad_input_and_nothing_is_written(tmp_path):
+    recipe, inventory = _pinned(SHIPPED[0], tmp_path), _inventory(tmp_path)
+    existing = tmp_path / "existing.yaml"
+    existing.write_text("mine\n")
+    done = _cli("export", "k8s", str(recipe), "-i", str(inventory), "--image-ref", DIGEST_REF, "-n", "Bad_NS!",
+                "--hf-cache-claim", "../etc/x", "--secret-name", "UPPER", "--ready-timeout", "-5",
+                "-o", str(existing))
+    assert done.returncode == 2, done.stderr
+    said = " ".join(done.stderr.split())
+    for named in ("--namespace 'Bad_NS!' is not a DNS-1123 label", "--hf-cache-claim '../etc/x' is not a DNS-1123",
+                  "--secret-name 'UPPER' is not a DNS-1123", "--ready-timeout -5 must be a positive number",
+                  f"--output {existing} is a file", "nothing written"):
+        assert named in said, (named, said)
+    assert "Traceback" not in done.stderr and done.stdout == "" and existing.read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["existing.yaml", "inventory.yaml", recipe.name])
+    done = _cli("export", "k8s", str(recipe), "-i", str(inventory), "--image-ref", DIGEST_REF,
+                "--ready-timeout", "nan")
+    assert done.returncode == 2 and "--ready-timeout nan must be a positive number" in done.stderr
+
+
+def test_options_the_recipe_has_no_use_for_are_said_to_be_ignored(tmp_path):
+    tcp = _inventory(tmp_path, edit=lambda inv: inv.update(interconnect={"profile": "tcp",
+                                                                         "socket_ifname": "enp1s0f0np0"}))
+    no_secrets = _pinned(SHIPPED[0], tmp_path, edit=lambda r: r.pop("secrets"))
+    done = _cli("export", "k8s", str(no_secrets), "-i", str(tcp), "--image-ref", DIGEST_REF,
+                "--secret-name", "hf", "--rdma-resource", "rdma/hca", "-o", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert "warning: --secret-name hf was ignored: recipe" in said and "lists no secrets" in said
+    assert "warning: --rdma-resource rdma/hca was ignored: the inventory's interconnect profile is tcp" in said
+    written = (tmp_path / "out" / f"{YAML(typ='safe').load(no_secrets.read_text())['name']}.k8s.yaml").read_text()
+    assert "rdma/hca" not in written
+    done = _cli("export", "k8s", str(_pinned(SHIPPED[0], tmp_path)), "-i", str(_inventory(tmp_path)),
+                "--image-ref", DIGEST_REF, "--secret-name", "hf", "--rdma-resource", "rdma/hca", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["warnings"] == [] and "ignored" not in done.stderr
