@@ -59,7 +59,8 @@ def watch(
                                      show=lambda s: live.update(render(s), refresh=True))
         except WatchError as exc:
             raise Failed(str(exc)) from exc
-        for problem in last.problems:
-            err.print(f"[red]problem[/]: {escape(problem)}")
+        if as_json:  # the view printed them already; JSON on stdout gets them said on stderr, once
+            for problem in last.problems:
+                err.print(f"[red]problem[/]: {escape(problem)}")
         if last.problems:
             raise typer.Exit(1)

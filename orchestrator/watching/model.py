@@ -16,9 +16,14 @@ class RankState(StrEnum):
 class Rank:
     rank: int
     node: str
-    container: str
+    container: str  # the container's ID as the node shows it; "" when the node did not show one
     state: RankState
     detail: str = ""
+    name: str = ""  # the container's name as the release recorded it
+
+    def shown(self) -> str:
+        """The container as a user can look it up: its real ID (docker's 12 characters), else its name."""
+        return f"container {self.container[:12]}" if self.container else f"the container named {self.name}"
 
 
 @dataclass
@@ -35,7 +40,7 @@ class NodeFacts:
 class Engine:
     """From /metrics and one probe completion: is the endpoint generating, and how busy is it."""
 
-    probed: bool = False  # False: not asked (no release, or a rank is already gone: a stalled head would hang it)
+    probed: bool = False  # False: not asked (no release, or a rank is gone: a stalled head would hang it)
     healthy: bool = False
     generating: bool = False
     probe: str = ""  # what the probe saw
@@ -79,8 +84,13 @@ def judge(sample: Sample) -> Sample:
     if sample.release is None:
         problems.append(f"no release is recorded as serving on {sample.cluster}")
     for r in sample.ranks:
-        if r.state is not RankState.RUNNING:
-            problems.append(f"rank {r.rank} ({r.node}) is gone: container {r.container[:12]} {r.state}"
+        if r.state is RankState.UNREACHABLE:  # not seen is not gone: the probe says whether it still serves
+            serves = ("; the endpoint still generates" if sample.engine.probed and sample.engine.generating
+                      else "")
+            problems.append(f"cannot observe rank {r.rank} on {r.node} ({r.detail or 'the node did not answer'}): "
+                            f"{r.shown()} may still run{serves}")
+        elif r.state is not RankState.RUNNING:
+            problems.append(f"rank {r.rank} ({r.node}) is gone: {r.shown()} {r.state}"
                             + (f" ({r.detail})" if r.detail else ""))
     if sample.plan_hash:
         other = {n: [p for p in ps if p != sample.plan_hash] for n, ps in sample.plans.items()}

@@ -55,17 +55,17 @@ def ranks_of(release: Release, containers: dict, unreachable: dict) -> list[Rank
     out = []
     for r in release.ranks:
         if r.node in unreachable:
-            out.append(Rank(r.rank, r.node, r.container, RankState.UNREACHABLE, unreachable[r.node]))
+            out.append(Rank(r.rank, r.node, "", RankState.UNREACHABLE, unreachable[r.node], name=r.container))
             continue
         found = next((c for c in containers.get(r.node, []) if c.id.startswith(r.container) or c.name == r.container),
                      None)
         if found is None:
-            out.append(Rank(r.rank, r.node, r.container, RankState.ABSENT))
+            out.append(Rank(r.rank, r.node, "", RankState.ABSENT, name=r.container))
         elif found.running:
-            out.append(Rank(r.rank, r.node, found.id, RankState.RUNNING))
+            out.append(Rank(r.rank, r.node, found.id, RankState.RUNNING, name=found.name))
         else:
             out.append(Rank(r.rank, r.node, found.id, RankState.STOPPED, f"{found.status}, exit {found.exit_code}"
-                            + (", OOM-killed" if found.oom_killed else "")))
+                            + (", OOM-killed" if found.oom_killed else ""), name=found.name))
     return out
 
 
@@ -144,8 +144,9 @@ def take(inventory_path: Path, recipe: str | None, reserve_gib: float | None, wi
         kept = load_kept_recipe(release.recipe_text, f"spark-deploy-releases/{release.cluster}",
                                 f"release-{release.id:06d}-{release.recipe}.yaml", inventory_path).recipe
         reserve = reserve if reserve is not None else kept.preflight.memory_reserve_gib
-        gone = [r for r in ranks if r.state is not RankState.RUNNING]
+        gone = [r for r in ranks if r.state in (RankState.STOPPED, RankState.ABSENT)]
         if gone:  # already a problem; a head whose peer died stalls, and a probe would only wait it out
+            # (a rank that cannot be observed is not known gone: the probe, bounded, says whether it serves)
             engine = Engine(probe=f"not probed: rank {gone[0].rank} is gone")
         else:
             engine = engine_facts(endpoint_at(inv.ranked[0].address, kept.serve.port), kept.served_name, window)

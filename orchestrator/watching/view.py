@@ -21,7 +21,8 @@ def render(sample: Sample):
         ranks.add_column(c)
     for r in sample.ranks:
         colour = "green" if r.state is RankState.RUNNING else "red"
-        ranks.add_row(str(r.rank), r.node, r.container[:12], f"[{colour}]{r.state}[/] {escape(r.detail)}")
+        ranks.add_row(str(r.rank), r.node, escape(r.container[:12] or f"named {r.name}"),
+                      f"[{colour}]{r.state}[/] {escape(r.detail)}")
     nodes = Table(title="nodes")
     for c in ("node", "MemAvailable GiB", "swap used GiB", "SM MHz"):
         nodes.add_column(c)

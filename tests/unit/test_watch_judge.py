@@ -46,6 +46,21 @@ def test_each_problem_is_named():
     assert families["spark_deploy_plan_matches"].samples[0].value == 0.0
 
 
+def test_a_rank_that_cannot_be_observed_is_not_called_gone():
+    unseen = Rank(1, "b", "", RankState.UNREACHABLE, "ssh: connect timed out", name="sd-r-rank1-0123456789abcdef")
+    serving = sample(ranks=[Rank(0, "a", "id0", RankState.RUNNING), unseen])
+    assert serving.problems == ["cannot observe rank 1 on b (ssh: connect timed out): the container named "
+                                "sd-r-rank1-0123456789abcdef may still run; the endpoint still generates"]
+    stuck = sample(ranks=[Rank(0, "a", "id0", RankState.RUNNING), unseen],
+                   engine=Engine(probed=True, probe="the probe completion failed: timed out"))
+    assert stuck.problems == ["cannot observe rank 1 on b (ssh: connect timed out): the container named "
+                              "sd-r-rank1-0123456789abcdef may still run",
+                              "the endpoint is not generating: the probe completion failed: timed out"]
+    absent = sample(ranks=[Rank(0, "a", "id0", RankState.RUNNING),
+                           Rank(1, "b", "", RankState.ABSENT, name="sd-r-rank1-0123456789abcdef")])
+    assert absent.problems == ["rank 1 (b) is gone: the container named sd-r-rank1-0123456789abcdef absent"]
+
+
 def test_node_facts_read_meminfo_and_the_sm_clock():
     text = (SAMPLES / "meminfo-sim-spark-serving-0.7.txt").read_text() + "@@gpu\n2405\n"
     facts = node_facts("a", text)
