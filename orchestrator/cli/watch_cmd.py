@@ -1,5 +1,6 @@
-"""`watch`: the serving release, live; exits 1 when a rank is gone, the endpoint stops generating, free
-memory crosses the reserve, or the nodes run another plan than the release's (thin: watching/ does it)."""
+"""`watch`: the serving release, live; exits 1 when a rank is gone or cannot be observed, the endpoint stops
+generating, free memory crosses the reserve, or the nodes run another plan than the release's (thin:
+watching/ does it)."""
 from __future__ import annotations
 
 import json
