@@ -15,6 +15,8 @@ from enum import StrEnum
 import httpx
 from httpx_sse import SSEError, connect_sse
 
+from ..http_api.endpoint import ApiError, model_ids
+
 
 class Api(StrEnum):
     CHAT = "chat"  # /v1/chat/completions: what most clients use
@@ -66,8 +68,58 @@ class Streamed:
 
 def _chunk_text(api: Api, choice: dict) -> str:
     if api is Api.CHAT:
-        return (choice.get("delta") or {}).get("content") or ""
-    return choice.get("text") or ""
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise RequestFailed(f"{PATHS[api]} streamed choices[].delta {str(delta)[:60]!r}, not an object")
+        text, field_name = delta.get("content") or "", "delta.content"
+    else:
+        text, field_name = choice.get("text") or "", "text"
+    if not isinstance(text, str):
+        raise RequestFailed(f"{PATHS[api]} streamed choices[].{field_name} {str(text)[:60]!r}, not a string")
+    return text
+
+
+_USAGE_COUNTS = ("completion_tokens", "prompt_tokens")
+
+
+def _usage(api: Api, usage) -> dict:
+    """The usage object with the counts bench reads checked: each an int when present."""
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    counts = [(k, usage.get(k)) for k in _USAGE_COUNTS] if isinstance(usage, dict) else []
+    if isinstance(details, dict):
+        counts.append(("prompt_tokens_details.cached_tokens", details.get("cached_tokens")))
+    bad = [(k, v) for k, v in counts if v is not None and (not isinstance(v, int) or isinstance(v, bool))]
+    if not isinstance(usage, dict) or (details is not None and not isinstance(details, dict)) or bad:
+        what = f"usage.{bad[0][0]} {bad[0][1]!r}" if bad else f"usage {str(usage)[:80]!r}"
+        raise RequestFailed(f"{PATHS[api]} streamed {what}, not a count")
+    return usage
+
+
+def read_event(api: Api, data_text: str, got: Streamed, now: int) -> None:
+    """One SSE event's data into `got`; RequestFailed (naming the field) for anything not a chunk."""
+    try:
+        data = json.loads(data_text)
+    except (ValueError, RecursionError):
+        raise RequestFailed(f"{PATHS[api]} sent an event that is not JSON: {data_text[:120]!r}") from None
+    if not isinstance(data, dict):
+        raise RequestFailed(f"{PATHS[api]} sent an event that is not a JSON object: {data_text[:120]!r}")
+    if "error" in data:
+        raise RequestFailed(f"{PATHS[api]} streamed an error: {json.dumps(data['error'])[:300]}")
+    if data.get("usage"):
+        got.usage = _usage(api, data["usage"])
+    choices = data.get("choices") or []
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise RequestFailed(f"{PATHS[api]} streamed choices {str(choices)[:80]!r}, not a list of objects")
+    for choice in choices:
+        text = _chunk_text(api, choice)
+        if text:
+            if got.t_first_content is None:
+                got.t_first_content, got.first_text = now, text
+            got.t_last_content = now
+            got.content_chunks += 1
+            got.text_parts.append(text)
+        if choice.get("finish_reason"):
+            got.finish_reason = str(choice["finish_reason"])
 
 
 def request_body(api: Api, model: str, prompt: str, max_tokens: int) -> dict:
@@ -96,24 +148,7 @@ def stream(http: httpx.Client, api: Api, model: str, prompt: str, max_tokens: in
                 now = time.perf_counter_ns()
                 if event.data.strip() == "[DONE]":
                     break
-                try:
-                    data = json.loads(event.data)
-                except ValueError:
-                    raise RequestFailed(f"{PATHS[api]} sent an event that is not JSON: {event.data[:120]!r}") from None
-                if "error" in data:
-                    raise RequestFailed(f"{PATHS[api]} streamed an error: {json.dumps(data['error'])[:300]}")
-                if data.get("usage"):
-                    got.usage = data["usage"]
-                for choice in data.get("choices") or []:
-                    text = _chunk_text(api, choice)
-                    if text:
-                        if got.t_first_content is None:
-                            got.t_first_content, got.first_text = now, text
-                        got.t_last_content = now
-                        got.content_chunks += 1
-                        got.text_parts.append(text)
-                    if choice.get("finish_reason"):
-                        got.finish_reason = choice["finish_reason"]
+                read_event(api, event.data, got, now)
     except SSEError as exc:
         raise RequestFailed(f"{PATHS[api]} did not stream server-sent events: {exc}") from None
     except httpx.HTTPError as exc:
@@ -131,8 +166,11 @@ def count_tokens(http: httpx.Client, model: str, text: str, timeout: float = 30.
     if resp.status_code != 200:
         raise RequestFailed(f"/tokenize answered {resp.status_code}: {resp.text[:300]}")
     try:
-        return int(resp.json()["count"])
-    except (ValueError, KeyError, TypeError):
+        count = resp.json()["count"]
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise TypeError(count)
+        return count
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError):
         raise RequestFailed(f"/tokenize answered without a count: {resp.text[:300]}") from None
 
 
@@ -140,8 +178,8 @@ def models(http: httpx.Client, timeout: float = 10.0) -> list[str]:
     try:
         resp = http.get("/v1/models", timeout=timeout)
         resp.raise_for_status()
-        return [m["id"] for m in resp.json().get("data", [])]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        return model_ids(resp.content)
+    except (httpx.HTTPError, ApiError) as exc:
         raise RequestFailed(f"/v1/models: {exc}") from None
 
 

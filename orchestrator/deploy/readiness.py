@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import urllib.error
 
-from ..http_api.endpoint import Endpoint
+from ..http_api.endpoint import ApiError, Endpoint, completion_answer, model_ids
 from .waits import Rejected, Seen, Tick, wait_until
 from .watch import Monitor
 
@@ -43,8 +42,8 @@ def model_listed(endpoint: Endpoint, model: str) -> Seen:
     if status != 200:
         return Seen(False, f"GET /v1/models: {status or body}")
     try:
-        names = [m["id"] for m in json.loads(body).get("data", [])]
-    except (ValueError, KeyError, TypeError, AttributeError):
+        names = model_ids(body)
+    except ApiError:
         return Seen(False, f"GET /v1/models: unreadable answer {_excerpt(body)}")
     return Seen(model in names, f"GET /v1/models lists {', '.join(names) or 'nothing'}")
 
@@ -59,10 +58,10 @@ def completes(endpoint: Endpoint, model: str, node: str, answer: dict, timeout: 
     if status != 200:
         return Seen(False, seen)
     try:
-        answer.update(json.loads(body))
-    except ValueError:
-        return Seen(False, f"POST /v1/completions: unreadable answer {_excerpt(body)}")
-    return Seen(bool(answer.get("choices")), seen)
+        answer.update(completion_answer(body))
+    except ApiError as exc:
+        return Seen(False, f"POST /v1/completions: unreadable answer ({exc})")
+    return Seen(True, seen)
 
 
 def wait_ready(endpoint: Endpoint, model: str, monitor: Monitor, head: str, timeout: float,

@@ -70,10 +70,19 @@ def parse_outcome(node: str, repo: str, stdout: str) -> Downloaded:
     lines = [ln.split(" ", 1)[1] for ln in stdout.split("\n") if ln.startswith("\x1eSDPULL ")]
     if not lines:
         raise DownloadFailed(node, f"the download of {repo} printed no outcome: {stdout.strip()[-300:]}")
-    said = json.loads(lines[-1])
+    try:
+        said = json.loads(lines[-1])
+    except (ValueError, RecursionError):
+        said = None
+    if not isinstance(said, dict):
+        raise DownloadFailed(node, f"the download of {repo} printed an outcome that is not a JSON object: "
+                             f"{lines[-1][:200]!r}")
     if said.get("ok"):
-        return Downloaded(said["commit"], said.get("tries", 1))
-    kind, message = said.get("kind"), said.get("message", "")
+        commit, tries = said.get("commit"), said.get("tries", 1)
+        if not isinstance(commit, str) or not commit:
+            raise DownloadFailed(node, f"the download of {repo} said ok without a commit: {lines[-1][:200]!r}")
+        return Downloaded(commit, tries if isinstance(tries, int) and not isinstance(tries, bool) else 1)
+    kind, message = said.get("kind"), str(said.get("message", ""))
     if kind == "gated":
         raise DownloadFailed(node, f"{repo} is gated and the Hub refused this token (or none was given): export "
                              "HF_TOKEN with access to it (it is passed through a 0600 env-file, never argv). "
