@@ -66,7 +66,7 @@ def demo(
         out.print("[bold]4. one completion[/]")
         endpoint = Endpoint(dep.inventory.ranked[0].address, dep.recipe.serve.port)
         answer = endpoint.complete(result.model, "Two DGX Sparks walk into a bar and", max_tokens=24)
-        usage = answer.get("usage", {})
+        usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
         if as_json:
             emit_json({"ok": True, "cluster": name, "inventory": str(inventory), "recipe": str(recipe),
                        "endpoint": endpoint.url, "model": result.model, "release": result.release,

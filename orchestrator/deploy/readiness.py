@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import urllib.error
 
@@ -12,8 +13,13 @@ from .watch import Monitor
 PROMPT = "The DGX Spark cluster is"
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def _excerpt(body: bytes, limit: int = 160) -> str:
+    """The server's text on one line, its control characters escaped (none reaches a terminal)."""
     text = body.decode(errors="replace").strip().replace("\n", " ")
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
     return text[:limit] + ("…" if len(text) > limit else "")
 
 

@@ -85,6 +85,12 @@ def test_an_answer_of_any_bytes_is_described_without_control_characters(raw, sta
     assert answer.body is None or isinstance(answer.body, dict)
     assert not CONTROL.search(answer.excerpt()) and not CONTROL.search(answer.problem() or "")
 
+    class Raw:  # readiness (`up`, `status`) shows what the server said as well
+        def request(self, method, path, body=None, timeout=5.0):
+            return status, raw
+    for seen in (model_listed(Raw(), "m"), completes(Raw(), "m", "spark-1", {})):
+        assert not CONTROL.search(seen.what), seen.what
+
 
 @FAST
 @given(value=JSON)
