@@ -207,10 +207,13 @@ class ExtraMount(BindMount):
 
     kind: Literal["file", "directory"] | None = Field(default=None, description="What the source must be on every "
                                                       "node; unset: whatever it is, the same on every node.")
+    draft_vocab: bool = Field(default=False, description="true: this file is a speculative draft token list (token "
+                              "ids): preflight checks its largest id is below the model's vocab_size and that the "
+                              "model's tokenizer did not change under it since the last release.")
 
 
 NOT_LAUNCH = {"preflight": True, "acceptance": True,  # what the digest leaves out: it does not shape the launch
-              "mounts": {"overlays": {"__all__": {"base_sha256", "symbols"}}, "extra": {"__all__": {"kind"}}}}
+              "mounts": {"overlays": {"__all__": {"base_sha256", "symbols"}}, "extra": {"__all__": {"kind", "draft_vocab"}}}}
 
 
 class Mounts(Model):
@@ -224,6 +227,14 @@ class Mounts(Model):
                                     "Python, a .so's symbols, the same bytes on every node (field note 7).")
     extra: list[ExtraMount] = Field([], description="More bind mounts; preflight checks each source exists on every "
                                     "node.")
+
+    @field_validator("extra")
+    @classmethod
+    def _one_draft_list(cls, extra: list) -> list:
+        if sum(m.draft_vocab for m in extra) > 1:
+            raise ValueError(fixed("more than one mount says draft_vocab: true",
+                                   "mark only the draft token list vLLM reads"))
+        return extra
 
 
 class RestartPolicy(Model):

@@ -8,6 +8,7 @@ from . import checks_model  # noqa: F401
 from . import replaced, checks_memory, checks_fabric  # noqa: F401
 from . import checks_vllm  # noqa: F401
 from . import checks_overlays  # noqa: F401
+from . import checks_draft  # noqa: F401
 from . import checks_boot  # noqa: F401
 from . import checks_blobs  # noqa: F401
 from . import checks_fit  # noqa: F401
