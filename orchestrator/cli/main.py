@@ -15,6 +15,7 @@ COMMANDS = lazy_group([
     Lazy("pin", "pin_cmd:pin"),
     Lazy("preflight", "preflight_cmd:preflight"),
     Lazy("up", "deploy_cmds:up"),
+    Lazy("upgrade", "upgrade_cmd:upgrade"),
     Lazy("down", "deploy_cmds:down"),
     Lazy("status", "deploy_cmds:status"),
     Lazy("logs", "deploy_cmds:logs"),

@@ -127,7 +127,8 @@ class OpenRelease(NoUndo):
             model=ModelSeen(repo=dep.recipe.model.repo, revision=dep.recipe.model.revision, per_node=seen),
             secrets=list(dep.recipe.secrets), by=who(), command=audit.command_line(), started_at=now,
             updated_at=now, rollback_of=ctx.opts.rollback_of.id if ctx.opts.rollback_of else None,
-            replaced=ctx.replaces.id if ctx.replaces else None, tokenizer=tokenizer)
+            replaced=ctx.replaces.id if ctx.replaces else None, tokenizer=tokenizer,
+            upgrade=ctx.opts.upgrade)
         store.write_release(ctx.cluster, dep.inventory, record)
         ctx.release = record
         verb = f"rollback to release {ctx.opts.rollback_of.id}: release" if ctx.opts.rollback_of else "release"
