@@ -30,8 +30,9 @@ def upgrade(
 ) -> None:
     """Move a recipe to a new image: hold it on one node (pulled when absent), pin its ID into the recipe,
     show the vLLM versions and refuse (exit 2, nothing stopped) listing every rendered flag the new parser
-    rejects and every overlay whose base the new image changed; when all pass, `up` (preflight first). The
-    release records the old and new vLLM versions.
+    rejects and every overlay whose base the new image changed, and show the defaults it changed for flags
+    the recipe leaves unset; when nothing is to fix, `up` (preflight first). The release records the old
+    and new vLLM versions.
 
     Example: spark-deploy upgrade recipes/dspark-0731-b12x.yaml --image ghcr.io/org/vllm:0.34.0 -o new.yaml
     """
@@ -52,6 +53,12 @@ def upgrade(
                   f"({(found.old_image or 'none')[:19]}) -> {escape(found.new_version)} ({found.new_image[:19]}); "
                   f"recipe {escape(str(found.recipe))}" + (f" (the old one kept as {escape(str(found.backup))})"
                                                            if found.backup else ""))
+        if found.defaults_changed:
+            say.print(f"defaults the new vLLM changed for flags this recipe leaves unset ({len(found.defaults_changed)}):")
+            for line in found.defaults_changed:
+                say.print(f"  {escape(line)}")
+        else:
+            say.print("no default changed for the flags this recipe leaves unset")
         if found.problems:
             raise BadInput("the new image needs changes to this recipe: " + "; ".join(found.problems)
                            + f". Fix them in {found.recipe}, then: spark-deploy upgrade {found.recipe} --image {image}")

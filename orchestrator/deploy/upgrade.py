@@ -8,7 +8,8 @@ for their vLLM version, the new parser's view of every flag the recipe renders, 
 overlay target. A flag the new parser rejects, or an overlay whose base changed (or whose target is gone),
 refuses the upgrade (exit 2) listing every item; the caller then runs `up`, which runs preflight first.
 
-Not compared (yet): defaults that changed for flags the recipe leaves unset.
+Defaults that changed for flags the recipe leaves unset (the two parsers' `(default: X)`, old image = what
+serves this recipe on the node now, else the recipe's) are shown and recorded, not refused.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from ..docker_cli.images import ImageIdentity, inspect_image
 from ..preflight.checks_overlays import PROBE_SH, parse_probe, probe_spec
 from ..preflight.checks_vllm import judge_flags, rendered_flags
 from ..preflight.facts import FACTS
+from ..preflight.help_defaults import changed_defaults, parse_defaults
+from ..preflight.help_parse import canonical
 from ..render.plan import build_plan
 from ..transport.node import NodeConnection, NodeError, SSHTarget
 
@@ -52,11 +55,13 @@ class Upgrade:
     new_version: str
     flags_checked: int = 0
     problems: list[str] = field(default_factory=list)
+    defaults_changed: list[str] = field(default_factory=list)  # `--flag: A -> B`, flags the recipe leaves unset
 
     def record(self) -> dict:
         """What the release records (Release.upgrade)."""
         return {"from": {"image_id": self.old_image, "vllm_version": self.old_version},
-                "to": {"image_id": self.new_image, "vllm_version": self.new_version}}
+                "to": {"image_id": self.new_image, "vllm_version": self.new_version},
+                "defaults_changed": list(self.defaults_changed)}
 
 
 def hold(conn: NodeConnection, ref: str) -> ImageIdentity:
@@ -98,36 +103,52 @@ def _serving_image(conn: NodeConnection, dep: Deployment) -> str | None:
     return running[0].image if running else None
 
 
-def compare(conn: NodeConnection, old: Deployment, new: Deployment) -> tuple[list[str], int]:
-    """(problems, flags checked): every rendered flag against the new image's parser, every overlay's
-    target in the new image against its base_sha256 (else against the old image's file)."""
-    problems: list[str] = []
-    help_fact = FACTS["image_help"]
-    result = conn.run_script(help_fact.script, new.recipe.image.id, timeout=300)
+def _help(conn: NodeConnection, image: str) -> str:
+    """The image's `vllm serve --help=all` (the vllm-flags check's own script), without its `@via` line."""
+    result = conn.run_script(FACTS["image_help"].script, image, timeout=300)
     if not result.ok:
-        raise NodeError(conn.name, f"`vllm serve --help=all` in {new.recipe.image.id} failed: "
+        raise NodeError(conn.name, f"`vllm serve --help=all` in {image} failed: "
                                    f"{(result.stderr or result.stdout).strip()[-300:]}")
-    options = help_fact.parse(result.stdout)["options"]
+    return result.stdout
+
+
+def compare(conn: NodeConnection, old: Deployment, new: Deployment,
+            old_image: str | None) -> tuple[list[str], int, list[str]]:
+    """(problems, flags checked, defaults changed): every rendered flag against the new image's parser,
+    every overlay's target in the new image against its base_sha256 (else the old image's file), and the
+    defaults the two parsers print for the flags the recipe leaves unset."""
+    problems: list[str] = []
+    text = _help(conn, new.recipe.image.id)
+    options = FACTS["image_help"].parse(text)["options"]
     flags = rendered_flags(build_plan(new))
     fails, _warns = judge_flags(flags, options)
     problems += [f"the new image's vLLM rejects {f}" for f in fails]
+    defaults: list[str] = []
+    if old_image and old_image != new.recipe.image.id:
+        try:
+            before = parse_defaults(_help(conn, old_image).partition("\n")[2])
+        except NodeError as exc:
+            defaults = [f"not compared: {exc}"]
+        else:
+            used = {canonical(flag, options) for flag, _ in flags}
+            defaults = changed_defaults(before, parse_defaults(text.partition("\n")[2]), used)
     overlays = new.recipe.mounts.overlays
     if overlays:
         now = _hashes(conn, new.recipe.image.id, new)
-        before: list = [None] * len(overlays)
+        was: list = [None] * len(overlays)
         if old.recipe.image.id and old.recipe.image.id != new.recipe.image.id:
             try:
-                before = _hashes(conn, old.recipe.image.id, old)
+                was = _hashes(conn, old.recipe.image.id, old)
             except NodeError:  # the old image is not on this node: only base_sha256 can say what changed
                 pass
-        for o, got, was in zip(overlays, now, before):
-            base = o.base_sha256 or (was.sha256 if was is not None else None)
+        for o, got, prior in zip(overlays, now, was):
+            base = o.base_sha256 or (prior.sha256 if prior is not None else None)
             if not got.exists:
                 problems.append(f"overlay target {o.target} is not in the new image (renamed or removed upstream)")
             elif base is not None and got.sha256 != base:
                 problems.append(f"the new image changed {o.target} under overlay {o.source}: port the patch again "
                                 f"and update base_sha256 (new: {got.sha256}, base: {base})")
-    return problems, len(flags)
+    return problems, len(flags), defaults
 
 
 def _hashes(conn: NodeConnection, image: str, dep: Deployment) -> list:
@@ -153,10 +174,10 @@ def prepare(recipe: Path, inventory: Path, ref: str, node: str | None = None,
         written, backup = write_recipe(Path(recipe), ref, found.id, output)
         new = load_deployment(written, inventory)
         was = load_deployment(recipe if backup is None else backup, inventory)
-        problems, checked = compare(conn, was, new)
+        problems, checked, defaults = compare(conn, was, new, old_image)
         up = Upgrade(name, written, backup, old_image, found.id,
                      _version(conn, old_image) if old_image else None, _version(conn, found.id) or "unknown",
-                     checked, problems)
+                     checked, problems, defaults)
     finally:
         conn.close()
     return up, new

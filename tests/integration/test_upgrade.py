@@ -1,6 +1,6 @@
 """`upgrade` (issue 37, acceptance 2) on a real simulated pair: release A serves with a patched module
 mounted over the stand-in and a flag the next "vLLM" drops; image B (a newer stand-in: version 0.34.0, no
---max-log-len, the patched module changed upstream) is made on the head. `upgrade` exits 2 listing both
+--max-log-len, --disable-log-stats on by default, the patched module changed upstream) is made on the head. `upgrade` exits 2 listing both
 before anything stops; with the flag removed and the patch ported, `upgrade` ends with B serving and the
 release recording both vLLM versions."""
 
@@ -24,7 +24,9 @@ PATCH = "\n# community patch: nothing changes in behaviour\n"
 NEWER = (f"sed -i \"/^    (('--max-log-len',)/d\" {STANDIN_OPTIONS} && ! grep -q \"'--max-log-len'\" {STANDIN_OPTIONS} && "
          f"sed -i 's/^VERSION = \"0.33.0\"/VERSION = \"0.34.0\"/' {STANDIN}/__init__.py && "
          f"grep -q '^VERSION = \"0.34.0\"' {STANDIN}/__init__.py && "
-         f"printf '\\n# upstream change in 0.34\\n' >> {STANDIN}/answers.py")
+         f"printf '\\n# upstream change in 0.34\\n' >> {STANDIN}/answers.py && "
+         f"sed -i \"s/^\\(    (('--disable-log-stats',).*, 0, \\)False, None),$/\\1True, None),/\" {STANDIN_OPTIONS} && "
+         f"grep -q \"^    (('--disable-log-stats',).*, 0, True, None),$\" {STANDIN_OPTIONS}")
 
 
 def in_image(cluster, image: str, path: str) -> str:
@@ -91,6 +93,8 @@ def test_upgrade_refuses_listing_what_to_fix_then_serves_the_new_image(pair, pat
     said = r.stdout + r.stderr
     assert r.returncode == 2, said
     assert "vLLM 0.33.0" in said and "-> 0.34.0" in said
+    assert "defaults the new vLLM changed for flags this recipe leaves unset (1):\n  --disable-log-stats: False -> True" \
+        in r.stdout, r.stdout
     assert "the new image's vLLM rejects unknown flag --max-log-len" in said
     assert (f"the new image changed {STANDIN}/answers.py under overlay {DIR}/answers.py: port the patch again "
             f"and update base_sha256 (new: {hashlib.sha256(upstream_b.encode()).hexdigest()}") in said
@@ -114,4 +118,5 @@ def test_upgrade_refuses_listing_what_to_fix_then_serves_the_new_image(pair, pat
     assert now["image_id"] == newer
     assert now["upgrade"]["from"]["vllm_version"] == "0.33.0" and now["upgrade"]["to"] == {
         "image_id": newer, "vllm_version": "0.34.0"}, now["upgrade"]
+    assert now["upgrade"]["defaults_changed"] == ["--disable-log-stats: False -> True"], now["upgrade"]
     assert (tmp_path / "b.yaml.before-upgrade").is_file()  # upgrade in place keeps the file it replaced

@@ -72,6 +72,34 @@ def test_write_recipe_beside_or_in_place_keeping_the_old(tmp_path):
 
 
 def test_the_release_records_both_versions():
-    up = ug.Upgrade("spark-1", Path("r.yaml"), None, IMAGE_ID, NEW_ID, "0.33.0", "0.34.0")
+    up = ug.Upgrade("spark-1", Path("r.yaml"), None, IMAGE_ID, NEW_ID, "0.33.0", "0.34.0",
+                    defaults_changed=["--a: 1 -> 2"])
     assert up.record() == {"from": {"image_id": IMAGE_ID, "vllm_version": "0.33.0"},
-                           "to": {"image_id": NEW_ID, "vllm_version": "0.34.0"}}
+                           "to": {"image_id": NEW_ID, "vllm_version": "0.34.0"}, "defaults_changed": ["--a: 1 -> 2"]}
+
+
+# --- defaults as the parser prints them ----------------------------------------------------------------
+
+HELP = Path(__file__).resolve().parents[1] / "data" / "vllm"
+
+
+def test_defaults_read_from_the_real_help_match_the_parsers_own_table():
+    """vLLM 0.33.0's `--help=all` against its action table (options.json): the printed default is
+    str(default) for all but a few whose text argparse wrapped inside a word or printed as a repr."""
+    from orchestrator.preflight.help_defaults import parse_defaults
+
+    printed = parse_defaults((HELP / "serve-help-all.txt").read_text())
+    table = json.loads((HELP / "options.json").read_text())["options"]
+    rows = [(next(o for o in a["option_strings"] if o.startswith("--")), str(a["default"])) for a in table
+            if any(o.startswith("--") for o in a["option_strings"]) and a.get("help") != "==SUPPRESS=="]
+    same = [name for name, default in rows if printed.get(name) == default]
+    assert len(printed) > 300 and len(same) >= len(printed) - 5
+    assert printed["--gpu-memory-utilization"] == "0.92" and printed["--enable-log-requests"] == "False"
+
+
+def test_changed_defaults_leave_out_the_flags_the_recipe_sets():
+    from orchestrator.preflight.help_defaults import changed_defaults
+
+    old = {"--a": "1", "--b": "x", "--c": "None", "--gone": "1"}
+    new = {"--a": "2", "--b": "x", "--c": "auto", "--added": "3"}
+    assert changed_defaults(old, new, used={"--c"}) == ["--a: 1 -> 2"]
