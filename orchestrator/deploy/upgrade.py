@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config.edit import set_image
-from ..config.load import Deployment, load_deployment
+from ..config.load import Deployment, load_deployment, load_recipe
 from ..docker_cli.containers import ours
 from ..docker_cli.images import ImageIdentity, inspect_image
 from ..preflight.checks_overlays import PROBE_SH, parse_probe, probe_spec
@@ -85,7 +85,14 @@ def write_recipe(recipe: Path, ref: str, image_id: str, output: Path | None) -> 
         shutil.copyfile(recipe, output)
         set_image(output, ref, image_id)
         return output, None
+    current, _ = load_recipe(recipe)
+    if (current.image.ref, current.image.id) == (ref, image_id):
+        return recipe, None  # already names it (a second run after fixes): nothing to keep
     backup = recipe.with_name(recipe.name + ".before-upgrade")
+    n = 0
+    while backup.exists():  # never overwrite an earlier one: it may be the only copy of the old recipe
+        n += 1
+        backup = recipe.with_name(f"{recipe.name}.before-upgrade.{n}")
     shutil.copyfile(recipe, backup)
     set_image(recipe, ref, image_id)
     return recipe, backup

@@ -119,4 +119,4 @@ def test_upgrade_refuses_listing_what_to_fix_then_serves_the_new_image(pair, pat
     assert now["upgrade"]["from"]["vllm_version"] == "0.33.0" and now["upgrade"]["to"] == {
         "image_id": newer, "vllm_version": "0.34.0"}, now["upgrade"]
     assert now["upgrade"]["defaults_changed"] == ["--disable-log-stats: False -> True"], now["upgrade"]
-    assert (tmp_path / "b.yaml.before-upgrade").is_file()  # upgrade in place keeps the file it replaced
+    assert not (tmp_path / "b.yaml.before-upgrade").exists()  # b.yaml already named B: nothing to keep

@@ -69,6 +69,9 @@ def test_write_recipe_beside_or_in_place_keeping_the_old(tmp_path):
     assert (recipe.image.ref, recipe.image.id) == ("org/vllm:0.34", NEW_ID)
     written, backup = ug.write_recipe(path, "org/vllm:0.34", NEW_ID, None)
     assert written == path and backup.read_text() == before and load_recipe(path)[0].image.id == NEW_ID
+    assert ug.write_recipe(path, "org/vllm:0.34", NEW_ID, None) == (path, None)  # already named: nothing kept
+    _, again = ug.write_recipe(path, "org/vllm:0.35", IMAGE_ID, None)
+    assert again.name == "r.yaml.before-upgrade.1" and backup.read_text() == before
 
 
 def test_the_release_records_both_versions():
