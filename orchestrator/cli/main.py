@@ -15,6 +15,7 @@ COMMANDS = lazy_group([
     Lazy("pin", "pin_cmd:pin"),
     Lazy("preflight", "preflight_cmd:preflight"),
     Lazy("up", "deploy_cmds:up"),
+    Lazy("upgrade", "upgrade_cmd:upgrade"),
     Lazy("down", "deploy_cmds:down"),
     Lazy("status", "deploy_cmds:status"),
     Lazy("logs", "deploy_cmds:logs"),
@@ -34,6 +35,7 @@ COMMANDS = lazy_group([
     Lazy("sim", "sim:app", "A simulated DGX Spark cluster (real sshd and dockerd per node)."),
     Lazy("maintenance", "maintenance_cmd:app"),
     Lazy("export", "export_cmd:app"),
+    Lazy("overlay", "overlay_cmd:app", "Files mounted over the image: their hashes in the pinned image."),
     Lazy("model", "model_cmd:app", "The model's weights on every node: pull (download once, copy blobs)."),
 ])
 

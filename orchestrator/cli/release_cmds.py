@@ -73,7 +73,8 @@ def history(inventory: InventoryOpt = None, cluster: ClusterOpt = None, as_json:
                         "started_at": r.started_at, "finished_at": r.finished_at, "by": r.by,
                         "serving": now is not None and r.id == now.id, "run_id": r.run_id,
                         "bench": r.bench, "kv_cache": r.kv_cache, "drift": drifts.get(r.id, {}),
-                        "acceptance": r.acceptance, "after_ready": r.after_ready} for r in hist.releases])
+                        "acceptance": r.acceptance, "after_ready": r.after_ready,
+                        "tokenizer": r.tokenizer, "upgrade": r.upgrade} for r in hist.releases])
             return
         if not hist.releases:
             out.print("no releases recorded on any node yet")

@@ -181,15 +181,60 @@ class BindMount(Model):
     read_only: bool = Field(True, description="Mounted read-only unless false.")
 
 
+Sha256 = Annotated[str, AfterValidator(lambda v: _sha256(v))]
+Symbol = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.$@]{0,255}$")]
+
+
+def _sha256(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise ValueError(fixed(f"{value!r} is not a sha256 (64 lower-case hex digits)",
+                               "`spark-deploy overlay hash RECIPE` prints each target's hash in the pinned image"))
+    return value
+
+
+class Overlay(BindMount):
+    """A file mounted over the image's own: what it was written against, so preflight notices upstream moving."""
+
+    base_sha256: Sha256 | None = Field(default=None, description="sha256 of the image's file at `target` when the "
+                                       "patch was made; preflight fails when the pinned image's differs "
+                                       "(`spark-deploy overlay hash RECIPE` prints it).")
+    symbols: list[Symbol] = Field(default=[], description="For a shared object: names its dynamic symbol table must "
+                                  "export (checked by preflight).")
+
+
+class ExtraMount(BindMount):
+    """Any other bind mount. Docker makes a missing source an empty directory: preflight checks it exists."""
+
+    kind: Literal["file", "directory"] | None = Field(default=None, description="What the source must be on every "
+                                                      "node; unset: whatever it is, the same on every node.")
+    draft_vocab: bool = Field(default=False, description="true: this file is a speculative draft token list (token "
+                              "ids): preflight checks its largest id is below the model's vocab_size and that the "
+                              "model's tokenizer did not change under it since the last release.")
+
+
+NOT_LAUNCH = {"preflight": True, "acceptance": True,  # what the digest leaves out: it does not shape the launch
+              "mounts": {"overlays": {"__all__": {"base_sha256", "symbols"}}, "extra": {"__all__": {"kind", "draft_vocab"}}}}
+
+
 class Mounts(Model):
     """Where the node's caches appear in the container, and more bind mounts."""
 
     hf_cache: AbsPath = Field(default="/cache/huggingface", description="Container path of the HF cache; the host "
                               "path is the node's hf_cache. Absolute: `~` would mean another user's home on a node.")
     jit_cache: AbsPath = Field(default="/jitcache", description="Container path of the JIT cache (VLLM_CACHE_ROOT).")
-    overlays: list[BindMount] = Field([], description="Files mounted over the image's own; preflight checks each "
-                                      "target exists in the image (field note 7).")
-    extra: list[BindMount] = Field([], description="More bind mounts.")
+    overlays: list[Overlay] = Field([], description="Files mounted over the image's own; preflight checks each "
+                                    "target exists in the image, its base hash, that a .py compiles with the image's "
+                                    "Python, a .so's symbols, the same bytes on every node (field note 7).")
+    extra: list[ExtraMount] = Field([], description="More bind mounts; preflight checks each source exists on every "
+                                    "node.")
+
+    @field_validator("extra")
+    @classmethod
+    def _one_draft_list(cls, extra: list) -> list:
+        if sum(m.draft_vocab for m in extra) > 1:
+            raise ValueError(fixed("more than one mount says draft_vocab: true",
+                                   "mark only the draft token list vLLM reads"))
+        return extra
 
 
 class RestartPolicy(Model):
@@ -313,7 +358,7 @@ class Recipe(Model):
 
     def digest(self) -> str:
         """A short stable hash of everything that shapes the launch; labels carry it."""
-        canonical = json.dumps(self.model_dump(mode="json", exclude={"preflight", "acceptance"}), sort_keys=True,
+        canonical = json.dumps(self.model_dump(mode="json", exclude=NOT_LAUNCH), sort_keys=True,
                                separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 

@@ -44,6 +44,7 @@ class UpOptions:
     rollback_of: Release | None = None  # this `up` deploys that release again (`rollback`)
     sync_model: bool = False  # --sync-model: copy the model's missing blobs to the nodes before preflight
     accept: bool = True  # run the recipe's acceptance checks after readiness (--no-accept: not)
+    upgrade: dict | None = None  # `upgrade`: the old and new image and vLLM versions, recorded with the release
 
 
 @dataclass

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..checks.model_cache import revision_on
 from ..docker_cli.containers import list_containers, remove_container
+from ..preflight.checks_draft import record as draft_record
 from ..releases import audit, store
 from ..releases.guard import report_takeover
 from ..releases.lock import DeployLock, LockError
@@ -112,6 +113,8 @@ class OpenRelease(NoUndo):
                 conn, dep.inventory.node(conn.name).hf_cache, dep.recipe.model.repo, dep.recipe.model.revision))
             if noted:
                 noted.result()
+        head = ctx.cluster.head  # the draft list's tokenizer (issue 37): no command without a draft list
+        tokenizer = draft_record(head, dep.recipe, dep.inventory.node(head.name).hf_cache)
         source = ctx.look.image.source
         now = time.time()
         record = Release(
@@ -124,7 +127,8 @@ class OpenRelease(NoUndo):
             model=ModelSeen(repo=dep.recipe.model.repo, revision=dep.recipe.model.revision, per_node=seen),
             secrets=list(dep.recipe.secrets), by=who(), command=audit.command_line(), started_at=now,
             updated_at=now, rollback_of=ctx.opts.rollback_of.id if ctx.opts.rollback_of else None,
-            replaced=ctx.replaces.id if ctx.replaces else None)
+            replaced=ctx.replaces.id if ctx.replaces else None, tokenizer=tokenizer,
+            upgrade=ctx.opts.upgrade)
         store.write_release(ctx.cluster, dep.inventory, record)
         ctx.release = record
         verb = f"rollback to release {ctx.opts.rollback_of.id}: release" if ctx.opts.rollback_of else "release"

@@ -84,6 +84,8 @@ class Release(BaseModel):
     kv_cache: dict | None = None  # model-fit's predicted KV tokens against the engine's logged ones (deploy/kv_report)
     after_ready: dict | None = None  # deploy/after_ready.py: MemAvailable, swap, the KV-cache lines per node
     acceptance: list[dict] = Field(default_factory=list)  # acceptance/: one result per check, what was seen
+    upgrade: dict | None = None  # `upgrade`: {"from", "to"}: each {"image_id", "vllm_version"}
+    tokenizer: dict | None = None  # with a draft list: the sha256 of the head's tokenizer.json and of the list
 
     def outcome_text(self) -> str:
         """The outcome as a person reads it: "failed in ready (release 2 serves again)"."""

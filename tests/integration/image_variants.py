@@ -91,3 +91,31 @@ def derive_without_choice(cluster: SimCluster, node: int | str, base_ref: str, n
             cluster.exec(node, ["docker", "rm", "--force", container], check=False)
         cluster.exec(node, ["rm", "-f", patched], check=False)
     return image_id
+
+
+def derive_by_script(cluster: SimCluster, node: int | str, base_ref: str, new_tag: str, script: str,
+                     *args: str) -> str:
+    """An upstream change to the image's files: `script` (sh, its args "$1"..) run once in a container of
+    `base_ref` with no network, the result committed as `new_tag` with the base's Entrypoint put back (the
+    script's `sh` would otherwise be committed as the entrypoint); its image ID. E.g. a file renamed, or
+    one whose bytes changed, as a vLLM release does to a file a community overlay replaces."""
+    base = _inspect(cluster, node, base_ref)
+    container = None
+    try:
+        container = cluster.exec(node, ["docker", "run", "-d", "--network", "none", "--entrypoint", "sh", base_ref,
+                                        "-c", script, "sh", *args]).stdout.strip()
+        code = cluster.exec(node, ["docker", "wait", container]).stdout.strip()
+        if code != "0":
+            logs = cluster.exec(node, ["docker", "logs", container], check=False)
+            raise SimError(f"node {node}: the variant script exited {code}: {logs.stdout}{logs.stderr}")
+        entry = json.dumps((base["Config"] or {}).get("Entrypoint"))
+        image_id = cluster.exec(node, ["docker", "commit", "--change", f"ENTRYPOINT {entry}", container,
+                                       new_tag]).stdout.strip()
+    finally:
+        if container:
+            cluster.exec(node, ["docker", "rm", "--force", container], check=False)
+    made = _inspect(cluster, node, new_tag)
+    changed = [k for k in _KEPT if (made["Config"] or {}).get(k) != (base["Config"] or {}).get(k)]
+    if made["Id"] != image_id or changed:
+        raise SimError(f"node {node}: {new_tag} is {made['Id']} (commit said {image_id}); changed: {changed}")
+    return image_id

@@ -10,7 +10,7 @@ from orchestrator.cli.main import app
 
 COMMANDS = [["validate"], ["render"], ["pin"], ["up"], ["down"], ["status"], ["logs"], ["demo"],
             ["preflight"], ["bench"], ["schema"], ["history"], ["accept"], ["watch"], ["rollback"], ["lock"], ["audit"],
-            ["prune"], ["setup"],
+            ["prune"], ["setup"], ["upgrade"],
             ["sim", "up"], ["sim", "down"], ["sim", "fault"], ["sim", "ls"], ["sim", "images"], ["export", "k8s"]]
 
 
