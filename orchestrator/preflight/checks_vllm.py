@@ -26,7 +26,7 @@ from ..checks.model_cache import RESOLVE_SH
 from ..config.load import Deployment
 from ..render.plan import Plan, build_plan
 from .facts import FactInput, Observed, fact
-from .help_parse import Layout, Options, canonical, layout, parse_help
+from .help_parse import Layout, Options, canonical, layout, parse_help, parse_listed
 from .table_agreement import disagreements
 from .registry import Cell, Scope, Status, Verdict, check, missing, worst
 
@@ -87,7 +87,8 @@ def _help_args(given: FactInput) -> list[str]:
     if not _on_head(given):
         return []
     image = given.plan.image_id
-    return [CACHED] if read_cache("vllm-help", image) is not None else [image]
+    cached = read_cache("vllm-help", image)  # one without "listed" (an older spark-deploy's) is read again
+    return [CACHED] if cached is not None and "listed" in cached else [image]
 
 
 @fact("image_help", r'''[ $# -gt 0 ] || { echo '@peer'; exit 0; }
@@ -110,7 +111,7 @@ def parse_image_help(stdout: str) -> dict[str, Any]:
     kind = layout(body)
     if kind is Layout.GROUPS:
         raise ValueError(f"`vllm serve {via}` printed only the list of config groups, no flags")
-    return {"source": Source.FRESH, "via": via, "options": parse_help(body)}
+    return {"source": Source.FRESH, "via": via, "options": parse_help(body), "listed": parse_listed(body)}
 
 
 def rendered_flags(plan: Plan) -> list[tuple[str, str | None]]:
@@ -194,8 +195,9 @@ def vllm_flags(seen: Seen, dep: Deployment) -> Verdict:
         via = f"{cached['via']}, cached"
     else:
         options, via = got["options"], got["via"]
-        write_cache("vllm-help", plan.image_id,
-                    {"via": via, "options": {k: list(v) if v else None for k, v in options.items()}})
+        write_cache("vllm-help", plan.image_id,  # config/flag_table.py reads it for validate, render and up
+                    {"via": via, "options": {k: list(v) if v else None for k, v in options.items()},
+                     "listed": {k: list(v) for k, v in got["listed"].items()}})
     flags = rendered_flags(plan)
     fails, warns = judge_flags(flags, options)
     notes = disagreements(dep.recipe, options)  # why `validate` (the shipped table) answered otherwise

@@ -316,7 +316,9 @@ def test_image_help_script_on_a_peer_and_when_cached_runs_nothing(tmp_path, fake
     dep = deployment(tmp_path)
     peer = run_facts(["image_help"], FactInput(dep.inventory.node("spark-2"), dep, build_plan(dep)))
     assert peer["image_help"].value == {"source": cv.Source.PEER}
-    cv.write_cache("vllm-help", IMAGE_ID, {"via": "--help=all", "options": {}})
+    cv.write_cache("vllm-help", IMAGE_ID, {"via": "--help=all", "options": {}})  # an older spark-deploy's:
+    assert cv._help_args(FactInput(dep.inventory.node("spark-1"), dep, build_plan(dep))) == [IMAGE_ID]  # read again
+    cv.write_cache("vllm-help", IMAGE_ID, {"via": "--help=all", "options": {}, "listed": {}})
     head = run_facts(["image_help"], FactInput(dep.inventory.node("spark-1"), dep, build_plan(dep)))
     assert head["image_help"].value == {"source": cv.Source.CACHED}
     assert not fake_docker.exists()
