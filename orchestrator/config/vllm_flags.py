@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ..vllm_table import options_table as _table
-from .flag_table import BUNDLED, REFRESH, FlagTable
+from .flag_table import BUNDLED, REFRESH, FlagTable, table_for
 from .hints import closest, fixed, yaml_line
 from ..vllm_table.argtypes import DEFAULTS, resolve, takes_json, top_level_keys
 
@@ -223,3 +223,10 @@ def typed_problems(vllm: object, owned: dict[str, str], table: FlagTable = BUNDL
             if message is not None:
                 found.append((("vllm", key), message))
     return found
+
+
+def flag_issues(recipe, doc) -> list:
+    """`vllm.extra` checked against the recipe's table (the pinned image's when cached), as file:line
+    issues: `validate`, `render` and `up` all call this, so a flag gets one verdict, before any node is
+    contacted. `recipe`: a Recipe; `doc`: its Document."""
+    return [doc.issue(loc, msg) for loc, msg in extra_problems(dict(recipe.vllm.extra), table_for(recipe.image.id))]

@@ -91,8 +91,8 @@ def test_vllm_checks_healthy_cached_and_failing(pair, rewrites_model, tmp_path):
     assert checks["vllm-flags"]["status"] == "fail" and "unknown flag --max-num-seqz" in value
     assert "--max-num-seqs" in value  # the closest real one
 
-    # a bad choice (--moe-backend cannot be given wrong: vllm.moe_backend is a Literal and vllm.extra
-    # refuses the owned flag; --linear-backend is a choice flag of the same kind)
+    # a bad choice (--moe-backend cannot be given wrong: the recipe checks vllm.moe_backend against vLLM's
+    # table and vllm.extra refuses the owned flag; --linear-backend is a choice flag of the same kind)
     bad = recipe_variant(cluster, tmp_path / "choice.yaml", extra={"linear-backend": "flashinfer_b13x"})
     code, checks, text = preflight(cluster, bad, cache)
     assert code == 1

@@ -93,3 +93,31 @@ def test_ray_across_nodes_is_refused_as_vllm_refuses_it(tmp_path):
     one = deployment(tmp_path, lambda r: r["vllm"].update(distributed_executor_backend="ray", tensor_parallel_size=1),
                      lambda i: i.update(nodes=i["nodes"][:1]))
     assert one.recipe.vllm.distributed_executor_backend == "ray"
+
+
+# --- one verdict on a flag: validate, render and up --------------------------------------------------
+
+def _with_extra(tmp_path: Path, flag: str) -> Path:
+    path = _recipe(tmp_path, "fp8")
+    path.write_text(path.read_text().replace("    max-num-seqs: 12\n", f"    {flag}: 12\n", 1))
+    return path
+
+
+@pytest.mark.parametrize("flag, says", [
+    ("max-num-seq", "is not a `vllm serve` option in vLLM 0.33.0's option table shipped with spark-deploy (the "
+                    "image's own parser is not cached yet); fix: did you mean --max-num-seqs?"),
+    ("frobnicate-widgets", "fix: remove it; if the pinned image's vLLM has it: `spark-deploy preflight RECIPE "
+                           "--only vllm-flags` reads the pinned image's own parser"),
+])
+def test_validate_and_render_give_one_verdict_at_the_flags_line(tmp_path, flag, says):
+    recipe, inventory = _with_extra(tmp_path, flag), CORPUS / "good-inventory.yaml"
+    line = recipe.read_text().splitlines().index(f"    {flag}: 12") + 1
+    errors = []
+    for command in (["validate"], ["render"], ["render", "--json"]):
+        result = CliRunner().invoke(app, [*command, str(recipe), "-i", str(inventory)])
+        assert result.exit_code == 2, (command, result.stdout, result.stderr)
+        assert result.stdout == "" or command[-1] == "--json"
+        errors.append(result.stderr if command[-1] != "--json" else "".join(json.loads(result.stdout)["errors"]))
+    where = f"{recipe}:{line}: vllm.extra.{flag}: --{flag} "
+    assert errors[0] == errors[1] and errors[0].startswith(f"error: {where}") and says in errors[0], errors[0]
+    assert errors[2] == errors[0].removeprefix("error: ").strip()
