@@ -252,9 +252,12 @@ def speculative_tokens(seen: Seen, dep: Deployment) -> Verdict:
             continue
         cfg = facts["spec_model_config"].value or {}
         n = cfg.get("n_predict") or cfg.get("num_nextn_predict_layers")  # vLLM's own order
-        if not n:
+        if spec.method == "dspark":  # vLLM 0.33.0 (config/speculative.py) checks n_predict for no dspark
+            cells[node] = Cell(Status.OK, f"num_speculative_tokens={k}; dspark drafts its own width (no "
+                                          "n_predict rule)")
+        elif not n:
             cells[node] = Cell(Status.OK, f"num_speculative_tokens={k}; the model sets no n_predict")
-        elif k % n:
+        elif k > n and k % n:  # vLLM's rule: fewer than n_predict is fine (MTP module reuse needs multiples)
             cells[node] = Cell(Status.FAIL, f"num_speculative_tokens={k} is not divisible by n_predict={n}")
             bad[node] = n
         else:
@@ -262,8 +265,9 @@ def speculative_tokens(seen: Seen, dep: Deployment) -> Verdict:
     fix = ""
     if bad:
         n = next(iter(bad.values()))
-        fix = (f"vLLM refuses num_speculative_tokens {k} (not a multiple of the model's n_predict {n}): set "
-               f"vllm.speculative_config.num_speculative_tokens to {n} or {2 * n}")
+        fix = (f"rule spec-tokens-divisible-by-n-predict: vLLM refuses to start (\"num_speculative_tokens:{k} "
+               f"must be divisible by n_predict={n}\"): set vllm.speculative_config.num_speculative_tokens to "
+               f"{n} or {2 * n}")
     return Verdict("speculative-tokens", Scope.NODE, cells, fix)
 
 

@@ -328,6 +328,16 @@ def test_speculative_config_is_validated_like_pydantic(tmp_path, spec, config, e
         assert text in r.stderr
 
 
+@pytest.mark.parametrize("spec", [{"method": "mtp", "num_speculative_tokens": 3},  # below n_predict
+                                  {"method": "dspark", "num_speculative_tokens": 7}])  # dspark: no n_predict rule
+def test_what_vllm_does_not_refuse_for_n_predict_starts(tmp_path, spawn, spec):
+    """vLLM 0.33.0 (config/speculative.py) refuses only k > n_predict with k % n_predict, and never for dspark."""
+    make_model(tmp_path / "hf", config={"n_predict": 5})
+    p = spawn(serve_args(free_port(), "--speculative-config", json.dumps(spec)), hermetic_env(tmp_path / "hf"))
+    line = p.wait_for(r"Initializing a V1 LLM engine")[0]
+    assert f"num_spec_tokens={spec['num_speculative_tokens']}" in line
+
+
 def test_divisible_speculative_tokens_are_accepted(tmp_path, spawn):
     make_model(tmp_path / "hf", config={"n_predict": 5})
     p = spawn(serve_args(free_port(), "--speculative-config", '{"num_speculative_tokens":10}'),

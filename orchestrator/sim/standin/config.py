@@ -90,7 +90,8 @@ def resolve_model_dir(model: str, revision: str | None, env) -> str:
 
 
 def validate_speculative(raw, hf: dict) -> dict | None:
-    """SpeculativeConfig is a pydantic dataclass with extra='forbid'; MTP needs k % n_predict == 0."""
+    """SpeculativeConfig is a pydantic dataclass with extra='forbid'; beyond n_predict, k must be a multiple
+    of it (any method but dspark, whose width is its own)."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -112,7 +113,7 @@ def validate_speculative(raw, hf: dict) -> dict | None:
                 "", "Value error, num_speculative_tokens must be provided with speculative model",
                 "value_error", raw)])
         k = n_predict
-    if n_predict and k % n_predict:
+    if raw.get("method") != "dspark" and n_predict and k > n_predict and k % n_predict:  # vLLM 0.33.0's rule
         raise pydantic_error("SpeculativeConfig", [(
             "", f"Value error, num_speculative_tokens:{k} must be divisible by n_predict={n_predict}",
             "value_error", raw)])
