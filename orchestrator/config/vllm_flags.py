@@ -14,11 +14,16 @@ import argparse
 import json
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from ..vllm_table import options_table as _table
 from .flag_table import BUNDLED, REFRESH, FlagTable, table_for
 from .hints import closest, fixed, yaml_line
 from ..vllm_table.argtypes import DEFAULTS, resolve, takes_json, top_level_keys
+
+if TYPE_CHECKING:  # recipe.py imports this module for its problems
+    from .recipe import Recipe
+    from .source import ConfigIssue, Document
 
 VLLM_VERSION: str = _table.VERSION
 
@@ -225,8 +230,8 @@ def typed_problems(vllm: object, owned: dict[str, str], table: FlagTable = BUNDL
     return found
 
 
-def flag_issues(recipe, doc) -> list:
+def flag_issues(recipe: Recipe, doc: Document) -> list[ConfigIssue]:
     """`vllm.extra` checked against the recipe's table (the pinned image's when cached), as file:line
     issues: `validate`, `render` and `up` all call this, so a flag gets one verdict, before any node is
-    contacted. `recipe`: a Recipe; `doc`: its Document."""
+    contacted."""
     return [doc.issue(loc, msg) for loc, msg in extra_problems(dict(recipe.vllm.extra), table_for(recipe.image.id))]
