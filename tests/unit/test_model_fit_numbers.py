@@ -127,6 +127,23 @@ def test_a_layout_model_fit_does_not_know_is_cannot_judge_never_another_dtypes_n
                for c in v.cells.values())
 
 
+@pytest.mark.parametrize("kv", ["auto", "fp8", "fp8_ds_mla", "nvfp4_ds_mla", "fp8_per_token_head",
+                                "int4_per_token_head", "nvfp4", "bfloat16"])
+def test_the_stand_in_lays_out_each_dtype_as_model_fit_does(kv):
+    """Two codes from the same vLLM source: the stand-in's KV line and model-fit's prediction agree."""
+    import argparse
+
+    from orchestrator.sim.standin import derived
+
+    args = argparse.Namespace(kv_cache_dtype=kv, tensor_parallel_size=2, pipeline_parallel_size=1)
+    for config in (DEEPSEEK_CONFIG, QWEN_CONFIG):
+        try:
+            expected = mf.kv_shape(config, 2, kv, draft=True).bytes_per_token
+        except UnknownLayout:
+            continue  # a dtype this attention does not take
+        assert derived.kv_bytes_per_token(args, config, draft=True) == expected, (kv, config["model_type"])
+
+
 def test_qwen_recipe_by_hand(tmp_path):
     dep = shipped(tmp_path, "qwen38-flash-next-mtp")
     f = mf.fit(QWEN_HEADERS, QWEN_CONFIG, SPARK_TOTAL, checks_fit.settings(dep))
