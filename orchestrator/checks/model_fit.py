@@ -18,6 +18,9 @@ import re
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
+from . import kv_layout
+from .kv_layout import Layout
+
 GIB = 1 << 30
 
 # Estimates of what vLLM's profiling run measures (the weights are not estimated).
@@ -67,29 +70,18 @@ def _need(cfg: dict, *keys: str) -> int:
     return value
 
 
-def dtype_bytes(kv_cache_dtype: str | None, cfg: dict) -> int:
-    """fp8* caches store one byte; `auto` stores the model's dtype (float32 four, otherwise two)."""
-    if kv_cache_dtype and kv_cache_dtype.startswith("fp8"):
-        return 1
-    if kv_cache_dtype in (None, "auto"):
-        model = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-        return 4 if model in ("float32", "float") else 2
-    return 2  # bfloat16 / float16
-
-
 @dataclass(frozen=True)
 class KvShape:
     kind: KvKind
     layers: int  # layers that hold a per-token cache (target + draft)
-    values: int  # cached values per token per layer on one rank
-    dtype: int  # bytes per value
+    per_layer: Layout  # one token in one layer on one rank, as vLLM lays out the dtype (checks/kv_layout.py)
 
     @property
     def bytes_per_token(self) -> int:
-        return self.layers * self.values * self.dtype
+        return self.layers * self.per_layer.bytes
 
     def formula(self) -> str:
-        return f"{self.layers} layers x {self.values} values x {self.dtype} B"
+        return f"{self.layers} layers x {self.per_layer.how}"
 
 
 def attention_layers(cfg: dict) -> tuple[int, bool]:
@@ -113,18 +105,20 @@ def draft_layers(cfg: dict) -> int:
 
 
 def kv_shape(config: dict, tp: int, kv_cache_dtype: str | None, draft: bool) -> KvShape:
-    """What one token costs in one rank's KV cache, as vLLM lays it out for this architecture."""
+    """What one token costs in one rank's KV cache, as vLLM lays it out for this architecture and dtype
+    (UnknownLayout: a dtype whose layout model-fit does not know)."""
     cfg = text_config(config)
     layers, hybrid = attention_layers(cfg)
     layers += draft_layers(cfg) if draft else 0
-    size = dtype_bytes(kv_cache_dtype, cfg)
     if _int(cfg, "kv_lora_rank"):  # DeepSeek MLA: the latent and the rope key, not split by TP
-        return KvShape(KvKind.MLA, layers, _need(cfg, "kv_lora_rank") + (_int(cfg, "qk_rope_head_dim") or 0), size)
+        rope = _int(cfg, "qk_rope_head_dim") or 0
+        return KvShape(KvKind.MLA, layers, kv_layout.mla(kv_cache_dtype, cfg, _need(cfg, "kv_lora_rank"), rope))
     heads = _need(cfg, "num_attention_heads", "n_heads")
     kv_heads = _int(cfg, "num_key_value_heads", "num_kv_heads") or heads
     head_dim = _int(cfg, "head_dim") or _need(cfg, "hidden_size") // heads
     per_rank = max(1, kv_heads // tp)  # fewer KV heads than ranks: vLLM replicates one per rank
-    return KvShape(KvKind.HYBRID if hybrid else KvKind.ATTENTION, layers, 2 * per_rank * head_dim, size)
+    return KvShape(KvKind.HYBRID if hybrid else KvKind.ATTENTION, layers,
+                   kv_layout.attention(kv_cache_dtype, cfg, per_rank, head_dim))
 
 
 def _extent(name: str, entry: dict) -> int:

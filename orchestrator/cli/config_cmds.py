@@ -13,7 +13,7 @@ from ..config.hints import suggest
 from ..config.load import load_deployment
 from ..config.local_checks import local_problems
 from ..config.source import ConfigError
-from ..config.vllm_flags import extra_problems
+from ..config.vllm_flags import flag_issues
 from .common import BadInput, ClusterOpt, InventoryOpt, JsonOpt, NodeOpt, RecipeArg, emit_json, err, exit_codes, out
 
 
@@ -29,7 +29,7 @@ def validate(recipe: RecipeArg, inventory: InventoryOpt = None, cluster: Cluster
     with exit_codes(as_json):
         dep = load_deployment(recipe, inventory)
         problems = local_problems(dep, os.environ) + acceptance_problems(dep)
-        problems += [dep.recipe_doc.issue(loc, msg) for loc, msg in extra_problems(dict(dep.recipe.vllm.extra))]
+        problems += flag_issues(dep.recipe, dep.recipe_doc)
         if problems:
             raise ConfigError(problems)
         unpinned = "image.id is not pinned; `up` will refuse to start an unpinned image"
@@ -58,6 +58,9 @@ def render(
 
     with exit_codes(as_json):
         dep = load_deployment(recipe, inventory)
+        problems = flag_issues(dep.recipe, dep.recipe_doc)  # the verdict validate and up give
+        if problems:
+            raise ConfigError(problems)
         full = build_plan(dep, PREVIEW_RUN)
         plan = list(full.ranks)
         if node is not None:

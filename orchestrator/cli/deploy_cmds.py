@@ -75,7 +75,9 @@ def up(
     no_accept: Annotated[bool, typer.Option("--no-accept", help="Skip the acceptance checks after readiness "
                                                                 "(docs/acceptance.md).")] = False,
     skip_check: Annotated[Optional[list[str]], typer.Option("--skip-check", help="Leave this preflight check out "
-                                                                               "(repeatable; the rare override).")] = None,
+                                                                               "(repeatable; the rare override; "
+                                                                               "vllm-flags also leaves out the "
+                                                                               "offline flag check).")] = None,
     sync_model: Annotated[bool, typer.Option("--sync-model", help="First copy the model's missing or damaged blobs "
                                              "to the nodes that lack them (what `model pull` does; can be "
                                              "hundreds of GB).")] = False,

@@ -146,7 +146,12 @@ def pair_problems(recipe: Recipe, rdoc: Document, inventory: Inventory, idoc: Do
         other = 29501 if recipe.serve.port != 29501 else 29502
         issues.append(rdoc.issue(("vllm", "master_port"), fixed(f"master port {v.master_port} is also the serve port",
                                                                 f"write another port, e.g. `master_port: {other}`")))
-    if len(inventory.nodes) > 1 and v.distributed_executor_backend == "uni":
+    if len(inventory.nodes) > 1 and v.distributed_executor_backend not in ("mp", "uni", "external_launcher"):
+        issues.append(rdoc.issue(("vllm", "distributed_executor_backend"), fixed(
+            f"{v.distributed_executor_backend!r} across {len(inventory.nodes)} nodes: vLLM refuses it (\"nnodes > 1 "
+            "can only be set when distributed executor backend is mp, uni or external_launcher.\")",
+            "write `distributed_executor_backend: mp`")))
+    elif len(inventory.nodes) > 1 and v.distributed_executor_backend == "uni":
         issues.append(rdoc.issue(("vllm", "distributed_executor_backend"),
                                  fixed("more than one node needs backend mp", "write `distributed_executor_backend: mp`")))
     names = {n.name for n in inventory.nodes}

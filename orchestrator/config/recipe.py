@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
+from .flag_table import BUNDLED
 from .forms import DockerSize, MaxModelLen
 from .acceptance import AcceptanceSettings
 from .hints import fixed, regex_fix
@@ -29,12 +30,6 @@ from .types import (
     Text,
     redact,
 )
-
-MOE_BACKENDS = (
-    "auto", "triton", "batched_triton", "deep_gemm", "cutlass", "flashinfer_trtllm", "flashinfer_cutlass",
-    "flashinfer_cutedsl", "flashinfer_b12x", "b12x", "marlin", "emulation",
-)
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16")
 
 # Flags the tool owns: set from typed fields or from the inventory, never through `vllm.extra`.
 OWNED_FLAGS = {
@@ -135,6 +130,10 @@ class SpeculativeConfig(BaseModel):
         return self
 
 
+def _listed(flag: str, *more: None) -> dict:
+    return {"enum": [*(BUNDLED.accepted(flag) or ()), *more]}
+
+
 class VllmArgs(Model):
     """`vllm serve`'s arguments: the ones the tool reasons about typed, any other under `extra`."""
 
@@ -143,12 +142,19 @@ class VllmArgs(Model):
     pipeline_parallel_size: int = Field(default=1, ge=1, le=64, description="Pipeline stages; x tensor_parallel_size "
                                         "= the inventory's GPUs.")
     master_port: Port = Field(default=29501, description="torch.distributed rendezvous port on the head.")
-    distributed_executor_backend: Literal["mp", "uni", "external_launcher"] = Field(
-        "mp", description="--distributed-executor-backend: mp across nodes; uni only on one node.")
-    moe_backend: Literal[MOE_BACKENDS] | None = Field(  # type: ignore[valid-type]
-        None, description="--moe-backend (unset: vLLM's auto); the log checks can prove which one ran (field note 6).")
-    kv_cache_dtype: Literal[KV_CACHE_DTYPES] | None = Field(  # type: ignore[valid-type]
-        None, description="--kv-cache-dtype (unset: vLLM's auto).")
+    # The fields with a closed set of values take it from vLLM's option table (the pinned image's when
+    # preflight has cached it, else the shipped one): recipe_problems checks them, so no list lives here.
+    # (The JSON schema, an editor's aid, lists the shipped table's values.)
+    distributed_executor_backend: Text = Field(
+        "mp", description="--distributed-executor-backend, one of the values vLLM's table lists: mp across "
+        "nodes (vLLM refuses ray with more than one node); uni only on one node.",
+        json_schema_extra=_listed("distributed-executor-backend"))
+    moe_backend: Text | None = Field(
+        None, description="--moe-backend, one of vLLM's choices (unset: vLLM's auto); the log checks can prove "
+        "which one ran (field note 6).", json_schema_extra=_listed("moe-backend", None))
+    kv_cache_dtype: Text | None = Field(
+        None, description="--kv-cache-dtype, one of the values vLLM's table lists (fp8, fp8_ds_mla, nvfp4_ds_mla, "
+        "...; unset: vLLM's auto).", json_schema_extra=_listed("kv-cache-dtype", None))
     gpu_memory_utilization: float | None = Field(default=None, description="Share of unified memory vLLM takes, "
                                                  "(0, 0.95]: a Spark needs headroom for the OS.")
     max_model_len: MaxModelLen = None
@@ -364,8 +370,12 @@ class Recipe(Model):
 
 
 def recipe_problems(recipe: Recipe) -> list[tuple[tuple, str]]:
-    """Secrets written inline, as (location, message). The value itself is never repeated back."""
-    problems = []
+    """Typed vLLM values outside vLLM's table, and secrets written inline, as (location, message). A
+    secret's value itself is never repeated back."""
+    from .flag_table import table_for
+    from .vllm_flags import typed_problems
+
+    problems = typed_problems(recipe.vllm, OWNED_FLAGS, table_for(recipe.image.id))
     for key, value in recipe.env.items():
         if SECRET_NAME.search(key) or TOKEN_VALUE.match(value):
             problems.append((("env", key), fixed(f"{key} looks like a secret given as a literal value",

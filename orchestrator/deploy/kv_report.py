@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..checks.kv_layout import UnknownLayout
 from ..checks.model_fit import FitError
 from ..preflight.checks_fit import predict
 
@@ -42,7 +43,7 @@ def record(facts: dict, dep, head_lines: list[str]) -> dict | None:
     out: dict = {}
     try:
         fits = predict(facts, dep) if facts else {}
-    except FitError as exc:
+    except (FitError, UnknownLayout) as exc:
         out["predicted_error"] = str(exc)
         fits = {}
     if fits:

@@ -22,7 +22,8 @@ from typing import Callable
 
 from ..config.load import Deployment
 from ..config.local_checks import local_problems
-from ..config.source import ConfigError
+from ..config.source import ConfigError, Document
+from ..config.vllm_flags import flag_issues
 from ..http_api.endpoint import Endpoint
 from ..render.plan import Plan, build_plan
 from ..runner.events import Events, Phase
@@ -111,10 +112,13 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
        connector: Connector | None = None, endpoint_at: Callable[[str, int], Endpoint] = Endpoint) -> UpResult:
     """Every release starts here — `up`, `rollback`, `maintenance end`, `bench --compare`, `demo` — so its
     preconditions hold wherever a release is started: this machine's SSH files and the recipe's secrets
-    (ConfigError, exit 2, before any connection), a pinned image (UnpinnedImage). `connector` and
-    `endpoint_at` make the nodes' connections and the head's API (default: SSH and HTTP)."""
+    (ConfigError, exit 2, before any connection), `vllm.extra` against vLLM's table (the verdict
+    `validate` and `render` give; `--skip-check vllm-flags` leaves it out), a pinned image (UnpinnedImage). `connector` and `endpoint_at` make the
+    nodes' connections and the head's API (default: SSH and HTTP)."""
     recipe = dep.recipe
     problems = local_problems(dep, os.environ) + acceptance_problems(dep)
+    if "vllm-flags" not in opts.skip_checks:  # the one override: the node's own parser is then the judge
+        problems += flag_issues(recipe, dep.recipe_doc or Document(dep.recipe_path, None))
     if problems:
         raise ConfigError(problems)
     if recipe.image.id is None:

@@ -8,6 +8,7 @@ checks/model_fit.py; docs/preflight.md shows the formula.
 
 from __future__ import annotations
 
+from ..checks.kv_layout import UnknownLayout
 from ..checks.model_fit import FitError, Fit, Settings, describe, fit
 from ..checks.safetensors_headers import SCRIPT, HeaderError, Headers, parse
 from ..config.load import Deployment
@@ -97,6 +98,9 @@ def model_fit(seen: Seen, dep: Deployment) -> Verdict:
         mem: MemInfo = facts["meminfo"].value
         try:
             f = fit(headers.headers, headers.config, mem.total, s)
+        except UnknownLayout as exc:  # never a number computed by another dtype's rule
+            cells[node] = Cell(Status.WARN, f"cannot judge the KV cache: {exc}")
+            continue
         except FitError as exc:
             cells[node] = Cell(Status.SKIP, f"cannot size the model: {exc}")
             continue
@@ -104,7 +108,7 @@ def model_fit(seen: Seen, dep: Deployment) -> Verdict:
             cells[node] = Cell(Status.FAIL, describe(f))
             short.append(node)
         elif f.tokens < f.max_model_len:
-            cells[node] = Cell(Status.WARN, f"{describe(f)}: not one full-length request fits")
+            cells[node] = Cell(Status.FAIL, f"{describe(f)}: not one full-length request fits")
             tight.append(node)
         else:
             cells[node] = Cell(Status.OK, describe(f))
@@ -115,7 +119,9 @@ def model_fit(seen: Seen, dep: Deployment) -> Verdict:
                      f"whole load): raise vllm.tensor_parallel_size (now {tp}) over more nodes, pick a smaller "
                      "quantization, or raise vllm.gpu_memory_utilization within the memory-headroom check")
     if tight:
-        fixes.append(f"{', '.join(tight)}: fewer tokens fit than max_model_len (vLLM refuses to start: "
-                     "'To serve at least one request with the models's max seq len ...'): lower "
-                     "vllm.max_model_len, use vllm.kv_cache_dtype fp8, or raise vllm.gpu_memory_utilization")
+        fixes.append(f"{', '.join(tight)}: rule kv-tokens-below-max-model-len: fewer KV tokens fit than "
+                     "max_model_len, so vLLM refuses to start (\"To serve at least one request with the model's "
+                     "max seq len (...), (... GiB KV cache is needed, which is larger than the available KV cache "
+                     "memory\"): lower vllm.max_model_len, use a smaller vllm.kv_cache_dtype (fp8), or raise "
+                     "vllm.gpu_memory_utilization")
     return Verdict("model-fit", Scope.NODE, cells, " | ".join(fixes))

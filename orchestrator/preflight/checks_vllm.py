@@ -26,7 +26,7 @@ from ..checks.model_cache import RESOLVE_SH
 from ..config.load import Deployment
 from ..render.plan import Plan, build_plan
 from .facts import FactInput, Observed, fact
-from .help_parse import Layout, Options, canonical, layout, parse_help
+from .help_parse import Layout, Options, canonical, layout, parse_help, parse_listed
 from .table_agreement import disagreements
 from .registry import Cell, Scope, Status, Verdict, check, missing, worst
 
@@ -87,7 +87,8 @@ def _help_args(given: FactInput) -> list[str]:
     if not _on_head(given):
         return []
     image = given.plan.image_id
-    return [CACHED] if read_cache("vllm-help", image) is not None else [image]
+    cached = read_cache("vllm-help", image)  # one without "listed" (an older spark-deploy's) is read again
+    return [CACHED] if cached is not None and "listed" in cached else [image]
 
 
 @fact("image_help", r'''[ $# -gt 0 ] || { echo '@peer'; exit 0; }
@@ -110,7 +111,7 @@ def parse_image_help(stdout: str) -> dict[str, Any]:
     kind = layout(body)
     if kind is Layout.GROUPS:
         raise ValueError(f"`vllm serve {via}` printed only the list of config groups, no flags")
-    return {"source": Source.FRESH, "via": via, "options": parse_help(body)}
+    return {"source": Source.FRESH, "via": via, "options": parse_help(body), "listed": parse_listed(body)}
 
 
 def rendered_flags(plan: Plan) -> list[tuple[str, str | None]]:
@@ -194,8 +195,9 @@ def vllm_flags(seen: Seen, dep: Deployment) -> Verdict:
         via = f"{cached['via']}, cached"
     else:
         options, via = got["options"], got["via"]
-        write_cache("vllm-help", plan.image_id,
-                    {"via": via, "options": {k: list(v) if v else None for k, v in options.items()}})
+        write_cache("vllm-help", plan.image_id,  # config/flag_table.py reads it for validate, render and up
+                    {"via": via, "options": {k: list(v) if v else None for k, v in options.items()},
+                     "listed": {k: list(v) for k, v in got["listed"].items()}})
     flags = rendered_flags(plan)
     fails, warns = judge_flags(flags, options)
     notes = disagreements(dep.recipe, options)  # why `validate` (the shipped table) answered otherwise
@@ -250,9 +252,12 @@ def speculative_tokens(seen: Seen, dep: Deployment) -> Verdict:
             continue
         cfg = facts["spec_model_config"].value or {}
         n = cfg.get("n_predict") or cfg.get("num_nextn_predict_layers")  # vLLM's own order
-        if not n:
+        if spec.method == "dspark":  # vLLM 0.33.0 (config/speculative.py) checks n_predict for no dspark
+            cells[node] = Cell(Status.OK, f"num_speculative_tokens={k}; dspark drafts its own width (no "
+                                          "n_predict rule)")
+        elif not n:
             cells[node] = Cell(Status.OK, f"num_speculative_tokens={k}; the model sets no n_predict")
-        elif k % n:
+        elif k > n and k % n:  # vLLM's rule: fewer than n_predict is fine (MTP module reuse needs multiples)
             cells[node] = Cell(Status.FAIL, f"num_speculative_tokens={k} is not divisible by n_predict={n}")
             bad[node] = n
         else:
@@ -260,8 +265,9 @@ def speculative_tokens(seen: Seen, dep: Deployment) -> Verdict:
     fix = ""
     if bad:
         n = next(iter(bad.values()))
-        fix = (f"vLLM refuses num_speculative_tokens {k} (not a multiple of the model's n_predict {n}): set "
-               f"vllm.speculative_config.num_speculative_tokens to {n} or {2 * n}")
+        fix = (f"rule spec-tokens-divisible-by-n-predict: vLLM refuses to start (\"num_speculative_tokens:{k} "
+               f"must be divisible by n_predict={n}\"): set vllm.speculative_config.num_speculative_tokens to "
+               f"{n} or {2 * n}")
     return Verdict("speculative-tokens", Scope.NODE, cells, fix)
 
 

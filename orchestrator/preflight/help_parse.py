@@ -17,6 +17,7 @@ parser's own table, tests/data/vllm/options.json, in the unit tests):
 
 from __future__ import annotations
 
+import ast
 import re
 from enum import StrEnum
 
@@ -88,6 +89,22 @@ def parse_help(text: str) -> Options:
     return options
 
 
+def parse_listed(text: str) -> dict[str, tuple[str, ...]]:
+    """Every option whose metavar is a list (`--kv-cache-dtype ['auto', 'fp8']`) -> the values it lists:
+    argparse passes any value, vLLM's config class refuses the others when the engine is built."""
+    listed: dict[str, tuple[str, ...]] = {}
+    for invocation in _invocations(text):
+        for name, argument in _split(invocation):
+            if argument.startswith("[") and argument.endswith("]") and not argument.startswith("[{"):
+                try:
+                    values = ast.literal_eval(argument)
+                except (ValueError, SyntaxError):
+                    continue
+                if isinstance(values, list) and all(isinstance(v, str) for v in values):
+                    listed[name] = tuple(values)
+    return listed
+
+
 def canonical(flag: str, options: Options) -> str:
     """The option string vLLM's FlexibleArgumentParser reads a token as: `--max_model_len=1` ->
     `--max-model-len`, `--compilation-config.mode` -> `--compilation-config`, `-O3` ->
@@ -101,4 +118,4 @@ def canonical(flag: str, options: Options) -> str:
     return key
 
 
-__all__ = ["Layout", "Options", "canonical", "layout", "parse_help"]
+__all__ = ["Layout", "Options", "canonical", "layout", "parse_help", "parse_listed"]

@@ -91,8 +91,8 @@ def test_vllm_checks_healthy_cached_and_failing(pair, rewrites_model, tmp_path):
     assert checks["vllm-flags"]["status"] == "fail" and "unknown flag --max-num-seqz" in value
     assert "--max-num-seqs" in value  # the closest real one
 
-    # a bad choice (--moe-backend cannot be given wrong: vllm.moe_backend is a Literal and vllm.extra
-    # refuses the owned flag; --linear-backend is a choice flag of the same kind)
+    # a bad choice (--moe-backend cannot be given wrong: the recipe checks vllm.moe_backend against vLLM's
+    # table and vllm.extra refuses the owned flag; --linear-backend is a choice flag of the same kind)
     bad = recipe_variant(cluster, tmp_path / "choice.yaml", extra={"linear-backend": "flashinfer_b13x"})
     code, checks, text = preflight(cluster, bad, cache)
     assert code == 1
@@ -106,9 +106,9 @@ def test_vllm_checks_healthy_cached_and_failing(pair, rewrites_model, tmp_path):
         cluster.exec(info.index, ["sh", "-c", REWRITE_CONFIG, "sh", node.hf_cache,
                                   fake_model.CACHE_DIR_NAME, config])
     code, checks, text = preflight(cluster, cluster.recipe_path, cache)
-    assert code == 0 and "n_predict=5" in checks["speculative-tokens"]["per_node"][head]["value"], text
-    bad = recipe_variant(cluster, tmp_path / "spec.yaml",
-                         vllm={"speculative_config": {"method": "dspark", "num_speculative_tokens": 7}})
+    assert code == 0 and "dspark drafts its own width" in checks["speculative-tokens"]["per_node"][head]["value"], text
+    bad = recipe_variant(cluster, tmp_path / "spec.yaml",  # mtp: vLLM 0.33.0 checks n_predict for no dspark
+                         vllm={"speculative_config": {"method": "mtp", "num_speculative_tokens": 7}})
     code, checks, text = preflight(cluster, bad, cache)
     assert code == 1
     spec = checks["speculative-tokens"]

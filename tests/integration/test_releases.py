@@ -74,10 +74,9 @@ def test_a_failed_up_restores_the_serving_release_and_history_says_so(fresh, tmp
     release2_hash = plan_hashes(cluster)
     assert len(release2_hash) == 1
 
-    refused = up(cluster, a3)  # preflight reads the image's own parser: refused before anything is stopped
-    assert refused.returncode == 1 and "vllm-flags" in refused.stderr and "no-such-flag" in refused.stderr
-    assert "nothing was stopped" in refused.stderr, refused.stderr
-    third = up(cluster, a3, "--skip-check", "vllm-flags")  # past preflight: the head's parser refuses it
+    refused = up(cluster, a3)  # vLLM's table refuses the flag, as validate does: before any node is contacted
+    assert refused.returncode == 2 and "vllm.extra.no-such-flag" in refused.stderr, refused.stderr
+    third = up(cluster, a3, "--skip-check", "vllm-flags")  # past every flag check: the head's parser refuses it
     if os.environ.get("SHOW_OUTPUT"):
         print(second.stdout, third.stdout, third.stderr, spark_deploy("history", "-i", cluster.inventory_path).stdout,
               spark_deploy("audit", "-i", cluster.inventory_path).stdout, sep="\n-----\n")
@@ -88,7 +87,7 @@ def test_a_failed_up_restores_the_serving_release_and_history_says_so(fresh, tmp
     assert completion(cluster)
 
     records = history(cluster)
-    assert [r["id"] for r in records] == [3, 2, 1], "a preflight refusal opens no release"
+    assert [r["id"] for r in records] == [3, 2, 1], "a refusal before preflight opens no release"
     by_id = {r["id"]: r for r in records}
     assert by_id[1]["outcome"] == "superseded"
     assert by_id[2]["outcome"] == "serving" and by_id[2]["serving"] is True
@@ -100,7 +99,7 @@ def test_a_failed_up_restores_the_serving_release_and_history_says_so(fresh, tmp
     assert [d["release"] for d in json.loads(status.stdout)["deployments"]] == [2]
     lines = json.loads(spark_deploy("audit", "-i", cluster.inventory_path, "--json").stdout)
     assert [(l["action"], l.get("release"), l["outcome"]) for l in lines] == [
-        ("up", 1, "serving"), ("up", 2, "serving"), ("up", None, "failed"), ("up", 3, "failed")]
+        ("up", 1, "serving"), ("up", 2, "serving"), ("up", 3, "failed")]  # the refusal contacted no node
 
 
 def record_on(cluster, node: int, release: int) -> dict:

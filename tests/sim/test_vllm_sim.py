@@ -328,6 +328,29 @@ def test_speculative_config_is_validated_like_pydantic(tmp_path, spec, config, e
         assert text in r.stderr
 
 
+@pytest.mark.parametrize("spec", [{"method": "mtp", "num_speculative_tokens": 3},  # below n_predict
+                                  {"method": "dspark", "num_speculative_tokens": 7}])  # dspark: no n_predict rule
+def test_what_vllm_does_not_refuse_for_n_predict_starts(tmp_path, spawn, spec):
+    """vLLM 0.33.0 (config/speculative.py) refuses only k > n_predict with k % n_predict, and never for dspark."""
+    make_model(tmp_path / "hf", config={"n_predict": 5})
+    p = spawn(serve_args(free_port(), "--speculative-config", json.dumps(spec)), hermetic_env(tmp_path / "hf"))
+    line = p.wait_for(r"Initializing a V1 LLM engine")[0]
+    assert f"num_spec_tokens={spec['num_speculative_tokens']}" in line
+
+
+@pytest.mark.parametrize("flag, model, field", [("--tokenizer-mode", "ModelConfig", "tokenizer_mode"),
+                                                ("--model-impl", "ModelConfig", "model_impl"),
+                                                ("--kv-cache-dtype", "CacheConfig", "cache_dtype")])
+def test_a_value_outside_a_listed_metavar_is_refused_when_the_config_is_built(env, flag, model, field):
+    """argparse passes it; vLLM's config class (a pydantic Literal) refuses it, as the recipe does."""
+    r = run_once(["serve", "sim/tiny", flag, "bogus"], env)
+    assert r.returncode == 1
+    lines = [line.partition(") ")[2] for line in r.stderr.splitlines()]
+    at = lines.index(f"pydantic_core._pydantic_core.ValidationError: 1 validation error for {model}")
+    assert lines[at + 1] == field and lines[at + 2].startswith("  Input should be ")
+    assert lines[at + 2].endswith("[type=literal_error, input_value='bogus', input_type=str]")
+
+
 def test_divisible_speculative_tokens_are_accepted(tmp_path, spawn):
     make_model(tmp_path / "hf", config={"n_predict": 5})
     p = spawn(serve_args(free_port(), "--speculative-config", '{"num_speculative_tokens":10}'),

@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from ruamel.yaml import YAML
 
 from orchestrator.checks import model_fit as mf
+from orchestrator.checks.kv_layout import UnknownLayout
 from orchestrator.checks.safetensors_headers import Headers
 from orchestrator.preflight import checks_fit
 from orchestrator.preflight.checks_memory import MemInfo
@@ -29,9 +31,10 @@ SPARK_TOTAL = 125519872 * 1024  # 128,532,348,928 B
 GRAPHS_AND_NON_TORCH = 2 * 536_870_912  # 0.5 GiB each
 
 
-def shipped(tmp_path, name: str):
+def shipped(tmp_path, name: str, **vllm):
     data = json.loads(json.dumps(YAML(typ="safe").load((RECIPES / f"{name}.yaml").read_text())))
     data["image"]["id"] = IMAGE_ID
+    data["vllm"].update(vllm)
 
     def edit(r: dict) -> None:
         r.clear()
@@ -77,6 +80,68 @@ def test_deepseek_recipe_by_hand(tmp_path):
     # blocks of 256 tokens x 25,344 B = 6,488,064 B: 4,065 of them
     assert f.tokens == 26_377_917_358 // 6_488_064 * 256 == 1_040_640
     assert f.tokens < f.max_model_len == 1_048_576  # the 1M context the recipe configures does not fit
+
+
+def test_deepseek_recipe_with_the_mla_kv_dtypes_by_hand(tmp_path):
+    """vLLM 0.33.0's ds_mla layouts (mla_attention.py state_content_bytes, flashmla_sparse.py): fp8_ds_mla
+    656 B a token a layer = 512 fp8 NoPE + 4 fp32 scales (16 B) + 64 bf16 RoPE (128 B); nvfp4_ds_mla 352 B
+    = 512 fp4 (256 B) + 64 fp8 RoPE + 32 fp8 scales. Not kv_lora_rank + rope values x 1 B (576 B)."""
+    fp8 = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_CONFIG, SPARK_TOTAL,
+                 checks_fit.settings(shipped(tmp_path, "dspark-0731-b12x", kv_cache_dtype="fp8_ds_mla")))
+    # the budget is the dtype's business only through the bytes a token costs: the same KV memory as fp8
+    assert fp8.kv_memory == 26_377_917_358
+    assert (fp8.kv.kind, fp8.kv.bytes_per_token) == (mf.KvKind.MLA, 44 * (512 + 16 + 128)) == (mf.KvKind.MLA, 28_864)
+    # blocks of 256 tokens x 28,864 B = 7,389,184 B: 3,569 of them
+    assert fp8.tokens == 26_377_917_358 // 7_389_184 * 256 == 913_664 < fp8.max_model_len
+    nvfp4 = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_CONFIG, SPARK_TOTAL,
+                   checks_fit.settings(shipped(tmp_path, "dspark-0731-b12x", kv_cache_dtype="nvfp4_ds_mla")))
+    assert nvfp4.kv.bytes_per_token == 44 * (256 + 64 + 32) == 15_488
+    # blocks of 256 x 15,488 B = 3,964,928 B: 6,652 of them, and the 1M context fits
+    assert nvfp4.tokens == 26_377_917_358 // 3_964_928 * 256 == 1_702_912 > nvfp4.max_model_len == 1_048_576
+    assert "44 layers x 656 B (512 fp8 + 16 B scales + 64 bf16 rope)" in mf.describe(fp8)
+
+
+def test_the_attention_dtypes_laid_out_as_vllm_does(tmp_path):
+    """Qwen3-Next-style: 13 cached layers, 1 KV head per rank, head_dim 256 (triton_attn / flashinfer
+    customize_spec): per-token-head dtypes add one fp32 scale to K and to V; int4 packs two a byte; nvfp4
+    stores head_dim / 2 fp4 bytes + head_dim / 16 fp8 scales for K and for V."""
+    def per_token(kv: str) -> int:
+        return mf.kv_shape(QWEN_CONFIG, 2, kv, draft=True).bytes_per_token
+    assert per_token("fp8_per_token_head") == per_token("int8_per_token_head") == 13 * (2 * 256 + 2 * 4) == 6_760
+    assert per_token("int4_per_token_head") == 13 * (2 * 128 + 2 * 4) == 3_432
+    assert per_token("nvfp4") == per_token("nvfp4_4over6") == 13 * 2 * (128 + 16) == 3_744
+    assert per_token("fp8_e5m2") == per_token("fp8_inc") == 13 * 2 * 256 == 6_656
+    assert per_token("float16") == per_token(None) == 13_312
+
+
+def test_a_layout_model_fit_does_not_know_is_cannot_judge_never_another_dtypes_number(tmp_path):
+    for config, kv in ((QWEN_CONFIG, "turboquant_k8v4"), (QWEN_CONFIG, "fp8_ds_mla"), (DEEPSEEK_CONFIG, "nvfp4"),
+                       ({**DEEPSEEK_CONFIG, "kv_lora_rank": 256}, "fp8_ds_mla")):
+        with pytest.raises(UnknownLayout):
+            mf.kv_shape(config, 2, kv, draft=True)
+    dsk = shipped(tmp_path, "dspark-0731-b12x", kv_cache_dtype="fp8_per_token_head")
+    v = checks_fit.model_fit(seen_for(Headers("spark-1", "/snap", DEEPSEEK_CONFIG, DEEPSEEK_HEADERS, 0),
+                                      {"spark-1": SPARK_TOTAL, "spark-2": SPARK_TOTAL}), dsk)
+    assert v.status is Status.WARN and set(v.cells) == {"spark-1", "spark-2"}
+    assert all(c.value.startswith("cannot judge the KV cache: kv_cache_dtype fp8_per_token_head") and "MLA" in c.value
+               for c in v.cells.values())
+
+
+@pytest.mark.parametrize("kv", ["auto", "fp8", "fp8_ds_mla", "nvfp4_ds_mla", "fp8_per_token_head",
+                                "int4_per_token_head", "nvfp4", "bfloat16"])
+def test_the_stand_in_lays_out_each_dtype_as_model_fit_does(kv):
+    """Two codes from the same vLLM source: the stand-in's KV line and model-fit's prediction agree."""
+    import argparse
+
+    from orchestrator.sim.standin import derived
+
+    args = argparse.Namespace(kv_cache_dtype=kv, tensor_parallel_size=2, pipeline_parallel_size=1)
+    for config in (DEEPSEEK_CONFIG, QWEN_CONFIG):
+        try:
+            expected = mf.kv_shape(config, 2, kv, draft=True).bytes_per_token
+        except UnknownLayout:
+            continue  # a dtype this attention does not take
+        assert derived.kv_bytes_per_token(args, config, draft=True) == expected, (kv, config["model_type"])
 
 
 def test_qwen_recipe_by_hand(tmp_path):
@@ -133,7 +198,7 @@ def test_weights_that_do_not_fit_fail_naming_the_node_and_the_numbers(tmp_path):
     assert "spark-1, spark-2: the weights do not fit" in v.fix and "tensor_parallel_size (now 2)" in v.fix
 
 
-def test_fewer_tokens_than_max_model_len_warn_and_a_smaller_node_alone(tmp_path):
+def test_fewer_tokens_than_max_model_len_fail_naming_the_rule_and_a_smaller_node_alone(tmp_path):
     dep = deployment(tmp_path)
     headers, config = sim_headers()
     # spark-2 with 2 GiB: 0.7 x 2 GiB = 1.4 GiB less 1 GiB of graphs and non-torch memory leaves ~0.4 GiB
@@ -145,12 +210,15 @@ def test_fewer_tokens_than_max_model_len_warn_and_a_smaller_node_alone(tmp_path)
                                           {"spark-1": SPARK_TOTAL, "spark-2": int(1.4 * (1 << 30))}), dep)  # 0.98 GiB < 1 GiB
     assert small.cells["spark-2"].status is Status.FAIL and small.cells["spark-1"].status is Status.OK
     dsk = shipped(tmp_path, "dspark-0731-b12x")
-    warn = checks_fit.model_fit(seen_for(Headers("spark-1", "/snap", DEEPSEEK_CONFIG, DEEPSEEK_HEADERS, 0),
-                                         {"spark-1": SPARK_TOTAL, "spark-2": SPARK_TOTAL}), dsk)
-    assert warn.status is Status.WARN and "1,040,640 tokens" in warn.cells["spark-1"].value
-    assert "max_num_seqs 12 at full length needs 12,582,912: the rest queue" in warn.cells["spark-1"].value
+    short = checks_fit.model_fit(seen_for(Headers("spark-1", "/snap", DEEPSEEK_CONFIG, DEEPSEEK_HEADERS, 0),
+                                          {"spark-1": SPARK_TOTAL, "spark-2": SPARK_TOTAL}), dsk)
+    # vLLM refuses to start when one max_model_len request does not fit: a failure, not a warning
+    assert short.status is Status.FAIL and short.failed_nodes() == ["spark-1", "spark-2"]
+    assert "1,040,640 tokens" in short.cells["spark-1"].value
+    assert "max_num_seqs 12 at full length needs 12,582,912: the rest queue" in short.cells["spark-1"].value
     assert "max_num_seqs 12 at full length needs 49,152: fits" in v.cells["spark-1"].value
-    assert "lower vllm.max_model_len" in warn.fix
+    assert "rule kv-tokens-below-max-model-len" in short.fix and "lower vllm.max_model_len" in short.fix
+    assert "To serve at least one request with the model's max seq len" in short.fix  # vLLM's own words
 
 
 def test_an_unread_head_skips_with_the_reason(tmp_path):

@@ -184,20 +184,22 @@ def test_unpinned_images_are_never_cached(tmp_path):
 
 # --- speculative tokens ---------------------------------------------------------------------------------
 
-def _spec_dep(tmp_path, k: int | None):
+def _spec_dep(tmp_path, k: int | None, method: str = "mtp"):
     def edit(r):
         if k is None:
             r["vllm"].pop("speculative_config")
         else:
-            r["vllm"]["speculative_config"]["num_speculative_tokens"] = k
+            r["vllm"]["speculative_config"].update(num_speculative_tokens=k, method=method)
     return deployment(tmp_path, edit)
 
 
-@pytest.mark.parametrize(("k", "config", "status"), [
-    (7, {"n_predict": 5}, Status.FAIL), (10, {"n_predict": 5}, Status.OK),
-    (3, {"num_nextn_predict_layers": 2}, Status.FAIL), (5, {}, Status.OK)])
-def test_speculative_tokens(tmp_path, k, config, status):
-    dep = _spec_dep(tmp_path, k)
+@pytest.mark.parametrize(("k", "config", "status", "method"), [
+    (7, {"n_predict": 5}, Status.FAIL, "mtp"), (10, {"n_predict": 5}, Status.OK, "mtp"),
+    (3, {"num_nextn_predict_layers": 2}, Status.FAIL, "mtp"), (5, {}, Status.OK, "mtp"),
+    # vLLM 0.33.0 (config/speculative.py): fewer than n_predict is accepted, and dspark is never checked
+    (3, {"n_predict": 5}, Status.OK, "mtp"), (7, {"n_predict": 5}, Status.OK, "dspark")])
+def test_speculative_tokens(tmp_path, k, config, status, method):
+    dep = _spec_dep(tmp_path, k, method)
     value = cv.parse_spec_model_config(json.dumps({"model_type": "x", **config}))
     verdict = cv.speculative_tokens({"spark-1": {"spec_model_config": Observed(value=value)},
                                      "spark-2": {"spec_model_config": Observed(value=value)}}, dep)
@@ -205,6 +207,8 @@ def test_speculative_tokens(tmp_path, k, config, status):
     if status is Status.FAIL:
         assert f"num_speculative_tokens={k} is not divisible by n_predict=" in verdict.cells["spark-2"].value
         assert "speculative_config.num_speculative_tokens" in verdict.fix
+        assert "rule spec-tokens-divisible-by-n-predict" in verdict.fix
+        assert f"num_speculative_tokens:{k} must be divisible by n_predict=" in verdict.fix  # vLLM's words
 
 
 def test_speculative_tokens_skip_without_a_speculative_config(tmp_path):
@@ -316,7 +320,9 @@ def test_image_help_script_on_a_peer_and_when_cached_runs_nothing(tmp_path, fake
     dep = deployment(tmp_path)
     peer = run_facts(["image_help"], FactInput(dep.inventory.node("spark-2"), dep, build_plan(dep)))
     assert peer["image_help"].value == {"source": cv.Source.PEER}
-    cv.write_cache("vllm-help", IMAGE_ID, {"via": "--help=all", "options": {}})
+    cv.write_cache("vllm-help", IMAGE_ID, {"via": "--help=all", "options": {}})  # an older spark-deploy's:
+    assert cv._help_args(FactInput(dep.inventory.node("spark-1"), dep, build_plan(dep))) == [IMAGE_ID]  # read again
+    cv.write_cache("vllm-help", IMAGE_ID, {"via": "--help=all", "options": {}, "listed": {}})
     head = run_facts(["image_help"], FactInput(dep.inventory.node("spark-1"), dep, build_plan(dep)))
     assert head["image_help"].value == {"source": cv.Source.CACHED}
     assert not fake_docker.exists()

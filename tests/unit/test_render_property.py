@@ -31,7 +31,10 @@ from typer.testing import CliRunner
 
 from orchestrator.cli.main import app
 from orchestrator.config.load import load_deployment
+from orchestrator.config.flag_table import BUNDLED
 from orchestrator.config.source import ConfigError
+from orchestrator.config.vllm_flags import flag_issues
+from orchestrator.preflight.checks_vllm import write_cache
 from orchestrator.render.plan import render_plan
 
 BASE_RECIPE = {
@@ -396,19 +399,38 @@ def test_the_harness_sees_a_printed_command_that_is_not_the_argv(tmp_path, monke
         harness.check(SLOTS_BY_NAME["env.<value>"], "a b")
 
 
+CLI_IMAGE = "sha256:" + "c0ffee00" * 8  # its cached parser knows the sentinel flags (--zq-flag, --zq-switch)
+
+
+@pytest.fixture
+def image_knows_the_sentinel_flags(tmp_path, monkeypatch):
+    """render checks vllm.extra against the pinned image's cached parser: one that has vLLM 0.33.0's
+    options and the sentinel flags, so the flags' values reach the argv."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    options = {name: list(BUNDLED.values[name]) if name in BUNDLED.values else None for name in BUNDLED.names}
+    options.update({"--zq-flag": None, "--zq-switch": None, "--no-zq-switch": None})
+    write_cache("vllm-help", CLI_IMAGE, {"via": "--help=all", "options": options, "listed": {}})
+
+
 @settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(slot=st.sampled_from(SLOTS), data=st.data())
-def test_through_the_cli_render_json_exits_0_with_the_same_argv_or_2(slot, data, tmp_path):
+def test_through_the_cli_render_json_exits_0_with_the_same_argv_or_2(slot, data, tmp_path,
+                                                                     image_knows_the_sentinel_flags):
     value = data.draw(values_for(slot), label="value")
     assume(value not in slot.avoid)
     recipe, inventory = copy.deepcopy(BASE_RECIPE), copy.deepcopy(BASE_INVENTORY)
+    recipe["image"]["id"] = CLI_IMAGE
     slot.put(recipe, inventory, value)
     rpath, ipath = _write(recipe, tmp_path / "recipe.yaml"), _write(inventory, tmp_path / "inventory.yaml")
     assert _carried(recipe, rpath) and _carried(inventory, ipath)
     result = CliRunner().invoke(app, ["render", str(rpath), "-i", str(ipath), "--json"])
     assert "Traceback" not in result.stdout + result.stderr
     try:
-        plan = render_plan(load_deployment(rpath, ipath))
+        dep = load_deployment(rpath, ipath)
+        problems = flag_issues(dep.recipe, dep.recipe_doc)  # render's verdict on the flags, as validate's
+        if problems:
+            raise ConfigError(problems)
+        plan = render_plan(dep)
     except ConfigError:
         assert result.exit_code == 2  # --json: stdout holds one JSON object, the error's (issue 22)
         error = json.loads(result.stdout)

@@ -31,7 +31,7 @@ def test_a_near_miss_names_the_flag_meant_and_the_version(flag, meant):
     ("block-size", True, "needs a value"),
     ("max-num-seqs", 1.5, "'1.5' is not an integer"),
     ("block-size.x", 1, "dotted keys"),
-    ("frobnicate-widgets", 1, "--help=all"),
+    ("frobnicate-widgets", 1, "--only vllm-flags"),
 ])
 def test_bad_values_say_what_the_option_takes(flag, value, says):
     message = flag_problem(flag, value)

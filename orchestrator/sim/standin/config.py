@@ -46,9 +46,10 @@ def _literal(model: str, field: str, value, allowed) -> None:
 
 def validate_parallel(args: argparse.Namespace) -> None:
     """The multi-node rules of vLLM's ParallelConfig, plus: a Spark has exactly one GPU."""
-    _literal("ParallelConfig", "distributed_executor_backend", args.distributed_executor_backend,
-             metavar_choices("distributed_executor_backend"))
-    _literal("CacheConfig", "cache_dtype", args.kv_cache_dtype, metavar_choices("kv_cache_dtype"))
+    for row in options_table.OPTIONS:  # every option whose metavar lists values (--kv-cache-dtype, ...)
+        if isinstance(row[9], tuple):
+            field = {"kv_cache_dtype": "cache_dtype"}.get(row[2], row[2])
+            _literal(row[3], field, getattr(args, row[2], None), tuple(row[9]))
     if args.nnodes > 1 and args.distributed_executor_backend not in (None, "mp", "uni", "external_launcher"):
         raise SimError("ValueError: nnodes > 1 can only be set when distributed executor backend is "
                        "mp, uni or external_launcher.")
@@ -90,7 +91,8 @@ def resolve_model_dir(model: str, revision: str | None, env) -> str:
 
 
 def validate_speculative(raw, hf: dict) -> dict | None:
-    """SpeculativeConfig is a pydantic dataclass with extra='forbid'; MTP needs k % n_predict == 0."""
+    """SpeculativeConfig is a pydantic dataclass with extra='forbid'; beyond n_predict, k must be a multiple
+    of it (any method but dspark, whose width is its own)."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -112,7 +114,7 @@ def validate_speculative(raw, hf: dict) -> dict | None:
                 "", "Value error, num_speculative_tokens must be provided with speculative model",
                 "value_error", raw)])
         k = n_predict
-    if n_predict and k % n_predict:
+    if raw.get("method") != "dspark" and n_predict and k > n_predict and k % n_predict:  # vLLM 0.33.0's rule
         raise pydantic_error("SpeculativeConfig", [(
             "", f"Value error, num_speculative_tokens:{k} must be divisible by n_predict={n_predict}",
             "value_error", raw)])

@@ -75,17 +75,24 @@ def kv_bytes_per_token(args, hf: dict, draft: bool) -> int:
         layers //= int(cfg["full_attention_interval"])
     if draft:
         layers += int(cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0)
-    if args.kv_cache_dtype.startswith("fp8"):
+    dtype = args.kv_cache_dtype
+    if dtype in ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"):
         size = 1
-    elif args.kv_cache_dtype == "auto" and str(cfg.get("torch_dtype")) == "float32":
+    elif dtype == "auto" and str(cfg.get("torch_dtype")) == "float32":
         size = 4
     else:
         size = 2
-    if cfg.get("kv_lora_rank"):
-        return layers * (int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim") or 0)) * size
+    if cfg.get("kv_lora_rank"):  # vLLM 0.33.0's packed ds_mla rows (mla_attention.py state_content_bytes)
+        packed = {"fp8_ds_mla": 656, "nvfp4_ds_mla": 352}.get(dtype)
+        return layers * (packed or (int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim") or 0)) * size)
     heads = int(cfg.get("num_attention_heads") or 64)
     kv_heads = max(1, int(cfg.get("num_key_value_heads") or heads) // args.tensor_parallel_size)
     head_dim = int(cfg.get("head_dim") or (int(cfg.get("hidden_size") or heads * 64) // heads))
+    if dtype.endswith("_per_token_head"):  # K and V each followed by an fp32 scale (int4: two values a byte)
+        side = head_dim // 2 if dtype.startswith("int4") else head_dim
+        return layers * kv_heads * (2 * side + 8)
+    if dtype.startswith("nvfp4"):  # fp4 data and an fp8 scale per 16 values, for K and for V
+        return 2 * layers * kv_heads * (head_dim // 2 + head_dim // 16)
     return 2 * layers * kv_heads * head_dim * size
 
 
