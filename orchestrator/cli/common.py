@@ -276,7 +276,8 @@ def _mapped(as_json: bool) -> Iterator[None]:
         raise typer.Exit(code) from None
 
 
-_REFUSALS = (("operation.operation", "OperationRefused"), ("releases.lock", "LockError"))
+_REFUSALS = (("operation.operation", "OperationRefused"), ("releases.lock", "LockError"),
+             ("releases.identity", "IdentityMismatch"))
 
 
 def _refused(exc: BaseException) -> bool:

@@ -23,7 +23,7 @@ from typing import Callable
 
 from ..bugs import is_bug, unexpected
 from ..config.inventory import Inventory
-from ..releases import audit, store
+from ..releases import audit, identity, store
 from ..releases.guard import report_takeover
 from ..releases.lock import DeployLock, lock_path
 from ..runner.events import Events
@@ -194,6 +194,9 @@ class Operation:
             raise OperationRefused(f"{self.action} needs {needs}: {why}; nothing was changed", missing)
         for node, why in self.unreachable.items():
             self.events.warn(f"unreachable, left as it is: {why}", node)
+        # which cluster the nodes say they are (refused when they say two), before any lock or state is read;
+        # a command that will change the cluster gives it an identity when its head holds none
+        identity.resolve(self.cluster, self.inventory, self.alive, write=self.locking is not Locking.NONE)
 
     def _take_lock(self) -> None:
         reused = held_lock(self.inventory)
