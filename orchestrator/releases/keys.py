@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from ..config.inventory import Inventory
 
-# The id each head answered with in this process, by (address, SSH port, state_dir); refreshed at every open.
-_RESOLVED: dict[tuple[str, int, str], str] = {}
+# The id each head answered with in this process, by the head (address, SSH port, state_dir) and what the
+# inventory calls the cluster; refreshed at every open.
+_RESOLVED: dict[tuple, str] = {}
 
 
-def head_key(inventory: Inventory) -> tuple[str, int, str]:
+def head_key(inventory: Inventory) -> tuple:
     head = inventory.node(inventory.head)
-    return head.address, (head.ssh.port if head.ssh and head.ssh.port else inventory.ssh.port), head.state_dir
+    port = head.ssh.port if head.ssh and head.ssh.port else inventory.ssh.port
+    return head.address, port, head.state_dir, inventory.cluster, inventory.cluster_id
 
 
 def cluster_key(inventory: Inventory) -> str:
