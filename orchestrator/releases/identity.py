@@ -18,6 +18,7 @@ import json
 import posixpath
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from ..config.inventory import Inventory
@@ -70,69 +71,89 @@ def identity_path(inventory: Inventory, node: str) -> str:
     return posixpath.join(inventory.node(node).state_dir, FILE)
 
 
-def new_identity(inventory: Inventory) -> Identity:
-    return Identity(inventory.key, secrets.token_hex(8), inventory.cluster, time.time())
+@dataclass(frozen=True)
+class Asker:
+    """Who asks the nodes, in the words of the messages: the head's name, what the inventory (or setup's
+    --cluster) calls the cluster and its `cluster_id`, where each node keeps the file, and how to run one
+    call on several connections at once (Cluster.each, or setup's on_all)."""
+
+    head: str
+    name: str
+    declared: str | None
+    path: Callable[[str], str]
+    each: Callable[[Callable[[NodeConnection], object], list[NodeConnection]], dict]
+
+    @classmethod
+    def of(cls, cluster: Cluster, inventory: Inventory) -> "Asker":
+        return cls(inventory.head, inventory.cluster, inventory.cluster_id,
+                   lambda node: identity_path(inventory, node), lambda fn, conns: cluster.each(fn, conns))
 
 
-def read(cluster: Cluster, inventory: Inventory, conns: list[NodeConnection]) -> dict[str, Identity | None]:
+def read(asker: Asker, conns: list[NodeConnection]) -> dict[str, Identity | None]:
     """What each of `conns` holds (None: nothing yet). A file that is not an identity is refused by name."""
-    said = cluster.each(lambda c: c.run_script(_READ, identity_path(inventory, c.name), timeout=30, check=True),
-                        conns)
+    said = asker.each(lambda c: c.run_script(_READ, asker.path(c.name), timeout=30, check=True), conns)
     held: dict[str, Identity | None] = {}
     for node, result in said.items():
         text = result.stdout.strip()
         held[node] = Identity.parse(text) if text else None
         if text and held[node] is None:
-            raise IdentityMismatch(f"{node}: {identity_path(inventory, node)} is not a cluster identity "
-                                   "spark-deploy wrote (damaged?): move it aside if this node belongs to this "
-                                   "cluster", [node])
+            raise IdentityMismatch(f"{node}: {asker.path(node)} is not a cluster identity spark-deploy wrote "
+                                   "(damaged?): move it aside if this node belongs to this cluster", [node])
     return held
 
 
-def _judge(inventory: Inventory, held: dict[str, Identity | None], head: Identity | None) -> None:
-    declared, head_name = inventory.cluster_id, inventory.head
-    if head is not None and declared is not None and head.id != declared:
-        raise IdentityMismatch(f"the inventory says cluster_id {declared!r} but its head {head_name} belongs to "
-                               f"cluster {head}: this inventory names another cluster's head (fix "
-                               f"`cluster_id:` or `head:`)", [head_name])
-    ours = head.id if head is not None else (declared or inventory.cluster)
+def _judge(asker: Asker, held: dict[str, Identity | None], head: Identity | None) -> None:
+    if head is not None and asker.declared is not None and head.id != asker.declared:
+        raise IdentityMismatch(f"the inventory says cluster_id {asker.declared!r} but its head {asker.head} "
+                               f"belongs to cluster {head}: this inventory names another cluster's head (fix "
+                               "`cluster_id:` or `head:`)", [asker.head])
+    ours = head.id if head is not None else (asker.declared or asker.name)
     for node, other in held.items():
-        if node == head_name or other is None:
+        if node == asker.head or other is None:
             continue
         if other.id != ours or (head is not None and other.token != head.token):
-            whose = f"the head {head_name} to cluster {head}" if head is not None else \
+            whose = f"the head {asker.head} to cluster {head}" if head is not None else \
                 f"this inventory to cluster {ours!r}"
             raise IdentityMismatch(f"{node} belongs to cluster {other}, {whose}: one inventory names nodes of "
                                    f"two clusters (if {node} was moved here on purpose, remove its "
-                                   f"{identity_path(inventory, node)})", [node])
+                                   f"{asker.path(node)})", [node])
+
+
+def claim(asker: Asker, conns: list[NodeConnection], *,
+          write: bool) -> tuple[Identity | None, dict[str, Identity | None]]:
+    """Read what the answering nodes hold and refuse a mixture; with `write` (a command that will change the
+    cluster, or setup) give the head, then every node that holds none, the cluster's identity. The head's
+    identity (None: it holds none, and was not written or did not answer) and what every node held."""
+    held = read(asker, conns)
+    head = held.get(asker.head)
+    _judge(asker, held, head)
+    if not write or asker.head not in held:
+        return head, held
+    if head is None:
+        conn = next(c for c in conns if c.name == asker.head)
+        mine = Identity(asker.declared or asker.name, secrets.token_hex(8), asker.name, time.time())
+        lines = conn.run_script(_CREATE, asker.path(conn.name), mine.to_text(), timeout=30,
+                                check=True).stdout.splitlines()
+        if lines[:1] == ["HELD"]:  # another command's first use won: its identity is the cluster's
+            head = Identity.parse("\n".join(lines[1:]))
+        elif lines[:1] == ["WRITTEN"]:
+            head = mine
+        if head is None:  # UNWRITABLE: the lock, taken next, says so with the fix
+            return None, held
+        held[asker.head] = head
+        _judge(asker, held, head)
+    missing = [c for c in conns if held.get(c.name) is None]
+    if missing:
+        asker.each(lambda c: c.run_script(_CREATE, asker.path(c.name), head.to_text(), timeout=30, check=True),
+                   missing)
+    return head, held
 
 
 def resolve(cluster: Cluster, inventory: Inventory, conns: list[NodeConnection], *, write: bool) -> str:
-    """Read what the answering nodes hold, refuse a mixture, and (`write`: a command that will change the
-    cluster) give the head and every node that holds none this cluster's identity. Returns the id."""
-    held = read(cluster, inventory, conns)
-    head = held.get(inventory.head)
-    _judge(inventory, held, head)
-    if write and inventory.head in held:
-        if head is None:
-            conn = next(c for c in conns if c.name == inventory.head)
-            mine = new_identity(inventory) if inventory.cluster_id is None else \
-                Identity(inventory.cluster_id, secrets.token_hex(8), inventory.cluster, time.time())
-            lines = conn.run_script(_CREATE, identity_path(inventory, conn.name), mine.to_text(), timeout=30,
-                                    check=True).stdout.splitlines()
-            if lines[:1] == ["HELD"]:  # another command's first use won: its identity is the cluster's
-                head = Identity.parse("\n".join(lines[1:]))
-            elif lines[:1] == ["WRITTEN"]:
-                head = mine
-            # UNWRITABLE: the lock, taken next, says so with the fix
-            if head is not None:
-                held[inventory.head] = head
-                _judge(inventory, held, head)
-        missing = [c for c in conns if held.get(c.name) is None and c.name != inventory.head]
-        if head is not None and missing:
-            cluster.each(lambda c: c.run_script(_CREATE, identity_path(inventory, c.name), head.to_text(),
-                                                timeout=30, check=True), missing)
-    key = head.id if head is not None else next(
-        (i.id for i in held.values() if i is not None), inventory.key)
+    """claim() for an inventory's open cluster; the id its state is keyed by from now on in this process
+    (the head's; with the head silent, what the others hold; else the inventory's own)."""
+    asker = Asker.of(cluster, inventory)
+    head, held = claim(asker, conns, write=write)
+    key = head.id if head is not None else next((i.id for i in held.values() if i is not None), inventory.key)
     remember(inventory, key)
     return key
