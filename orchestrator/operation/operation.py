@@ -5,7 +5,9 @@
         op.done(Outcome.OK, "kept releases 3, 2", release=3, nodes={"spark-2": "unreachable"})
 
 - **open** under an explicit reachability policy (`Reach`): refused before anything is read or locked when
-  the nodes the command needs do not answer, naming each and why;
+  the nodes the command needs do not answer, naming each and why; then the cluster's identity, as the
+  nodes hold it (releases/identity.py: what the lock and the state are keyed by; nodes of two clusters
+  refused, naming both; a locking command gives a head that holds none its identity);
 - **lock**: the deploy lock on the head, re-entrant for this process (a command that runs another inside
   it — `maintenance end` bringing a release back — holds it once; the inner one reuses it); a stale lock
   is taken over loudly; a lost lock cancels the operation's connections (releases/lock.py);
