@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -36,6 +37,8 @@ tmp="$1.new-$$"
 if ln -- "$tmp" "$1" 2>/dev/null; then rm -f -- "$tmp"; echo WRITTEN; exit 0; fi
 rm -f -- "$tmp"; echo HELD; cat -- "$1"'''
 _READ = '[ -f "$1" ] && cat -- "$1"; true'  # "$1" the identity file: its text, or nothing
+_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")  # an inventory's `cluster:` name: it becomes a path and a label
+
 
 @dataclass(frozen=True)
 class Identity:
@@ -51,9 +54,10 @@ class Identity:
     def parse(cls, text: str) -> "Identity | None":
         try:
             data = json.loads(text)
-            return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+            found = cls(**{k: data[k] for k in cls.__dataclass_fields__})
         except (ValueError, TypeError, KeyError):
             return None
+        return found if isinstance(found.id, str) and _ID.fullmatch(found.id) else None
 
     def __str__(self) -> str:
         return f"{self.id!r} (token {self.token})"

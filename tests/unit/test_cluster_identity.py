@@ -120,3 +120,12 @@ def test_history_from_before_identities_is_adopted_by_the_first_command(mem):
     assert [r.id for r in observe(mem, mem.inventory).releases] == [1]
     lines = mem.node("spark-1").files[f"{mem.inventory.node('spark-1').state_dir}/audit/{mem.cluster}.jsonl"]
     assert [json.loads(l)["detail"] for l in lines.splitlines()][-1] == "first run under identities"
+
+
+def test_a_damaged_identity_is_refused_by_node_and_path_and_never_becomes_a_path(mem):
+    path = identity_path(mem.inventory, "spark-2")
+    assert Identity.parse(json.dumps({"id": "../etc", "token": "t", "name": "x", "created_at": 0})) is None
+    mem.node("spark-2").files[path] = '{"id": "../etc", "token": "t", "name": "x", "created_at": 0}'
+    with pytest.raises(IdentityMismatch) as caught:
+        observe(mem, mem.inventory)
+    assert f"spark-2: {path} is not a cluster identity" in str(caught.value)
