@@ -160,7 +160,9 @@ def _replaced_release(history: store.History, ctx: UpContext) -> Release | None:
 
 
 def inventory_digest(dep) -> str:
-    canonical = json.dumps(dep.inventory.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    unset = {"cluster_id"} if dep.inventory.cluster_id is None else set()  # as before cluster_id existed
+    canonical = json.dumps(dep.inventory.model_dump(mode="json", exclude=unset), sort_keys=True,
+                           separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
