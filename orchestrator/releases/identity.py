@@ -112,12 +112,20 @@ def _judge(asker: Asker, held: dict[str, Identity | None], head: Identity | None
                                f"belongs to cluster {head}: this inventory names another cluster's head (fix "
                                "`cluster_id:` or `head:`)", [asker.head])
     ours = head.id if head is not None else (asker.declared or asker.name)
+    first: tuple[str, Identity] | None = None  # with no head's to compare with: the first peer's
     for node, other in held.items():
         if node == asker.head or other is None:
             continue
-        if other.id != ours or (head is not None and other.token != head.token):
-            whose = f"the head {asker.head} to cluster {head}" if head is not None else \
-                f"this inventory to cluster {ours!r}"
+        if head is None and first is None:
+            first = (node, other)
+        token = head.token if head is not None else first[1].token
+        if other.id != ours or other.token != token:
+            if head is not None:
+                whose = f"the head {asker.head} to cluster {head}"
+            elif other.id == ours:  # the same name, another token: two clusters called alike
+                whose = f"{first[0]} to cluster {first[1]}"
+            else:
+                whose = f"this inventory to cluster {ours!r}"
             raise IdentityMismatch(f"{node} belongs to cluster {other}, {whose}: one inventory names nodes of "
                                    f"two clusters (if {node} was moved here on purpose, remove its "
                                    f"{asker.path(node)})", [node])
@@ -135,7 +143,9 @@ def claim(asker: Asker, conns: list[NodeConnection], *,
         return head, held
     if head is None:
         conn = next(c for c in conns if c.name == asker.head)
-        mine = Identity(asker.declared or asker.name, secrets.token_hex(8), asker.name, time.time())
+        # a head that lost its identity (a wiped state dir, a replaced machine) takes back its peers'
+        mine = next((i for i in held.values() if i is not None), None) or \
+            Identity(asker.declared or asker.name, secrets.token_hex(8), asker.name, time.time())
         lines = conn.run_script(_CREATE, asker.path(conn.name), mine.to_text(), timeout=30,
                                 check=True).stdout.splitlines()
         if lines[:1] == ["HELD"]:  # another command's first use won: its identity is the cluster's

@@ -129,3 +129,12 @@ def test_a_damaged_identity_is_refused_by_node_and_path_and_never_becomes_a_path
     with pytest.raises(IdentityMismatch) as caught:
         observe(mem, mem.inventory)
     assert f"spark-2: {path} is not a cluster identity" in str(caught.value)
+
+
+def test_a_head_that_lost_its_identity_takes_its_peers_back(mem):
+    mem.up()
+    kept = held(mem, "spark-2")
+    mem.node("spark-1").files.pop(identity_path(mem.inventory, "spark-1"))  # a wiped state dir on the head
+    with operate(mem, mem.inventory) as op:
+        op.done("ok", "after the wipe")
+    assert held(mem, "spark-1") == kept
