@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
@@ -15,6 +17,8 @@ from rich.console import Console
 from typer._click.core import ParameterSource
 
 from ..config.source import ConfigError
+from ..interrupts import (first_interrupt, forget_interrupts, interrupt_reason, remember_interrupt,
+                           signals_interrupt)
 from . import user_config
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -194,42 +198,86 @@ def exit_codes(as_json: bool = False) -> Iterator[None]:
     """Map the tool's exceptions to exit codes; a traceback is never the message a user gets unless they
     ask (--debug). An exception the tool did not expect is a bug: named, exit 1, its traceback on --debug.
     With --json, a command that ends in an error before writing its JSON writes
-    {"ok": false, "exit_code": N, "errors": [...]} so stdout is always one JSON object."""
+    {"ok": false, "exit_code": N, "errors": [...]} so stdout is always one JSON object.
+    A command that a SIGINT or SIGTERM reached exits 130 or 143 (128 + the signal), whatever it made of the
+    interrupt (a failure after its undo, a quiet stop), so a script can tell "stopped" from "failed"."""
+    _JSON.update(emitted=False, stream_ended_failed=False)
+    forget_interrupts()
+    with _interrupts_remembered():
+        with _mapped(as_json):
+            yield
+        code = _interrupted_code(EXIT_OK)
+        if code:  # it stopped quietly (`logs -f`) or finished, but a signal reached it
+            raise typer.Exit(code)
+
+
+@contextmanager
+def _interrupts_remembered() -> Iterator[None]:
+    """SIGINT and SIGTERM still at Python's defaults raise Interrupted and are remembered (transport/cancel.py),
+    so SIGTERM unwinds like Ctrl-C. A handler a command set first (`up`'s SIG_IGN) is left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    ours = tuple(sig for sig, default in defaults.items() if signal.getsignal(sig) is default)
+    with signals_interrupt(ours):
+        yield
+
+
+def _interrupted_code(code: int) -> int:
+    """128 + the first signal that reached this command, else `code`."""
+    sig = first_interrupt()
+    return 128 + int(sig) if sig is not None else code
+
+
+@contextmanager
+def _mapped(as_json: bool) -> Iterator[None]:
     from typer.exceptions import Abort, Exit, TyperException
 
     from ..bugs import unexpected
 
-    _JSON.update(emitted=False, stream_ended_failed=False)
     try:
         yield
     except ConfigError as exc:
         _debug(exc)
         for issue in exc.issues:
             err.print(f"[bold red]error[/]: {_escape(str(issue))}")
-        _json_error(as_json, EXIT_BAD_INPUT, [str(i) for i in exc.issues])
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        _json_error(as_json, _interrupted_code(EXIT_BAD_INPUT), [str(i) for i in exc.issues])
+        raise typer.Exit(_interrupted_code(EXIT_BAD_INPUT)) from None
     except BadInput as exc:
         _debug(exc)
         err.print(f"[bold red]error[/]: {_escape(str(exc))}")
-        _json_error(as_json, EXIT_BAD_INPUT, [str(exc)])
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        _json_error(as_json, _interrupted_code(EXIT_BAD_INPUT), [str(exc)])
+        raise typer.Exit(_interrupted_code(EXIT_BAD_INPUT)) from None
     except (Exit, Abort, TyperException) as exc:  # the command line's own ends (typer.Exit is a RuntimeError)
-        code = getattr(exc, "exit_code", EXIT_FAILED)
+        given = getattr(exc, "exit_code", EXIT_FAILED)
+        code = _interrupted_code(given)
         if code:
             _json_error(as_json, code, [f"exit {code}"])
+        if code != given:
+            raise typer.Exit(code) from None
         raise
+    except KeyboardInterrupt as exc:  # an interrupt nothing caught (`watch`): said as one, 128 + its signal
+        name = getattr(exc, "signal_name", "SIGINT")
+        if first_interrupt() is None:  # a KeyboardInterrupt no handler of ours raised
+            remember_interrupt(signal.Signals[name])
+        err.print(interrupt_reason(exc))
+        _json_error(as_json, _interrupted_code(EXIT_FAILED), [interrupt_reason(exc)])
+        raise typer.Exit(_interrupted_code(EXIT_FAILED)) from None
     except Exception as exc:  # noqa: BLE001 - a bug: said as one, never a bare traceback
         _debug(exc)
+        code = _interrupted_code(EXIT_FAILED)
         if isinstance(exc, Failed) or _refused(exc):  # the nodes or the lock said no: nothing was changed
             err.print(f"[bold red]failed[/]: {_escape(str(exc))}")
-            _json_error(as_json, EXIT_FAILED, [str(exc)])
-            raise typer.Exit(EXIT_FAILED) from None
+            _json_error(as_json, code, [str(exc)])
+            raise typer.Exit(code) from None
         err.print(f"[bold red]failed[/]: {_escape(unexpected(exc))}")
-        _json_error(as_json, EXIT_FAILED, [unexpected(exc)])
-        raise typer.Exit(EXIT_FAILED) from None
+        _json_error(as_json, code, [unexpected(exc)])
+        raise typer.Exit(code) from None
 
 
-_REFUSALS = (("operation.operation", "OperationRefused"), ("releases.lock", "LockError"))
+_REFUSALS = (("operation.operation", "OperationRefused"), ("releases.lock", "LockError"),
+             ("releases.identity", "IdentityMismatch"))
 
 
 def _refused(exc: BaseException) -> bool:

@@ -43,7 +43,8 @@ app = typer.Typer(
     name="spark-deploy",
     cls=COMMANDS,
     help="Deploy vLLM across DGX Spark machines with tensor parallelism, and keep the deployment honest.\n\n"
-         "Exit codes: 0 ok, 1 a check or deployment failed, 2 bad input. Every command takes -h and --json.",
+         "Exit codes: 0 ok, 1 a check or deployment failed, 2 bad input, 130 Ctrl-C, 143 SIGTERM. Every command "
+         "takes -h and --json.",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,

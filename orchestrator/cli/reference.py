@@ -41,6 +41,8 @@ and the CLI differ. The same text, per command: `spark-deploy COMMAND -h`.
 | 0 | ok |
 | 1 | a check or a deployment failed, a node refused or could not be reached, or a confirmation was not given; the message names node and cause |
 | 2 | bad input: the command line, a file (named with line and key) or the config file |
+| 130 | interrupted by Ctrl-C (SIGINT), after the command undid or stopped what it was doing (`up` and `rollback`: after the automatic restore) |
+| 143 | interrupted by SIGTERM, the same way |
 
 ## Refusals `--force` overrides
 
@@ -125,7 +127,7 @@ def _command(path: tuple[str, ...], command) -> str:
     out.append("")
     if examples:
         out += ["```", *(e for e in examples), "```", ""]
-    out += ["Exit codes: 0 ok, 1 failed, 2 bad input.", ""]
+    out += ["Exit codes: 0 ok, 1 failed, 2 bad input, 130 Ctrl-C, 143 SIGTERM.", ""]
     return "\n".join(out)
 
 

@@ -18,6 +18,7 @@ from ..deploy import rollback as rollback_mod
 from ..deploy.up import UpOptions
 from ..operation import AuditAction, Locking, Observation, Operation, OperationRefused, Outcome, Reach
 from ..releases import audit as audit_mod
+from ..releases import identity
 from ..releases import lock as lock_mod
 from ..runner.events import Events
 from ..runner.sinks import TerminalSink
@@ -39,6 +40,11 @@ def _open(inventory: Path):
     if not alive:
         cluster.close()
         raise Failed("no node answers: " + "; ".join(str(e) for e in unreachable.values()))
+    try:
+        identity.resolve(cluster, inv, alive, write=False)  # the audit log is keyed by the head's identity
+    except BaseException:
+        cluster.close()
+        raise
     return inv, cluster, alive, unreachable
 
 

@@ -85,7 +85,12 @@ class Interconnect(Model):
 class Inventory(Model):
     """The machines of one cluster and how to reach them."""
 
-    cluster: Name = Field(description="The cluster's name (records and the audit log carry it).", examples=["lab"])
+    cluster: Name = Field(description="The cluster's name: a label in messages. What the records, the lock, the "
+                          "audit log and the containers are keyed by is the identity the head holds "
+                          "(docs/releases.md).", examples=["lab"])
+    cluster_id: Name | None = Field(None, description="The identity the head holds (`setup` records it): a "
+                                    "command refuses when the head holds another. Unset: the head's, whatever it "
+                                    "is (a head that holds none takes the `cluster:` name).", examples=["lab"])
     head: NodeName = Field(description="The node that runs rank 0 and the API; one of the nodes' names.",
                            examples=["spark-1"])
     interconnect: Interconnect = Field(description="How the nodes talk: the fabric NCCL uses.")
@@ -104,6 +109,11 @@ class Inventory(Model):
             if node.name == name:
                 return node
         raise KeyError(name)
+
+    @property
+    def key(self) -> str:
+        """The identity this inventory expects before its head has said which one it holds."""
+        return self.cluster_id or self.cluster
 
     @property
     def gpu_count(self) -> int:

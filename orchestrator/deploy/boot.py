@@ -29,6 +29,7 @@ from ..preflight.checks_boot import (
     node_boot,
 )
 from ..preflight.facts import FactInput, Observed, gather_node
+from ..releases.keys import cluster_key
 from ..releases.lock import LockError
 from ..releases.record import Release
 from ..render.plan import Plan, build_plan
@@ -136,11 +137,11 @@ def conflicts_for(looked: Looked, plan: Plan, ours_name: str) -> list[Conflict]:
 
 def enable(dep: Deployment, events: Events, *, yes: bool, connector: Connector | None = None) -> EnableResult:
     """Every node must answer (a unit on some ranks only would bring back half a TP group)."""
-    plan = build_plan(dep)
     inventory = dep.inventory
-    name = unit_name(plan.cluster, plan.recipe)
     with Operation(inventory, events, AuditAction.BOOT_ENABLE, reach=Reach.ALL,
                    cluster_factory=partial(Cluster, connector=connector)) as op:
+        plan = build_plan(dep).for_cluster(cluster_key(inventory))
+        name = unit_name(plan.cluster, plan.recipe)
         cluster, conns = op.cluster, op.alive
         looked = look(op)
         if looked.unreachable:
@@ -232,7 +233,7 @@ def units_behind(facts: dict[str, dict[str, Observed]], inventory: Inventory, re
     """Pure: per node, the release our enabled unit for this recipe brings back, where it is not `release`
     (from the boot facts up's preflight gathered; a node whose facts are missing, or has no systemd, says
     nothing)."""
-    name = unit_name(inventory.cluster, recipe)
+    name = unit_name(cluster_key(inventory), recipe)
     behind = {}
     for node, seen in facts.items():
         obs = seen.get("boot_units")
@@ -288,7 +289,7 @@ def disable(inventory: Inventory, recipe: str | None, events: Events, *,
         result = DisableResult()
 
         def one(conn: NodeConnection) -> list[str]:
-            names = our_units(looked.units(conn.name), inventory.cluster, recipe)
+            names = our_units(looked.units(conn.name), cluster_key(inventory), recipe)
             enabled = {u.id: u for u in (looked.units(conn.name) or BootUnits(True)).units}
             for name in names:
                 _remove(conn, name, enabled.get(name), roots[conn.name])
@@ -377,7 +378,7 @@ def status(inventory: Inventory, recipe: str | None) -> StatusReport:
         if n.name not in looked.facts:
             continue
         units = looked.units(n.name)
-        mine = set(our_units(units, inventory.cluster, recipe))
+        mine = set(our_units(units, cluster_key(inventory), recipe))
         enabled = {u.id: u for u in (units.units if units else ())}
         files = []
         for name, state in (units.our_files if units else ()):

@@ -64,8 +64,12 @@ def follow(cluster: Cluster, nodes: list[NodeConnection], recipe: str | None, si
     for conn in nodes:
         for name in containers.get(conn.name, []):
             def run(conn=conn, name=name):
-                conn.stream(_argv(name, since, True, tail),
-                            lambda line: emit(conn.name, _STAMP.sub(r"\2", line, count=1)), stop)
+                try:
+                    conn.stream(_argv(name, since, True, tail),
+                                lambda line: emit(conn.name, _STAMP.sub(r"\2", line, count=1)), stop)
+                except Exception as exc:  # noqa: BLE001 - said as a line, never a thread's traceback
+                    if not stop.is_set():  # once stopping, the connection closed under it is ours
+                        emit(conn.name, f"[spark-deploy: following {name}'s log failed: {exc}]")
             thread = threading.Thread(target=run, daemon=True)
             thread.start()
             threads.append(thread)

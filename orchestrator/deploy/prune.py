@@ -16,6 +16,7 @@ from ..docker_cli.containers import Container, list_containers, remove_container
 from ..docker_cli.disk import disk_usage
 from ..docker_cli.images import inspect_image
 from ..operation import AuditAction, Operation, Outcome, Reach
+from ..releases.keys import cluster_key
 from ..releases.record import Release
 from ..runner.events import Events, Kind
 from ..transport.group import Cluster, Connector, GroupError
@@ -69,7 +70,7 @@ def prune(inventory: Inventory, keep: int, events: Events, *, connector: Connect
         result.unreachable.update({n: why for n, why in state.unread.items() if n not in state.containers})
 
         def one(conn: NodeConnection) -> NodePruned:
-            return _prune_node(conn, to_remove(state.containers[conn.name], kept, inventory.cluster), old_images,
+            return _prune_node(conn, to_remove(state.containers[conn.name], kept, cluster_key(inventory)), old_images,
                                kept_images, events)
 
         try:

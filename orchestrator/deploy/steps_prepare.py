@@ -15,6 +15,7 @@ from ..preflight import look
 from ..checks import basics
 from ..docker_cli import image_sync
 from ..docker_cli.containers import Container, stop_container
+from ..releases import identity
 from ..runner.events import Kind, Phase
 from ..runner.runner import StepFailed
 from ..transport.group import GroupError
@@ -61,6 +62,9 @@ class Connect(NoUndo):
 
     def run(self, ctx: UpContext) -> None:
         ctx.cluster.open()
+        # the identity the head holds keys the lock, the records and the labels (refused when the nodes hold two)
+        ctx.plan = ctx.plan.for_cluster(identity.resolve(ctx.cluster, ctx.dep.inventory, ctx.cluster.nodes,
+                                                         write=True))
         ctx.events.note(f"{len(ctx.plan.ranks)} node(s): " + ", ".join(c.name for c in ctx.cluster.nodes))
 
 

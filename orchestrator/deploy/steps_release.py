@@ -118,7 +118,7 @@ class OpenRelease(NoUndo):
         source = ctx.look.image.source
         now = time.time()
         record = Release(
-            id=history.next_id, cluster=dep.inventory.cluster, recipe=dep.recipe.name,
+            id=history.next_id, cluster=ctx.plan.cluster, recipe=dep.recipe.name,
             recipe_text=Path(dep.recipe_path).read_text(), recipe_digest=plan.recipe_digest,
             inventory_digest=inventory_digest(dep), plan_hash=plan.plan_hash, run_id=plan.run_id,
             container_run=_container_run(ctx), image_id=plan.image_id, image_ref=plan.image_ref,
@@ -164,7 +164,9 @@ def _replaced_release(history: store.History, ctx: UpContext) -> Release | None:
 
 
 def inventory_digest(dep) -> str:
-    canonical = json.dumps(dep.inventory.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    unset = {"cluster_id"} if dep.inventory.cluster_id is None else set()  # as before cluster_id existed
+    canonical = json.dumps(dep.inventory.model_dump(mode="json", exclude=unset), sort_keys=True,
+                           separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 

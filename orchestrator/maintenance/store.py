@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from ..config.inventory import Inventory
+from ..releases.keys import cluster_key
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
 from .baseline import Baseline
@@ -23,7 +24,7 @@ _READ = '[ -f "$1" ] && cat -- "$1" || echo MISSING'
 
 
 def baseline_path(inventory: Inventory, node: str) -> str:
-    return posixpath.join(inventory.node(node).state_dir, "maintenance", f"{inventory.cluster}.json")
+    return posixpath.join(inventory.node(node).state_dir, "maintenance", f"{cluster_key(inventory)}.json")
 
 
 @dataclass

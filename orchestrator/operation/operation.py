@@ -5,7 +5,9 @@
         op.done(Outcome.OK, "kept releases 3, 2", release=3, nodes={"spark-2": "unreachable"})
 
 - **open** under an explicit reachability policy (`Reach`): refused before anything is read or locked when
-  the nodes the command needs do not answer, naming each and why;
+  the nodes the command needs do not answer, naming each and why; then the cluster's identity, as the
+  nodes hold it (releases/identity.py: what the lock and the state are keyed by; nodes of two clusters
+  refused, naming both; a locking command gives a head that holds none its identity);
 - **lock**: the deploy lock on the head, re-entrant for this process (a command that runs another inside
   it — `maintenance end` bringing a release back — holds it once; the inner one reuses it); a stale lock
   is taken over loudly; a lost lock cancels the operation's connections (releases/lock.py);
@@ -23,7 +25,7 @@ from typing import Callable
 
 from ..bugs import is_bug, unexpected
 from ..config.inventory import Inventory
-from ..releases import audit, store
+from ..releases import audit, identity, store
 from ..releases.guard import report_takeover
 from ..releases.lock import DeployLock, lock_path
 from ..runner.events import Events
@@ -194,6 +196,9 @@ class Operation:
             raise OperationRefused(f"{self.action} needs {needs}: {why}; nothing was changed", missing)
         for node, why in self.unreachable.items():
             self.events.warn(f"unreachable, left as it is: {why}", node)
+        # which cluster the nodes say they are (refused when they say two), before any lock or state is read;
+        # a command that will change the cluster gives it an identity when its head holds none
+        identity.resolve(self.cluster, self.inventory, self.alive, write=self.locking is not Locking.NONE)
 
     def _take_lock(self) -> None:
         reused = held_lock(self.inventory)

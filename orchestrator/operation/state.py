@@ -20,6 +20,7 @@ from ..docker_cli.containers import Container, parse_inspect
 from ..maintenance import store as window_store
 from ..maintenance.baseline import Baseline, WindowState
 from ..releases import store as release_store
+from ..releases.keys import cluster_key
 from ..releases.lock import LockDetails, lock_path
 from ..releases.record import Release
 from ..releases.serving import kept_releases, running_of, serving_release
@@ -138,7 +139,7 @@ class ClusterState:
     @property
     def serving(self) -> Release | None:
         """THE answer to "which release serves?" (releases/serving.py holds the rule)."""
-        return serving_release(self.releases, self.containers, self.inventory.cluster)
+        return serving_release(self.releases, self.containers, cluster_key(self.inventory))
 
     @property
     def window(self) -> Baseline | None:

@@ -19,6 +19,7 @@ from enum import StrEnum
 
 from ..config.load import Deployment
 from ..docker_cli.containers import Container, container_of
+from ..releases.keys import cluster_key
 from ..releases.serving import serving_plans
 from ..render.plan import build_plan
 from .facts import Observed, fact
@@ -370,7 +371,7 @@ def serving_from_seen(seen: Seen, cluster: str | None) -> set[str]:
 @check("boot", ("boot_units", "restart_policies"), Scope.NODE, field_note=9, in_up=False)
 def boot(seen: Seen, dep: Deployment) -> Verdict:
     """Not in `up`'s subset: `up` changes what serves, so what came back before it is judged afterwards."""
-    serving = serving_from_seen(seen, dep.inventory.cluster)
+    serving = serving_from_seen(seen, cluster_key(dep.inventory))
     reference = "the serving release"
     if not serving:  # nothing serves: judge against the release this recipe would make
         serving, reference = {build_plan(dep).plan_hash}, f"{dep.recipe.name}'s plan (nothing serves now)"

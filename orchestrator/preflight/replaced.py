@@ -57,8 +57,8 @@ def _filters(cluster: str, recipe: str) -> list[str]:
     return [MANAGED_FILTER, f"label={Label.CLUSTER}={cluster}", f"label={Label.RECIPE}={recipe}", "status=running"]
 
 
-@fact("replaced", _SCRIPT, args=lambda i: [i.dep.inventory.cluster, i.dep.recipe.name], api=engine.Op.INSPECT_LINES,
-      api_args=lambda i: _filters(i.dep.inventory.cluster, i.dep.recipe.name))
+@fact("replaced", _SCRIPT, args=lambda i: [i.plan.cluster, i.dep.recipe.name], api=engine.Op.INSPECT_LINES,
+      api_args=lambda i: _filters(i.plan.cluster, i.dep.recipe.name))
 def parse_replaced(stdout: str) -> list[Replaced]:
     """`docker inspect` lines (name, labels, args as JSON, tab-separated) -> the containers up replaces."""
     out = []

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ..bugs import is_bug, unexpected
 from ..config.hints import suggest
 from ..config.load import Deployment
+from ..releases import identity
 from ..render.plan import Plan
 from ..transport.group import Cluster
 from . import boot_cache
@@ -59,6 +60,8 @@ def run_checks(dep: Deployment, plan: Plan, cluster: Cluster, specs: list[CheckS
     the controller's cache while the node's boot id is the one it was read on (boot_cache.py). `also`: facts
     no selected check needs, gathered in the same round trip for the caller (Report.facts)."""
     conns, failures = (list(cluster.nodes), {}) if opened else cluster.open_reachable()
+    if not opened and conns:  # `up` resolved the cluster's identity as it connected; `preflight` here
+        plan = plan.for_cluster(identity.resolve(cluster, dep.inventory, conns, write=False))
     nodes = [n.name for n in dep.inventory.ranked]
     reach = Verdict("reachable", Scope.NODE, {
         n: Cell(Status.FAIL, str(failures[n])) if n in failures else Cell(Status.OK, "SSH, host key verified")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from ..config.inventory import Inventory
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
+from .keys import cluster_key
 from .record import who
 
 _APPEND = 'mkdir -p -- "$(dirname -- "$1")" && printf \'%s\\n\' "$2" >> "$1"'
@@ -26,7 +27,7 @@ MAX_LINE = 3500  # bytes; PIPE_BUF is 4096
 
 
 def audit_path(inventory: Inventory, node: str) -> str:
-    return posixpath.join(inventory.node(node).state_dir, "audit", f"{inventory.cluster}.jsonl")
+    return posixpath.join(inventory.node(node).state_dir, "audit", f"{cluster_key(inventory)}.jsonl")
 
 
 def command_line() -> list[str]:

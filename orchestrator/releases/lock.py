@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 from ..config.inventory import Inventory
 from ..transport.node import NodeConnection
+from .keys import cluster_key
 from .record import who
 
 # "$1" lock path, "$2" our details. Hard-linking a complete temp file is the atomic create: the lock
@@ -142,7 +143,7 @@ class LockHeld(LockError):
 
 
 def lock_path(inventory: Inventory) -> str:
-    return posixpath.join(inventory.node(inventory.head).state_dir, "lock", f"{inventory.cluster}.json")
+    return posixpath.join(inventory.node(inventory.head).state_dir, "lock", f"{cluster_key(inventory)}.json")
 
 
 class DeployLock:

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from ..config.inventory import Inventory
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection
+from .keys import cluster_key
 from .record import Release
 
 READ = r'''shopt -s nullglob  # "$1" the releases dir
@@ -36,7 +37,7 @@ INLINE_MAX = 64 * 1024  # a record passed as an argument stays far below Linux's
 
 
 def releases_dir(inventory: Inventory, node: str) -> str:
-    return posixpath.join(inventory.node(node).state_dir, "releases", inventory.cluster)
+    return posixpath.join(inventory.node(node).state_dir, "releases", cluster_key(inventory))
 
 
 def record_path(inventory: Inventory, node: str, release_id: int) -> str:

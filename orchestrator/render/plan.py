@@ -84,6 +84,14 @@ class Plan:
                                                                        self.run_id)), l.labels) for l in self.ranks)
         return replace(self, ranks=ranks)
 
+    def for_cluster(self, key: str) -> "Plan":
+        """The same plan labelled for the cluster whose identity the head holds (releases/identity.py): the
+        argv changes only in its label, the plan hash (over the argv without labels) not at all."""
+        if key == self.cluster:
+            return self
+        ranks = tuple(_launch(l.spec, replace(l.labels, cluster=key)) for l in self.ranks)
+        return replace(self, cluster=key, ranks=ranks)
+
     def on(self, node: str) -> RankLaunch:
         for launch in self.ranks:
             if launch.node.name == node:
@@ -118,11 +126,11 @@ def build_plan(dep: Deployment, run_id: str | None = None) -> Plan:
     ranks = []
     for spec in specs:
         labels = ContainerLabels(
-            cluster=inventory.cluster, recipe=recipe.name, recipe_digest=recipe.digest(), plan_hash=digest,
+            cluster=inventory.key, recipe=recipe.name, recipe_digest=recipe.digest(), plan_hash=digest,
             run=run, rank=spec.rank, world=spec.world, node=spec.node.name, serve_port=spec.serve_port,
             master_port=spec.master_port, served_model=recipe.served_name)
         ranks.append(_launch(replace(spec, container=container_name(recipe.name, spec.rank, digest)), labels))
-    return Plan(recipe=recipe.name, cluster=inventory.cluster, image_id=image_id, image_ref=recipe.image.ref,
+    return Plan(recipe=recipe.name, cluster=inventory.key, image_id=image_id, image_ref=recipe.image.ref,
                 plan_hash=digest, recipe_digest=recipe.digest(), run_id=run, ranks=tuple(ranks))
 
 

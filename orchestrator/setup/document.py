@@ -30,6 +30,7 @@ class Access:
     port: int
     key: str | None  # absolute; None: the agent or ~/.ssh's default keys logged in
     known_hosts: str  # absolute
+    cluster_id: str | None = None  # the identity the head holds (releases/identity.py)
 
 
 def _put(m: CommentedMap, key: str, v: Value) -> None:
@@ -41,6 +42,8 @@ def _put(m: CommentedMap, key: str, v: Value) -> None:
 def build(d: Decision, access: Access) -> CommentedMap:
     doc = CommentedMap()
     _put(doc, "cluster", Value(access.cluster, "--cluster"))
+    if access.cluster_id:
+        _put(doc, "cluster_id", Value(access.cluster_id, "the identity the head holds (its state dir's cluster.json)"))
     _put(doc, "head", Value(d.nodes[0].name.value, "the first host given: rank 0"))
     ic = CommentedMap()
     for key in ("profile", "socket_ifname", "hca", "gid_index"):

@@ -9,17 +9,19 @@ one): it opens its own connections, reads only, and changes nodes only for the o
 from __future__ import annotations
 
 import os
+import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from ..releases import identity
 from ..transport.cancel import CancelToken
 from ..transport.group import GroupError, on_all
 from ..transport.node import NodeConnection, SSHTarget
 from . import document, hostkeys, login, nodekeys
 from .document import Access
 from .fabric import PROBE_FACT, Candidate, Fabric, candidates, choose, management_of, probe_targets
-from .facts import gather, run_facts
+from .facts import STATE_DIR, gather, run_facts
 from .judge import Decision, Problem, decide
 
 
@@ -157,6 +159,21 @@ def discover(opts: Options, conns: dict[str, NodeConnection]) -> tuple[Decision,
     return decide(opts.hosts, seen, cands, fabric, management), fabric
 
 
+def _identity(opts: Options, conns: dict[str, NodeConnection]) -> str:
+    """The cluster's identity, recorded in the inventory: the one the head holds (a cluster set up before,
+    perhaps under another --cluster), else --cluster, written to every node now (releases/identity.py)."""
+    path = posixpath.join(STATE_DIR, identity.FILE)
+    asker = identity.Asker(opts.hosts[0], opts.cluster, None, lambda _node: path,
+                           lambda fn, some: on_all(some, fn, lambda c: c.name))
+    try:
+        head, _ = identity.claim(asker, [conns[h] for h in opts.hosts], write=True)
+    except identity.IdentityMismatch as exc:
+        raise SetupFailed(str(exc)) from None
+    except GroupError as exc:
+        raise SetupFailed(f"reading the cluster's identity failed: {exc}") from None
+    return head.id if head is not None else opts.cluster
+
+
 def run(opts: Options, prompts: Prompts) -> Outcome:
     added = trust_host_keys(opts, prompts)
     key = choose_key(opts, prompts)
@@ -174,10 +191,11 @@ def run(opts: Options, prompts: Prompts) -> Outcome:
             if wanted:
                 by_name = {n.name.value: conns[n.host] for n in decision.nodes}
                 outcome.node_keys = nodekeys.apply(by_name, plans, opts.port)
+        cluster_id = _identity(opts, conns)
     finally:
         _close(conns)
     access = Access(opts.cluster, opts.user, opts.port, str(Path(key).resolve()) if key else None,
-                    str(Path(opts.known_hosts).resolve()))
+                    str(Path(opts.known_hosts).resolve()), cluster_id)
     outcome.inventory = document.render(document.build(decision, access))
     outcome.diff = document.diff(opts.output, outcome.inventory)
     if not outcome.diff:

@@ -8,10 +8,11 @@ and every blocked call wakes up raising `Cancelled`.
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+
+# Where they live (a leaf module, so the CLI reads them without loading the transport); re-exported here.
+from ..interrupts import Interrupted, interrupt_reason, signals_interrupt  # noqa: F401
 
 
 class Cancelled(Exception):
@@ -20,20 +21,6 @@ class Cancelled(Exception):
     def __init__(self, reason: str):
         self.reason = reason
         super().__init__(f"cancelled: {reason}")
-
-
-class Interrupted(KeyboardInterrupt):
-    """A KeyboardInterrupt that knows which signal caused it, so SIGTERM is not reported as Ctrl-C."""
-
-    def __init__(self, signal_name: str = "SIGINT"):
-        self.signal_name = signal_name
-        super().__init__(signal_name)
-
-
-def interrupt_reason(exc: BaseException) -> str:
-    """'interrupted (SIGTERM)' for an Interrupted, 'interrupted (Ctrl-C)' for a plain KeyboardInterrupt."""
-    name = getattr(exc, "signal_name", None)
-    return f"interrupted ({name})" if name and name != "SIGINT" else "interrupted (Ctrl-C)"
 
 
 class CancelToken:
@@ -86,19 +73,3 @@ class CancelToken:
                 return lambda: self._callbacks.pop(key, None)
         callback(self._reason or "cancelled")
         return lambda: None
-
-
-@contextlib.contextmanager
-def signals_interrupt(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM raise `Interrupted(<name>)` in the main thread (then restored)."""
-    def handler(signum, _frame) -> None:
-        raise Interrupted(signal.Signals(signum).name)
-
-    previous = {sig: signal.getsignal(sig) for sig in signals}
-    for sig in signals:
-        signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)

@@ -168,7 +168,7 @@ def test_sigint_during_rollback_leaves_the_release_before_serving_and_a_second_r
     run.wait_for(phase_start("ready"))  # the target's ranks run and load: the old release is stopped
     run.proc.send_signal(signal.SIGINT)
     code = run.finish()
-    assert code == 1, run.stderr()
+    assert code == 130, run.stderr()
     assert "Traceback" not in run.stderr(), run.stderr()
     report = assert_status_truthful(cluster)
     assert [d["release"] for d in report["deployments"]] == [2], report
@@ -229,7 +229,7 @@ def test_sigint_during_down_is_described_by_status_and_a_second_down_finishes(fr
         _out, err = down.proc.communicate(timeout=120)
     finally:
         down.kill()
-    assert down.proc.returncode == 1, err
+    assert down.proc.returncode == 130, err
     assert "Traceback" not in err and "interrupt" in err.lower(), err
     held = containers(cluster)
     assert not [k for k in held if k[0] == "spark-2"], held

@@ -140,7 +140,7 @@ def test_second_ctrl_c_during_undo_says_exactly_what_is_left(clean, tmp_path, ru
     code = run.finish()
     stderr = run.stderr()
 
-    assert code == 1, f"exit {code}\n{stderr}"
+    assert code == 130, f"exit {code}\n{stderr}"
     assert "Traceback" not in stderr, stderr
     present = containers_with_ids(cluster)
     listed = set()
@@ -209,7 +209,7 @@ def test_a_stalled_load_shows_heartbeats_and_warns_once(clean, tmp_path, runs):
                                                    for n, name in zip(NODES, plan_names(cluster, recipe).values())))
     run.wait_for(lambda e: e["event"] == "waiting" and e.get("phase") == "ready", timeout=30)  # still alive after
     run.proc.send_signal(signal.SIGINT)
-    assert run.finish() == 1
+    assert run.finish() == 130
 
     waiting = [e for e in run.events if e["event"] == "waiting" and e.get("phase") == "ready"]
     assert len(waiting) >= 3, f"too few heartbeats: {waiting}"
@@ -260,7 +260,7 @@ def test_status_fails_on_a_dead_rank_and_on_an_endpoint_that_cannot_generate(cle
         assert time.monotonic() < deadline and run.proc.poll() is None, "the head never answered /health"
         time.sleep(0.2)
     run.proc.send_signal(signal.SIGINT)
-    assert run.finish() == 1
+    assert run.finish() == 130
     assert running_ranks(cluster) == named(cluster, recipe)
 
     short = ("--probe-timeout", "3")  # the completion that never finishes: bounded by the option, not 15 s

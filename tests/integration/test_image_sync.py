@@ -107,7 +107,7 @@ def test_a_signal_during_a_throttled_sync_stops_both_ends_and_leaves_nothing(cle
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert code == 1, stderr
+    assert code == 128 + sig, stderr
     assert elapsed < 5, f"exit took {elapsed:.1f} s after {sig.name}"
     assert "interrupted" in stderr and ("SIGTERM" if sig == signal.SIGTERM else "Ctrl-C") in stderr
     assert leftovers(clean) == {}

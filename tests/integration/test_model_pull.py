@@ -114,7 +114,7 @@ def test_interrupted_copy_resumes_without_resending(pair, recipe):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 1 and "interrupted (Ctrl-C): what had arrived stays as .incomplete" in err, err
+    assert proc.returncode == 130 and "interrupted (Ctrl-C): what had arrived stays as .incomplete" in err, err
     assert re.search(r"spark-2: [\d.]+ of 0\.4 MB, [\d.]+ MB/s, ETA \d+ s", out), out  # progress per node
     arrived = blobs_on(pair, 2)
     partial = [n for n in arrived if n.endswith(".incomplete")]

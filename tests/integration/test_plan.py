@@ -181,7 +181,7 @@ def test_ctrl_c_while_the_previous_deployment_stops_brings_it_back(clean, tmp_pa
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 1, stderr
+    assert proc.returncode == 130, stderr
     assert "interrupted" in stderr
     assert _plan_labels(cluster) == before, stderr + "\nthe previous containers must run again, the same ones"
     names = node_docker(cluster, 1, "ps", "--format", "{{.Names}}", check=True).stdout.split()

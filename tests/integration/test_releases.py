@@ -230,7 +230,7 @@ def test_sigint_during_the_ready_wait_serves_the_previous_release_again(fresh, t
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 1, err
+    assert proc.returncode == 130, err
     final = json.loads(rest.strip().splitlines()[-1])
     assert final["event"] == "result" and final["ok"] is False and final["restored"] == 1, final
     assert plan_hashes(cluster) == serving

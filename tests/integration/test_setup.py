@@ -10,6 +10,7 @@ each exit 1 naming node, fact and fix, and leave the old inventory as it was.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -21,7 +22,7 @@ from ruamel.yaml import YAML
 from deploy_helpers import CLI, completion, spark_deploy
 from orchestrator.setup.hostkeys import fingerprint
 from orchestrator.sim import node_roce
-from orchestrator.sim.state import FABRIC_IFACE, MGMT_IFACE, NODE_USER
+from orchestrator.sim.state import FABRIC_IFACE, MGMT_IFACE, NODE_STATE_DIR, NODE_USER
 
 pytestmark = pytest.mark.integration
 
@@ -81,6 +82,9 @@ def test_setup_finds_the_fabric_and_the_hca_writes_an_inventory_validate_accepts
     assert inv["ssh"]["user"] == NODE_USER and inv["ssh"]["known_hosts"] == str(tmp_path / "known_hosts")
     known = paramiko.HostKeys(str(tmp_path / "known_hosts"))
     assert [fingerprint(known.lookup(n.ip)["ssh-ed25519"]) for n in nodes] == transcript
+    # the cluster's identity: given to every node, recorded in the inventory
+    held = [json.loads(cluster.exec(n.index, ["cat", f"{NODE_STATE_DIR}/cluster.json"]).stdout) for n in nodes]
+    assert held[0] == held[1] and held[0]["id"] == "spark" and inv["cluster_id"] == "spark", held
 
     shown = spark_deploy(*setup_argv(cluster, tmp_path, "--yes", "--json"))  # again: nothing to change
     assert shown.returncode == 0, shown.stderr
@@ -96,6 +100,7 @@ def test_setup_finds_the_fabric_and_the_hca_writes_an_inventory_validate_accepts
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 1 and "-cluster: spark # --cluster" in shown and "+cluster: lab # --cluster" in shown
+    assert "-cluster_id" not in shown and "+cluster_id" not in shown, shown  # the head's identity stays: a label
     assert "left as it was (not confirmed)" in child.before
     assert (tmp_path / "inventory.yaml").read_bytes() == written
 

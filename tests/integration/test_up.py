@@ -208,7 +208,7 @@ def test_ctrl_c_during_the_wait_removes_everything(clean, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 1, stderr
+    assert proc.returncode == 130, stderr
     assert "interrupted" in stderr and "ready" in stderr
     assert_nothing_left(clean)
 

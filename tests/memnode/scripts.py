@@ -13,7 +13,7 @@ from orchestrator.docker_cli import containers, images
 from orchestrator.deploy import down
 from orchestrator.maintenance import store as window_store
 from orchestrator.operation import state
-from orchestrator.releases import audit, lock, store
+from orchestrator.releases import audit, identity, lock, store
 
 from orchestrator.preflight import facts
 
@@ -37,6 +37,14 @@ def _lock_create(node: Node, path: str, details: str, *then: str) -> Answer:
         return 0, "TAKEN\n", ""
     code, out, _err = answer(node, then[0], tuple(then[1:]))
     return 0, "TAKEN\n" + out + (f"@then-failed {code}\n" if code else ""), ""
+
+
+def _identity_create(node: Node, path: str, text: str) -> Answer:
+    """identity._CREATE: WRITTEN where none was; else HELD and the one there."""
+    if path in node.files:
+        return 0, "HELD\n" + node.files[path], ""
+    node.files[path] = text
+    return 0, "WRITTEN\n", ""
 
 
 def _lock_set_aside(node: Node, path: str, seen: str, _token: str) -> Answer:
@@ -150,7 +158,8 @@ def _forget_secrets(node: Node, directory: str, recipe: str) -> Answer:
 # (the constant the product sends, its handler); compared with `is`, first match wins
 SCRIPTS = [
     (lock._CREATE, _lock_create), (lock._SET_ASIDE, _lock_set_aside), (lock._REFRESH, _lock_refresh),
-    (lock._RELEASE, _lock_release), (lock._READ, _cat), (audit._APPEND, _audit_append), (audit._READ, _cat),
+    (lock._RELEASE, _lock_release), (lock._READ, _cat), (identity._CREATE, _identity_create),
+    (identity._READ, _cat), (audit._APPEND, _audit_append), (audit._READ, _cat),
     (store.READ, _store_read), (store._WRITE, _store_write), (state._READ, _state_read), (containers._LIST, _list),
     (containers.RECIPE_OR_NAMED, _recipe_or_named), (containers._REMOVE, _remove),
     (images.INSPECT_IMAGES, _image_inspect), (model_cache._RESOLVE, _resolve),

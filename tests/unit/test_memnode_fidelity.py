@@ -22,7 +22,7 @@ from orchestrator.deploy import down
 from orchestrator.docker_cli import containers
 from orchestrator.docker_cli.containers import container_of, parse_inspect
 from orchestrator.docker_cli.disk import DISK_COMMAND
-from orchestrator.releases import audit, lock, store
+from orchestrator.releases import audit, identity, lock, store
 from orchestrator.render.plan import build_plan
 from orchestrator.transport.node import SSHTarget
 
@@ -125,6 +125,10 @@ def test_state_dir_scripts_print_what_real_bash_prints(tmp_path):
         (audit._APPEND, ("/state/audit/c.jsonl", '{"id": "1"}')),
         (audit._APPEND, ("/state/audit/c.jsonl", '{"id": "2"}')),
         (audit._READ, ("/state/audit/c.jsonl",)),
+        (identity._READ, ("/state/cluster.json",)),
+        (identity._CREATE, ("/state/cluster.json", '{"id": "c", "token": "t1"}')),
+        (identity._CREATE, ("/state/cluster.json", '{"id": "d", "token": "t2"}')),
+        (identity._READ, ("/state/cluster.json",)),
     ]
     for script, args, *paths in steps:
         said, real = both(script, *args, paths=paths[0] if paths else (0,))

@@ -1,0 +1,104 @@
+"""Ctrl-C exits 130 and SIGTERM 143 from the commands that run until stopped, on the simulated cluster through
+the real command line: `watch`, `logs -f` and `bench` (each interrupted once it is doing its work: a sample
+printed, a log line printed, a request of bench's running on the head). `up` during its load, `rollback`,
+`down` and `model pull` are interrupted in their own files (test_up, test_failure_paths, test_model_pull)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from deploy_helpers import CLI, spark_deploy
+
+pytestmark = pytest.mark.integration
+
+
+class Lines:
+    """A CLI started in the background; its stdout lines arrive on a queue, waited on with a bound."""
+
+    def __init__(self, *args: str):
+        self.proc = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env={**os.environ, "COLUMNS": "200"})
+        self.seen: list[str] = []
+        self._queue: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.seen.append(line)
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def wait_line(self, pattern: str, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line matching {pattern!r} within {timeout:.0f} s: {self.seen[-5:]}") \
+                    from None
+            if line is None:
+                raise AssertionError(f"ended (exit {self.proc.wait()}) first: {self.proc.stderr.read()}")
+            if re.search(pattern, line):
+                return line
+
+    def interrupt(self, sig: int = signal.SIGINT, timeout: float = 60) -> tuple[int, str]:
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=timeout)
+        return code, self.proc.stderr.read()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+def _running_requests(head_ip: str) -> float:
+    with urllib.request.urlopen(f"http://{head_ip}:8000/metrics", timeout=5) as answer:
+        found = re.search(r"^vllm:num_requests_running(?:\{[^}]*\})? ([\d.]+)$", answer.read().decode(), re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_watch_logs_follow_and_bench_exit_130_on_ctrl_c_and_143_on_sigterm(pair):
+    inventory = pair.inventory_path
+    served = spark_deploy("up", pair.recipe_path, "-i", inventory, timeout=600)
+    assert served.returncode == 0, served.stderr + served.stdout
+    started: list[Lines] = []
+    try:
+        watch = Lines("watch", "-i", inventory, "--json", "--interval", "1")
+        started.append(watch)
+        watch.wait_line(r'^\{')  # the first sample
+        code, stderr = watch.interrupt()
+        assert code == 130, stderr
+
+        for sig, expected in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+            follow = Lines("logs", "-i", inventory, "-f", "--tail", "3")
+            started.append(follow)
+            follow.wait_line(r"^spark-[12] +\| ")
+            code, stderr = follow.interrupt(sig)
+            assert code == expected, f"{sig.name}: exit {code}\n{stderr}"
+            assert "Traceback" not in stderr, stderr
+
+        head_ip = pair.nodes()[0].ip
+        assert _running_requests(head_ip) == 0, "nothing else may be asking the head"
+        bench = Lines("bench", pair.recipe_path, "-i", inventory, "--shots", "1", "--max-tokens", "2000")
+        started.append(bench)  # 2000 tokens at the recipe's 40 tok/s: 50 s per shot
+        deadline = time.monotonic() + 60
+        while _running_requests(head_ip) < 1:  # the warm-up shot is decoding on the head
+            assert bench.proc.poll() is None, f"bench ended first: {bench.proc.stderr.read()}"
+            assert time.monotonic() < deadline, "bench's request never reached the head"
+            time.sleep(0.1)
+        code, stderr = bench.interrupt()
+        assert code == 130, stderr
+        assert "interrupted: no results" in stderr, stderr
+    finally:
+        for run in started:
+            run.kill()
