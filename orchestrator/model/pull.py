@@ -93,7 +93,7 @@ def sync_model(cluster: Cluster, conns: dict[str, NodeConnection], inventory: In
                         conn.name)
         route = blobcopy.Route(source, conn.name, blobs_dir, f"{user}@{src.fabric_ip}", port)
         return blobcopy.copy_blobs(conn, route, node.hf_cache, repo, commit, listing, held, streams=streams,
-                                   ref=ref, on_progress=report)
+                                   ref=ref, on_progress=report, on_note=lambda text, node: events.note(text, node))
 
     targets = [c for name, c in conns.items() if name != source]
     if targets and streams * len(targets) > SOURCE_STREAMS:

@@ -40,7 +40,7 @@ done'''
 
 # On a target. "$1" HF cache, "$2" repo id, "$3" commit, "$4" the source's blobs dir, "$5" user@source's
 # fabric address, "$6" its sshd port, "$7" streams, "$8" ref to write ("" = none); then `F blob size`
-# (fetch) and `L name blob` (link) triples. Records: at/got/ok/bad/fail/linked, tab separated.
+# (fetch) and `L name blob` (link) triples. Records: at/got/ok/refetch/bad/fail/linked, tab separated.
 COPY_SH = BLOB_DIGEST_SH + "\n" + BLOB_KEEP_SH + r'''
 blob_keeper && keep=python3 || keep=tee
 cache=$1; repo=$2; commit=$3; srcblobs=$4; dest=$5; port=$6; streams=$7; ref=$8; shift 8
@@ -91,7 +91,13 @@ fetch() {  # blob size: append what is missing to blob.incomplete, verify, then 
   if [ -n "$side" ]; then rm -f "$e.sum"; printf 'fail\t%s\t%s\t%s\n' "$b" "$side" "$why"; return 1; fi
   if [ -s "$e.sum" ]; then sum=$(cat "$e.sum"); rm -f "$e.sum"
   else sum=$(blob_digest "$part" "$b") || { printf 'fail\t%s\ttarget\tcannot read %s\n' "$b" "$part"; return 1; }; fi
-  if [ "$sum" != "$b" ]; then rm -f -- "$part"; printf 'bad\t%s\t%s\n' "$b" "$sum"; return 1; fi
+  if [ "$sum" != "$b" ]; then
+    rm -f -- "$part"
+    # resumed: the bytes this node already held may be the bad ones, so the whole blob once more from byte 0
+    # before the source is blamed (a fresh fetch that fails too is the source's)
+    if [ "$have" != 0 ]; then printf 'refetch\t%s\t%s\n' "$b" "$sum"; fetch "$b" "$size"; return; fi
+    printf 'bad\t%s\t%s\n' "$b" "$sum"; return 1
+  fi
   mv -f -- "$part" "$blobs/$b" && printf 'ok\t%s\n' "$b"
 }
 watch_parts() { while :; do for p in "$blobs"/*.incomplete; do [ -f "$p" ] && printf 'at\t%s\t%s\n' \
