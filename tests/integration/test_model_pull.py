@@ -167,6 +167,34 @@ def test_failures_name_the_node_and_leave_no_half_blob(pair, recipe):
     assert pair.exec(2, ["test", "-e", f"{ROOT}/snapshots/{META['revision']}"], check=False).code != 0
 
 
+def test_a_partial_blob_damaged_on_the_target_is_fetched_again_and_a_damaged_source_is_named(pair, recipe):
+    """spark-2's own .incomplete of shard 1 starts with other bytes: the resumed blob fails its hash, is fetched
+    once more from byte 0, and the pull succeeds in one run. A blob damaged on spark-1 still fails naming spark-1."""
+    partial = f"{ROOT}/blobs/{SHARD1}.incomplete"
+    pair.exec(2, ["rm", "--", f"{ROOT}/blobs/{SHARD1}"])
+    pair.exec(2, ["bash", "-c", 'head -c 4096 /dev/zero > "$1" && chown "$2:$2" "$1"', "bash", partial, str(NODE_UID)])
+    res = pull(pair, recipe)
+    got = pulled(res)
+    assert got["nodes"]["spark-2"] == {"bytes": BLOBS[SHARD1] - 4096 + BLOBS[SHARD1], "blobs": [SHARD1]}
+    assert f"spark-2: blob {SHARD1[:16]} resumed from spark-2's partial file hashed to " in res.stderr, res.stderr
+    assert "fetching it again from byte 0" in res.stderr and "damaged" not in res.stderr, res.stderr
+    assert blobs_on(pair, 2) == BLOBS
+    assert verify_blobs(pair, recipe) == {"spark-1": "ok", "spark-2": "ok"}
+
+    # the source's shard 1 changed past the partial spark-2 holds (its own first 4 KB, correct): resumed, fetched
+    # from byte 0 again, and still wrong: spark-1 is named, nothing is linked
+    pair.exec(2, ["bash", "-c", 'head -c 4096 "$1" > "$2" && rm -- "$1" && chown "$3:$3" "$2"', "bash",
+                  f"{ROOT}/blobs/{SHARD1}", partial, str(NODE_UID)])
+    pair.exec(1, ["bash", "-c", 'printf x | dd of="$1" bs=1 seek=50000 conv=notrunc status=none', "bash",
+                  f"{ROOT}/blobs/{SHARD1}"])
+    damaged = pull(pair, recipe)
+    assert damaged.returncode == 1, damaged.stdout + damaged.stderr
+    assert "fetching it again from byte 0" in damaged.stderr, damaged.stderr
+    assert "its bytes on spark-1 are damaged" in damaged.stderr and "run preflight --verify-blobs on spark-1" \
+        in damaged.stderr, damaged.stderr
+    assert SHARD1 not in blobs_on(pair, 2)
+
+
 @pytest.fixture
 def hub(pair):
     """The Hub stand-in serving the sim's model as a gated repo, reachable from the nodes at their gateway;
