@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass, field
 
 from ..checks.blob_hash import BLOB_DIGEST_SH, BLOB_KEEP_SH
+from ..checks.pull_mark import PULL_MARK_SH
 from ..transport.bulk_ssh import BULK_SSH_OPTS
 
 # On the source. "$1" the HF cache, "$2" the repo id, "$3" the commit: one record per snapshot file.
@@ -41,7 +42,7 @@ done'''
 # On a target. "$1" HF cache, "$2" repo id, "$3" commit, "$4" the source's blobs dir, "$5" user@source's
 # fabric address, "$6" its sshd port, "$7" streams, "$8" ref to write ("" = none); then `F blob size`
 # (fetch) and `L name blob` (link) triples. Records: at/got/ok/refetch/bad/fail/linked, tab separated.
-COPY_SH = BLOB_DIGEST_SH + "\n" + BLOB_KEEP_SH + r'''
+COPY_SH = BLOB_DIGEST_SH + "\n" + BLOB_KEEP_SH + "\n" + PULL_MARK_SH + r'''
 blob_keeper && keep=python3 || keep=tee
 cache=$1; repo=$2; commit=$3; srcblobs=$4; dest=$5; port=$6; streams=$7; ref=$8; shift 8
 root="$cache/hub/models--${repo//\//--}"; blobs="$root/blobs"
@@ -102,8 +103,10 @@ fetch() {  # blob size: append what is missing to blob.incomplete, verify, then 
 }
 watch_parts() { while :; do for p in "$blobs"/*.incomplete; do [ -f "$p" ] && printf 'at\t%s\t%s\n' \
   "$(basename "$p" .incomplete)" "$(stat -c %s -- "$p" 2>/dev/null)"; done; sleep 0.5; done; }
+watcher=; mark=
+trap 'kill $watcher 2>/dev/null; [ -z "$mark" ] || rm -f -- "$mark"' EXIT
+mark=$(pull_mark "$root")  # up and rollback name this running copy instead of calling its files leftovers
 watch_parts & watcher=$!
-trap 'kill $watcher 2>/dev/null' EXIT
 links=(); failed=0; pids=()
 reap() {  # until fewer than $1 fetches run, each ended one waited for by its PID. Not `wait -n`: bash 5.2
   # reaps a job that ends while it waits for another, and a later `wait -n` then never returns for it
