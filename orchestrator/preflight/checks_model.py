@@ -226,6 +226,17 @@ def _compare(present: dict[str, Snapshot]) -> tuple[dict[str, list[str]], list[s
     return problems, full
 
 
+def _running_fix(seen: Seen) -> str:
+    """The advice when a `model pull` copies into a node's cache now: the snapshot is mid-copy (blobs still
+    arriving, links made at its end), so wait for it; "" when none runs. Never to delete its files."""
+    snaps = {node: facts[FACT].value for node, facts in seen.items() if FACT in facts}
+    running = [p.describe(node) for node, snap in snaps.items() if isinstance(snap, Snapshot) for p in snap.running]
+    if not running:
+        return ""
+    return (f"a running `model pull` is copying the model ({'; '.join(running)}): wait for it to finish, then "
+            "run this again (its .incomplete files are the copy in progress)")
+
+
 def _listed(items: list[str], limit: int = 3) -> str:
     return "; ".join(items[:limit]) + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
 
@@ -250,7 +261,7 @@ def model_files(seen: Seen, dep: Deployment) -> Verdict:
         fixes.append(f"the model snapshot differs on {', '.join(bad)} (a different revision or a corrupted "
                      f"download; field note 11): {_listed(full, 5)}; delete the odd files from the snapshot of the "
                      f"node whose copy is wrong, then run: {_download_cmd(dep)}")
-    return Verdict("model-files", Scope.PARITY, cells, " | ".join(fixes), 11)
+    return Verdict("model-files", Scope.PARITY, cells, _running_fix(seen) or " | ".join(fixes), 11)
 
 
 @check("model-shards", (FACT,), Scope.NODE, field_note=11)
@@ -283,7 +294,7 @@ def model_shards(seen: Seen, dep: Deployment) -> Verdict:
     if bad:
         fixes.append(f"shards the index names are missing on {', '.join(bad)}: "
                      f"{_download_cmd(dep)} (fetches only what is missing)")
-    return Verdict("model-shards", Scope.NODE, cells, " | ".join(fixes), 11)
+    return Verdict("model-shards", Scope.NODE, cells, _running_fix(seen) or " | ".join(fixes), 11)
 
 
 @check("model-incomplete", (FACT,), Scope.NODE, field_note=11)
@@ -291,26 +302,21 @@ def model_incomplete(seen: Seen, dep: Deployment) -> Verdict:
     seen = _ranked(seen, dep)
     cells, present, absent = _split(seen)
     bad: list[str] = []
-    running: list[str] = []  # a pull copying into the node's cache now: its .incomplete files are its work
     for node, facts in seen.items():
         if node in cells and node not in absent:
             continue
         snap: Snapshot = facts[FACT].value
         prefix = cells[node].value + "; " if node in absent else ""
-        if snap.running:
+        if snap.running:  # its .incomplete files are the copy's work in progress
             cells[node] = Cell(Status.FAIL, f"{prefix}a model pull is copying into this cache now ("
                                f"{'; '.join(p.describe(node) for p in snap.running)})")
-            running += [p.describe(node) for p in snap.running]
         elif snap.incomplete:
             shown = ", ".join(f"blobs/{n} ({s} B)" for n, s in snap.incomplete.items())
             cells[node] = Cell(Status.FAIL, f"{prefix}partial download: {shown}")
             bad.append(node)
         elif node in present:
             cells[node] = Cell(Status.OK, "no .incomplete blob")
-    fixes = []
-    if running:
-        fixes.append(f"a running `model pull` is copying the model ({'; '.join(running)}): wait for it to "
-                     "finish, then run this again (its .incomplete files are the copy in progress)")
+    fixes = [_running_fix(seen)] if _running_fix(seen) else []
     absent = [n for n in absent if not seen[n][FACT].value.running]
     if absent:
         fixes.append(f"no snapshot on {', '.join(absent)}: {_download_fix(dep)}")

@@ -17,8 +17,9 @@ import time
 import pytest
 from ruamel.yaml import YAML
 
-from deploy_helpers import CLI, blobs_on, recipe_variant, spark_deploy
+from deploy_helpers import CLI, blobs_on, forget_releases, recipe_variant, spark_deploy
 from deploy_helpers import MODEL_ROOT as ROOT
+from orchestrator.checks.pull_mark import MARK_PREFIX
 from orchestrator.sim import fake_model
 from orchestrator.sim.hub import HubRepo, HubStandIn
 from orchestrator.sim.state import NODE_UID, NODE_USER
@@ -193,6 +194,35 @@ def test_a_partial_blob_damaged_on_the_target_is_fetched_again_and_a_damaged_sou
     assert "its bytes on spark-1 are damaged" in damaged.stderr and "run preflight --verify-blobs on spark-1" \
         in damaged.stderr, damaged.stderr
     assert SHARD1 not in blobs_on(pair, 2)
+
+
+def test_rollback_while_a_pull_is_copying_names_the_pull_and_never_advises_deleting_its_files(pair, recipe, tmp_path):
+    """The pull takes no lock: a rollback that meets its .incomplete file is refused naming the running copy
+    (node, pid, start) with the advice to wait for it, not as an interrupted download whose files may go."""
+    forget_releases(pair)
+    for name, vllm in (("a", None), ("b", {"max_model_len": 2048})):
+        done = spark_deploy("up", str(recipe_variant(pair, tmp_path / f"{name}.yaml", vllm=vllm)), "-i",
+                            str(pair.inventory_path), timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+    pair.exec(2, ["rm", "--", f"{ROOT}/blobs/{SHARD3}"])
+    pair.fault(1, "throttle", rate="64kbit", net="fabric")  # shard 3's 200 KB: ~25 s
+    proc = subprocess.Popen([*CLI, "model", "pull", str(recipe), "-i", str(pair.inventory_path), "--streams", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while f"{SHARD3}.incomplete" not in blobs_on(pair, 2):
+            assert proc.poll() is None and time.monotonic() < deadline, "the copy of shard 3 never started"
+            time.sleep(0.2)
+        mark = pair.exec(2, ["bash", "-c", f'cat "$1"/{MARK_PREFIX}*', "bash", ROOT], check=False).stdout.split()
+        refused = spark_deploy("rollback", "1", "-i", str(pair.inventory_path), "--yes", timeout=600)
+        assert proc.poll() is None, "the pull ended before the rollback looked: the test proves nothing"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "wait for it to finish" in said and "delete" not in said and "interrupted download" not in said, said
+    assert mark and f"a model pull is copying into this cache now (spark-2 pid {mark[0]}, since " in said, said
 
 
 @pytest.fixture

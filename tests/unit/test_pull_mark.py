@@ -13,7 +13,7 @@ import pytest
 from orchestrator.checks.pull_mark import MARK_PREFIX, PULL_MARK_SH, RunningPull, parse_mark
 
 from fakes import deployment
-from orchestrator.preflight.checks_model import FACT, model_incomplete, parse_snapshot
+from orchestrator.preflight.checks_model import FACT, model_files, model_incomplete, model_shards, parse_snapshot
 from orchestrator.preflight.registry import Status
 from test_preflight_model_parse import _HEADS, PARTIAL, seen
 
@@ -73,6 +73,11 @@ def test_a_running_pull_is_named_and_its_files_are_never_called_leftovers(dep):
     assert v.cells["spark-2"].value == ("a model pull is copying into this cache now (spark-2 pid 4242, since "
                                         "2025-12-07 07:00:00 UTC, started from 172.18.0.1)")
     assert "wait for it to finish" in v.fix and "delete" not in v.fix and "interrupted" not in v.fix, v.fix
+    missing_blob = seen("healthy", "blob-deleted")  # the copy has not linked or fetched everything yet
+    missing_blob["spark-2"] = _with_pulls(missing_blob["spark-2"], [RunningPull(4242, 1765090800, "-", True)])
+    for judge in (model_files, model_shards):
+        fix = judge(missing_blob, dep).fix
+        assert fix.startswith("a running `model pull` is copying the model (spark-2 pid 4242") and "delete" not in fix
 
 
 def test_a_dead_pulls_mark_leaves_the_interrupted_download_advice(dep):
