@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import subprocess
 import time
 
@@ -20,6 +21,7 @@ from ruamel.yaml import YAML
 from deploy_helpers import CLI, blobs_on, forget_releases, recipe_variant, spark_deploy
 from deploy_helpers import MODEL_ROOT as ROOT
 from orchestrator.checks.pull_mark import MARK_PREFIX
+from orchestrator.model.download import HUB_WAIT
 from orchestrator.sim import fake_model
 from orchestrator.sim.hub import HubRepo, HubStandIn
 from orchestrator.sim.state import NODE_UID, NODE_USER
@@ -286,3 +288,47 @@ def test_four_nodes_blob_deleted_on_spark2_and_corrupted_on_spark3(sim_cluster_f
                               "spark-4": {"bytes": 0, "blobs": []}}
     assert verify_blobs(quad, recipe) == {f"spark-{i}": "ok" for i in (1, 2, 3, 4)}
 
+
+
+def test_a_hub_that_does_not_answer_fails_the_branch_within_the_wait_and_offline_says_it_used_the_cache(pair,
+                                                                                                     tmp_path):
+    """spark-1's cache names main's commit already. With HF_ENDPOINT at a closed port, then at an address that
+    accepts and never answers (a socket on this machine that listens and reads nothing, reached at the nodes'
+    gateway like the Hub stand-in), `--revision main` exits 1 naming the Hub within HUB_WAIT s of waiting for
+    it (plus the container's start), and the recipe is byte for byte as it was. `--offline` takes the cache's
+    commit and says where it came from."""
+    recipe = tmp_path / "branch.yaml"
+    recipe.write_text(pair.recipe_path.read_text())  # model.revision: main
+    before = recipe.read_bytes()
+    gateway = pair.info()["gateway"]
+    closed = socket.socket()
+    closed.bind(("0.0.0.0", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()
+    silent = socket.socket()
+    silent.bind(("0.0.0.0", 0))
+    silent.listen(8)
+    try:
+        for port in (closed_port, silent.getsockname()[1]):
+            endpoint = f"http://{gateway}:{port}"
+            started = time.monotonic()
+            res = spark_deploy("model", "pull", str(recipe), "-i", str(pair.inventory_path), "--revision", "main",
+                               env={"HF_ENDPOINT": endpoint})
+            elapsed = time.monotonic() - started
+            assert res.returncode == 1, res.stdout + res.stderr
+            said = " ".join(res.stderr.split())
+            assert f"spark-1: the Hub at {endpoint} did not say which commit sim/tiny-moe@main names" in said, said
+            assert "nothing was downloaded and the recipe is unchanged" in said, said
+            assert f"waiting at most {HUB_WAIT:g} s for its answer" in res.stdout, res.stdout  # announced first
+            assert elapsed < HUB_WAIT + 30, f"{elapsed:.0f} s: the wait is not bounded"
+            assert recipe.read_bytes() == before
+    finally:
+        silent.close()
+
+    offline = spark_deploy("model", "pull", str(recipe), "-i", str(pair.inventory_path), "--revision", "main",
+                           "--offline", env={"HF_ENDPOINT": f"http://{gateway}:{closed_port}"})
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    said = " ".join(offline.stdout.split())
+    assert f"main resolved from spark-1's cache to {META['revision']}, the Hub was not reached" in said, said
+    assert f"model.revision = {META['revision']} (was main), resolved from spark-1's cache" in said, said
+    assert YAML().load(recipe.read_text())["model"]["revision"] == META["revision"]
