@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from ..checks.pull_mark import PULL_MARK_SH
 from ..transport.node import NodeConnection, NodeError
 
 TRIES = 3
@@ -76,6 +77,15 @@ say(**last); sys.exit(1)
 '''
 
 
+# "$1" the repo's dir in the HF cache, then the download's argv: run it with this pull's mark beside the files
+# it writes (checks/pull_mark.py), so `up`/`rollback` meeting its .incomplete files name it and wait.
+MARKED = PULL_MARK_SH + r'''
+root=$1; shift
+mkdir -p -- "$root" && mark=$(pull_mark "$root") || exit
+trap 'rm -f -- "$mark"' EXIT
+"$@"'''
+
+
 class DownloadFailed(NodeError):
     """The download on the node failed; the message names the file or the reason (gated, revision...)."""
 
@@ -131,7 +141,8 @@ def download_on(conn: NodeConnection, *, image_id: str, hf_cache: str, repo: str
             str(BACKOFF), str(HUB_WAIT)]
     try:
         # no overall deadline (hundreds of GB); the client's progress bars on stderr are the sign of life
-        result = conn.run(argv, timeout=None, idle_timeout=IDLE)
+        root = f"{hf_cache}/hub/models--{repo.replace('/', '--')}"
+        result = conn.run(["bash", "-c", MARKED, "sdpull", root, *argv], timeout=None, idle_timeout=IDLE)
     finally:
         if env_file:
             conn.run(["rm", "-f", "--", env_file], timeout=30, shield=True)

@@ -97,3 +97,17 @@ def test_the_snapshot_fact_carries_the_marks():
     snap = parse_snapshot(_HEADS["model-incomplete"] + "pull\t77\t1765090800\t-\tlive\n")
     assert snap.pulls == (RunningPull(77, 1765090800, "-", True),) and snap.running == list(snap.pulls)
     assert parse_snapshot(_HEADS["model-incomplete"]).pulls == ()
+
+
+def test_the_download_runs_with_its_mark_beside_its_files_and_removes_it_after(tmp_path: Path):
+    """model/download.MARKED around the `docker run` of the download: the mark exists (and reads live) while
+    the command runs, and is gone when it ends, failed or not."""
+    from orchestrator.model.download import MARKED
+    root = tmp_path / "hub" / "models--org--m"
+    probe = 'out=$1; shift; root=$1; ' + PULL_MARK_SH + '\npull_marks "$root" > "$out"; exit 3'
+    res = subprocess.run(["bash", "-c", MARKED, "sdpull", str(root), "bash", "-c", probe, "probe",
+                          str(tmp_path / "seen"), str(root)], capture_output=True, text=True, timeout=20)
+    assert res.returncode == 3, res.stderr  # the command's own exit code
+    seen_marks = (tmp_path / "seen").read_text().splitlines()
+    assert len(seen_marks) == 1 and seen_marks[0].startswith("pull\t") and seen_marks[0].endswith("\tlive")
+    assert not list(root.glob(f"{MARK_PREFIX}*")), "the mark outlived the download"
