@@ -332,9 +332,9 @@ def test_a_remover_under_the_docker_group_login_ends_once_the_engine_is_idle(cle
 
 
 def test_a_new_copy_ends_the_remover_a_cancelled_one_left(clean, conns):
-    """A remover left by a cancelled copy waits (up to LATE_REMOVER_BOUND, as the `spark` login cannot see
-    the engine's staging directory) for the image to appear. A later copy of the same image is wanted: it
-    ends that remover first, so the image it loads stays."""
+    """A remover left by a cancelled copy waits for the image to appear while the engine is busy (at least
+    LATE_REMOVER_IDLE s). A later copy of the same image is wanted: it ends that remover first, so the image
+    it loads stays."""
     image_id = pinned_id(clean)
     src, dst = conns.head, conns.peers[0]
     dst.run_script(sync.LATE_REMOVER, image_id, "600", timeout=15, check=True)  # as _undo leaves it
