@@ -316,7 +316,7 @@ def model_incomplete(seen: Seen, dep: Deployment) -> Verdict:
             bad.append(node)
         elif node in present:
             cells[node] = Cell(Status.OK, "no .incomplete blob")
-    fixes = [_running_fix(seen)] if _running_fix(seen) else []
+    fixes = [fix for fix in [_running_fix(seen)] if fix]
     absent = [n for n in absent if not seen[n][FACT].value.running]
     if absent:
         fixes.append(f"no snapshot on {', '.join(absent)}: {_download_fix(dep)}")
