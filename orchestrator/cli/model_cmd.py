@@ -31,13 +31,20 @@ def pull(
         "--revision", help="Resolve this branch/tag/commit and write the commit into the recipe.")] = None,
     streams: Annotated[int, typer.Option("--streams", min=1, max=8, help="Blobs copied at once per node (4: the "
                                                                          "fastest measured, docs/performance.md).")] = 4,
+    offline: Annotated[bool, typer.Option(
+        "--offline", help="Do not ask the Hub: take the commit the source node's cache names for --revision, "
+                          "and download nothing.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Download the recipe's model.repo@revision once (huggingface_hub in the pinned image; HF_TOKEN from the
     environment, never argv), then copy to every other node only the blobs it lacks or holds damaged, node
     to node over the fabric, each verified by its hash before the snapshot links to it.
 
+    A branch or tag is resolved by the Hub (HF_ENDPOINT, its answer waited for at most 15 s): when the Hub
+    does not answer, nothing is downloaded and the recipe is left as it was.
+
     Example: spark-deploy model pull recipes/dspark-0731-b12x.yaml --revision main
+    Example: spark-deploy model pull recipes/dspark-0731-b12x.yaml --revision main --offline
     """
     with exit_codes(as_json):
         spec, _ = load_recipe(recipe)
@@ -47,7 +54,7 @@ def pull(
         try:
             with signals_interrupt():  # SIGTERM as Ctrl-C: the remote copies are killed, what arrived is kept
                 result = pull_model(recipe, spec, inv, node=node, revision=revision, streams=streams,
-                                    events=Events(TerminalSink(err if as_json else out)))
+                                    events=Events(TerminalSink(err if as_json else out)), offline=offline)
         except (KeyboardInterrupt, Cancelled) as exc:
             why = interrupt_reason(exc) if isinstance(exc, KeyboardInterrupt) else str(exc)
             raise Failed(f"{why}: what had arrived stays as .incomplete blobs (never linked); run the same "
@@ -58,7 +65,7 @@ def pull(
             raise Failed(str(exc)) from exc
         if as_json:
             emit_json({"ok": True, "repo": spec.model.repo, "commit": result.commit, "source": result.source,
-                       "downloaded": result.downloaded, "recipe_updated": result.recipe_updated,
+                       "downloaded": result.downloaded, "recipe_updated": result.recipe_updated, "offline": offline,
                        "bytes": result.bytes,
                        "nodes": {n: {"bytes": c.bytes, "blobs": sorted(c.verified)} for n, c in result.copies.items()}})
             return

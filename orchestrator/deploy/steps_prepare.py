@@ -7,6 +7,7 @@ had, so undo — or a rollback — can start it again), and the port and memory 
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -129,12 +130,24 @@ class SyncImage:
     not move them again) but points a reference that --sync moved back at what it named before."""
 
     phase = Phase.IMAGE
+    CLEANUP_WAIT = 30.0  # seconds undo waits for an interrupted copy to put its target back (its own bounds: 15 s)
 
     def __init__(self, image_id: str, ref: str):
         self.detail = f"{image_id[:19]} ({ref})"
         self.moved_tags: list[tuple[NodeConnection, str]] = []  # (node, image ID the reference named before)
+        # target -> set once its copy has ended and cleaned up, and what that cleanup said (notes on its error).
+        # An interrupt returns from the copies' threads after a short grace; undo waits for them, then says.
+        self.copies: dict[str, tuple[threading.Event, list[str]]] = {}
 
     def undo(self, ctx: UpContext) -> None:
+        for name, (ended, said) in self.copies.items():
+            if not ended.wait(self.CLEANUP_WAIT):
+                ctx.events.warn(f"the interrupted image copy did not finish cleaning up within "
+                                f"{self.CLEANUP_WAIT:g} s: check for a partial image (docker image ls -a) and "
+                                "`sdlate` processes", name)
+            for note in said:
+                ctx.events.warn(note.removeprefix(f"{name}: "), name)
+        self.copies.clear()
         while self.moved_tags:
             conn, before = self.moved_tags[-1]
             conn.run(["docker", "tag", before, ctx.plan.image_ref], timeout=30, check=True, shield=True)
@@ -170,10 +183,17 @@ class SyncImage:
         dep = ctx.dep
         dst_node = dep.inventory.node(dst.name)
         user = (dst_node.ssh and dst_node.ssh.user) or dep.inventory.ssh.user
-        moved = image_sync.copy_image(
-            source.conn, dst, ctx.plan.image_id, source.pinned, dst_host=dst_node.fabric_ip, dst_user=user,
-            progress=lambda done, total: ctx.events.progress(f"image → {dst.name}", done, max(total, done)),
-            stall_timeout=ctx.opts.copy_stall_timeout)
+        ended, said = self.copies.setdefault(dst.name, (threading.Event(), []))
+        try:
+            moved = image_sync.copy_image(
+                source.conn, dst, ctx.plan.image_id, source.pinned, dst_host=dst_node.fabric_ip, dst_user=user,
+                progress=lambda done, total: ctx.events.progress(f"image → {dst.name}", done, max(total, done)),
+                stall_timeout=ctx.opts.copy_stall_timeout)
+        except BaseException as exc:
+            said.extend(getattr(exc, "__notes__", []))
+            raise
+        finally:
+            ended.set()
         route = {image_sync.TransferMode.DIRECT: "node to node over the fabric",
                  image_sync.TransferMode.RELAY: "relayed through this machine (nodes cannot SSH to each other)"}
         what = moved.layers

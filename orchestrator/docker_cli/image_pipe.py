@@ -229,6 +229,8 @@ class DirectCopy:
                 for line in lines:
                     self._line(line)
             self._line(buffer)
+            # a cancel kills the source's end, which ends this stream too: that is not the target having it all
+            self.watch.cancelled()
             self.watch.received_all()
             code = wait_exit(job, self.watch)
             reader.join(1.0)

@@ -30,15 +30,35 @@ CHUNK = 1 << 20
 STALL_TIMEOUT = pipe.STALL_TIMEOUT
 STEP = 0.1
 LATE_REMOVER_BOUND = 600.0
+LATE_REMOVER_IDLE = 3  # seconds in a row the engine shows no load in progress before the remover ends
+ENGINE_IDLE_TICKS = 5  # fewer clock ticks (1/100 s) of CPU and block-I/O wait per second: the engine is idle
 # "$1" image ID, "$2" seconds. Detached (own session) so it outlives this connection; it ends when it has
-# removed the image, when the engine's staging dir shows no load in progress for 3 s (if readable), or at "$2".
+# removed the image, when the engine shows no load in progress for LATE_REMOVER_IDLE s, or at "$2". No load in
+# progress: with the engine's staging dir readable (a root login), no docker-import-* there; otherwise (a
+# docker-group login, which cannot read it) dockerd and containerd spending under ENGINE_IDLE_TICKS ticks a
+# second, read from /proc/PID/stat (world-readable): registering a received image hashes and writes every
+# layer, which costs far more. With no engine process visible it waits for "$2".
 LATE_REMOVER = r"""setsid bash -c '
-root=$(docker info --format "{{.DockerRootDir}}" 2>/dev/null); idle=0
+root=$(docker info --format "{{.DockerRootDir}}" 2>/dev/null); idle=0; last=
+spent() {
+  local p s f t=0 n=0
+  for p in $(pgrep -x dockerd; pgrep -x containerd); do
+    s=$(cat "/proc/$p/stat" 2>/dev/null) || continue; read -ra f <<< "${s##*) }"
+    t=$((t + f[11] + f[12] + f[39])); n=$((n + 1))
+  done
+  [ "$n" -gt 0 ] && echo "$t"
+}
 for i in $(seq 1 "$2"); do
   if docker image inspect "$1" >/dev/null 2>&1; then docker image rm --force "$1" >/dev/null 2>&1; exit 0; fi
-  if [ -n "$root" ] && [ -r "$root/tmp" ] && ! ls "$root/tmp" | grep -q "^docker-import-"; then
-    idle=$((idle + 1)); [ "$idle" -ge 3 ] && exit 0
-  else idle=0; fi
+  if [ -n "$root" ] && [ -r "$root/tmp" ]; then
+    if ls "$root/tmp" | grep -q "^docker-import-"; then idle=0; else idle=$((idle + 1)); fi
+  else
+    now=$(spent)
+    if [ -n "$now" ] && [ -n "$last" ] && [ $((now - last)) -lt """ + str(ENGINE_IDLE_TICKS) + r""" ]; then
+      idle=$((idle + 1)); else idle=0; fi
+    last=$now
+  fi
+  [ "$idle" -ge """ + str(LATE_REMOVER_IDLE) + r""" ] && exit 0
   sleep 1
 done' sdlate "$1" "$2" </dev/null >/dev/null 2>&1 &"""
 # "$1" image ID: end the removers an earlier cancelled copy of this image left on the node. A new copy wants the
@@ -261,6 +281,7 @@ def _relay(src: NodeConnection, dst: NodeConnection, image_id: str, progress: Pr
                 watch.advance(sent)
             if target_gone:
                 break
+        watch.cancelled()  # a cancel kills `docker save`, which ends the stream too: not a whole image sent
         if not target_gone:
             load.shutdown_write()
         watch.received_all()
@@ -299,7 +320,10 @@ def _undo(dst: NodeConnection, before: ImageSnapshot, exc: BaseException, image_
         if delivered and we_killed_it and image_id not in before.ids:
             dst.run_script(LATE_REMOVER, image_id, str(int(LATE_REMOVER_BOUND)), timeout=15, check=True, shield=True)
             exc.add_note(f"{dst.name}: its Docker engine had the whole image stream and may still register it; "
-                         f"a remover there deletes {image_id[:19]} if it appears (for up to {LATE_REMOVER_BOUND:g} s)")
+                         f"a remover there (`sdlate`) deletes {image_id[:19]} if it appears, and ends once the "
+                         f"engine is idle for {LATE_REMOVER_IDLE} s (at most {LATE_REMOVER_BOUND:g} s)")
+        elif we_killed_it:
+            exc.add_note(f"{dst.name}: the image copy was ended on both nodes; its images are as they were")
     except Exception as problem:  # noqa: BLE001 - reported with the original failure
         exc.add_note(f"{dst.name}: could not check what the failed image copy left there: {problem}")
 

@@ -47,6 +47,11 @@ class Progress:
     def done(self) -> int:
         return sum(max(0, n - self.offsets.get(b, 0)) for b, n in self.at.items())
 
+    def restart(self, blob: str) -> None:
+        """The blob is fetched again from byte 0: what it had before this run no longer counts as held."""
+        self.total += self.offsets.pop(blob, 0)
+        self.at[blob] = 0
+
     def saw(self, blob: str, size: int) -> None:
         self.at[blob] = max(self.at.get(blob, 0), size)
         if self.on_change:
@@ -79,9 +84,12 @@ def to_fetch(listing: Listing, held: dict[str, BlobState]) -> list[str]:
 
 def copy_blobs(conn: NodeConnection, route: Route, hf_cache: str, repo: str, commit: str, listing: Listing,
                held: dict[str, BlobState], *, streams: int = 4, ref: str = "",
-               on_progress: Callable[[str, int, int, float], None] | None = None) -> CopyResult:
+               on_progress: Callable[[str, int, int, float], None] | None = None,
+               on_note: Callable[[str, str], None] | None = None) -> CopyResult:
     """Fetch what the target lacks, verify each blob, link the snapshot. Raises CopyFailed naming the node
-    (or both, for the link) and the blob; Cancelled when the operation was cancelled (what arrived stays)."""
+    (or both, for the link) and the blob; Cancelled when the operation was cancelled (what arrived stays).
+    A resumed blob that fails its hash is fetched once more from byte 0 (the target's own partial bytes may
+    be the damaged ones); `on_note(text, node)` is told."""
     fetch = to_fetch(listing, held)
     sizes = listing.blobs()
     offsets = {b: held[b].offset for b in fetch if b in held and held[b].held is Held.PARTIAL}
@@ -94,7 +102,12 @@ def copy_blobs(conn: NodeConnection, route: Route, hf_cache: str, repo: str, com
         if kind == "at" and len(parts) == 2 and parts[1].isdigit():
             progress.saw(parts[0], int(parts[1]))
         elif kind == "got" and len(parts) == 2:
-            result.sent[parts[0]] = int(parts[1])
+            result.sent[parts[0]] = result.sent.get(parts[0], 0) + int(parts[1])
+        elif kind == "refetch" and len(parts) == 2:
+            progress.restart(parts[0])
+            if on_note:
+                on_note(f"blob {parts[0][:16]} resumed from {route.target}'s partial file hashed to "
+                        f"{parts[1][:16]}: fetching it again from byte 0", route.target)
         elif kind == "ok":
             result.verified.append(parts[0])
             progress.saw(parts[0], sizes.get(parts[0], 0))

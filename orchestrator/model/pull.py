@@ -1,7 +1,9 @@
 """`model pull`: the recipe's model on every node, downloaded once, copied node to node as verified blobs.
 
 1. the revision must be a commit (a branch moves: two nodes downloading `main` a day apart can hold two
-   models); `--revision BRANCH` is resolved by the download and the commit written into the recipe;
+   models); `--revision BRANCH` is resolved by the Hub (never silently by a cache: the download fails when
+   the Hub does not answer) and the commit written into the recipe; `--offline` resolves it from the
+   source node's cache instead, and says so;
 2. the source node (default the head) downloads it unless it already holds that snapshot (model/download);
 3. every other node gets the blobs it lacks or holds damaged from the source, over the fabric (model/copy),
    all targets at once.
@@ -25,7 +27,7 @@ from ..runner.events import Events
 from ..transport.group import Cluster
 from ..transport.node import NodeConnection, NodeError
 from . import copy as blobcopy
-from .download import download_on
+from .download import HUB_WAIT, download_on
 from .scripts import LIST_SH, Listing, parse_listing
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -93,7 +95,7 @@ def sync_model(cluster: Cluster, conns: dict[str, NodeConnection], inventory: In
                         conn.name)
         route = blobcopy.Route(source, conn.name, blobs_dir, f"{user}@{src.fabric_ip}", port)
         return blobcopy.copy_blobs(conn, route, node.hf_cache, repo, commit, listing, held, streams=streams,
-                                   ref=ref, on_progress=report)
+                                   ref=ref, on_progress=report, on_note=lambda text, node: events.note(text, node))
 
     targets = [c for name, c in conns.items() if name != source]
     if targets and streams * len(targets) > SOURCE_STREAMS:
@@ -134,21 +136,41 @@ def download(conn: NodeConnection, inventory: Inventory, recipe: Recipe, revisio
     """The download on `conn`'s node, in the pinned image, as the login user; returns the commit."""
     image = recipe.image.id or recipe.image.ref
     uid = f"{conn.run(['id', '-u'], check=True).stdout.strip()}:{conn.run(['id', '-g'], check=True).stdout.strip()}"
+    endpoint = endpoint or os.environ.get("HF_ENDPOINT")
+    if not _COMMIT.match(revision):
+        events.note(f"asking the Hub at {endpoint or 'https://huggingface.co'} which commit {revision} names "
+                    f"(waiting at most {HUB_WAIT:g} s for its answer), then downloading it", conn.name)
     events.note(f"downloading {recipe.model.repo}@{revision} with huggingface_hub in {image[:19]}", conn.name)
     got = download_on(conn, image_id=image, hf_cache=inventory.node(conn.name).hf_cache, repo=recipe.model.repo,
-                      revision=revision, endpoint=endpoint or os.environ.get("HF_ENDPOINT"),
-                      token=os.environ.get("HF_TOKEN") or None, uid=uid)
+                      revision=revision, endpoint=endpoint, token=os.environ.get("HF_TOKEN") or None, uid=uid)
     return got.commit
+
+
+def offline_commit(conn: NodeConnection, inventory: Inventory, repo: str, want: str, events: Events) -> str:
+    """`--offline`: the commit `source`'s cache names for `want`, the Hub not asked; NodeError when it names
+    none (nothing to copy from)."""
+    commit = revision_on(conn, inventory.node(conn.name).hf_cache, repo, want)
+    if not commit:
+        raise NodeError(conn.name, f"--offline: this node's cache holds no snapshot of {repo}@{want} (no refs/{want} "
+                                   "or no snapshot directory): nothing to copy without the Hub")
+    if not _COMMIT.match(want):
+        events.note(f"{want} resolved from {conn.name}'s cache to {commit}, the Hub was not reached (--offline): "
+                    "the Hub may name a newer commit", conn.name)
+    return commit
 
 
 def pull_on(cluster: Cluster, conns: dict[str, NodeConnection], inventory: Inventory, recipe: Recipe,
             events: Events, *, source: str, revision: str | None, streams: int = 4,
-            endpoint: str | None = None) -> PullResult:
+            endpoint: str | None = None, offline: bool = False) -> PullResult:
     """Download on `source` unless it already holds the commit (an explicit branch is always resolved by
-    the Hub: it may have moved), then copy to every other node."""
+    the Hub: it may have moved; with `offline`, by `source`'s cache, and nothing is downloaded), then copy
+    to every other node."""
     want = wanted_revision(recipe, revision)
     repo = recipe.model.repo
-    commit = revision_on(conns[source], inventory.node(source).hf_cache, repo, want) if _COMMIT.match(want) else ""
+    if offline:
+        commit = offline_commit(conns[source], inventory, repo, want, events)
+    else:
+        commit = revision_on(conns[source], inventory.node(source).hf_cache, repo, want) if _COMMIT.match(want) else ""
     downloaded = not commit
     if not commit:
         commit = download(conns[source], inventory, recipe, want, events, endpoint)
@@ -160,7 +182,7 @@ def pull_on(cluster: Cluster, conns: dict[str, NodeConnection], inventory: Inven
 
 def pull(recipe_path: str | Path, recipe: Recipe, inventory: Inventory, *, node: str | None = None,
          revision: str | None = None, streams: int = 4, endpoint: str | None = None,
-         events: Events | None = None) -> PullResult:
+         events: Events | None = None, offline: bool = False) -> PullResult:
     """The command: every node must answer (a node left out would serve another model or none). The
     deploy lock is not taken: a pull of hundreds of GB must not block `status`/`down` for an hour, and it
     never touches what serves (a blob is renamed into place only whole and verified)."""
@@ -170,11 +192,13 @@ def pull(recipe_path: str | Path, recipe: Recipe, inventory: Inventory, *, node:
     with Operation(inventory, events, AuditAction.MODEL_PULL, reach=Reach.ALL, lock=Locking.NONE) as op:
         conns = {c.name: c for c in op.alive}
         result = pull_on(op.cluster, conns, inventory, recipe, events, source=source, revision=revision,
-                         streams=streams, endpoint=endpoint)
+                         streams=streams, endpoint=endpoint, offline=offline)
         if revision and recipe.model.revision != result.commit:
             set_model_revision(recipe_path, result.commit)
             result.recipe_updated = True
-            events.note(f"{recipe_path}: model.revision = {result.commit} (was {recipe.model.revision})")
+            whence = (f", resolved from {source}'s cache (the Hub was not reached)" if offline
+                      and not _COMMIT.match(revision) else "")
+            events.note(f"{recipe_path}: model.revision = {result.commit} (was {recipe.model.revision}){whence}")
         op.done(Outcome.OK, f"{recipe.model.repo}@{result.commit[:12]} on every node; {result.bytes} bytes copied "
                 f"from {source}", nodes={n: f"{c.bytes} bytes" for n, c in result.copies.items()})
         return result

@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass, field
 
 from ..checks.blob_hash import BLOB_DIGEST_SH, BLOB_KEEP_SH
+from ..checks.pull_mark import PULL_MARK_SH
 from ..transport.bulk_ssh import BULK_SSH_OPTS
 
 # On the source. "$1" the HF cache, "$2" the repo id, "$3" the commit: one record per snapshot file.
@@ -40,8 +41,8 @@ done'''
 
 # On a target. "$1" HF cache, "$2" repo id, "$3" commit, "$4" the source's blobs dir, "$5" user@source's
 # fabric address, "$6" its sshd port, "$7" streams, "$8" ref to write ("" = none); then `F blob size`
-# (fetch) and `L name blob` (link) triples. Records: at/got/ok/bad/fail/linked, tab separated.
-COPY_SH = BLOB_DIGEST_SH + "\n" + BLOB_KEEP_SH + r'''
+# (fetch) and `L name blob` (link) triples. Records: at/got/ok/refetch/bad/fail/linked, tab separated.
+COPY_SH = BLOB_DIGEST_SH + "\n" + BLOB_KEEP_SH + "\n" + PULL_MARK_SH + r'''
 blob_keeper && keep=python3 || keep=tee
 cache=$1; repo=$2; commit=$3; srcblobs=$4; dest=$5; port=$6; streams=$7; ref=$8; shift 8
 root="$cache/hub/models--${repo//\//--}"; blobs="$root/blobs"
@@ -91,13 +92,21 @@ fetch() {  # blob size: append what is missing to blob.incomplete, verify, then 
   if [ -n "$side" ]; then rm -f "$e.sum"; printf 'fail\t%s\t%s\t%s\n' "$b" "$side" "$why"; return 1; fi
   if [ -s "$e.sum" ]; then sum=$(cat "$e.sum"); rm -f "$e.sum"
   else sum=$(blob_digest "$part" "$b") || { printf 'fail\t%s\ttarget\tcannot read %s\n' "$b" "$part"; return 1; }; fi
-  if [ "$sum" != "$b" ]; then rm -f -- "$part"; printf 'bad\t%s\t%s\n' "$b" "$sum"; return 1; fi
+  if [ "$sum" != "$b" ]; then
+    rm -f -- "$part"
+    # resumed: the bytes this node already held may be the bad ones, so the whole blob once more from byte 0
+    # before the source is blamed (a fresh fetch that fails too is the source's)
+    if [ "$have" != 0 ]; then printf 'refetch\t%s\t%s\n' "$b" "$sum"; fetch "$b" "$size"; return; fi
+    printf 'bad\t%s\t%s\n' "$b" "$sum"; return 1
+  fi
   mv -f -- "$part" "$blobs/$b" && printf 'ok\t%s\n' "$b"
 }
 watch_parts() { while :; do for p in "$blobs"/*.incomplete; do [ -f "$p" ] && printf 'at\t%s\t%s\n' \
   "$(basename "$p" .incomplete)" "$(stat -c %s -- "$p" 2>/dev/null)"; done; sleep 0.5; done; }
+watcher=; mark=
+trap 'kill $watcher 2>/dev/null; [ -z "$mark" ] || rm -f -- "$mark"' EXIT
+mark=$(pull_mark "$root")  # up and rollback name this running copy instead of calling its files leftovers
 watch_parts & watcher=$!
-trap 'kill $watcher 2>/dev/null' EXIT
 links=(); failed=0; pids=()
 reap() {  # until fewer than $1 fetches run, each ended one waited for by its PID. Not `wait -n`: bash 5.2
   # reaps a job that ends while it waits for another, and a later `wait -n` then never returns for it

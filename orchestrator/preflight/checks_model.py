@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..checks.model_cache import RESOLVE_SH
+from ..checks.pull_mark import PULL_MARK_SH, RunningPull, parse_mark
 from ..config.load import Deployment
 from .facts import Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing
@@ -27,7 +28,8 @@ INDEX = "model.safetensors.index.json"
 
 # "$1" = the node's HF cache, "$2" = the repo id (or an absolute directory), "$3" = the revision.
 # One tab-separated record per line; the index, if any, comes last (everything after its `index` line).
-_SCRIPT = r'''cache=$1; repo=$2; rev=$3
+_SCRIPT = PULL_MARK_SH + r'''
+cache=$1; repo=$2; rev=$3
 if [ "${repo#/}" != "$repo" ]; then
   root=; snap=$repo; commit="local:$repo"; printf 'local\t%s\n' "$repo"
 else
@@ -47,6 +49,7 @@ fi
 if [ -n "$root" ] && [ -d "$root/blobs" ]; then
   find "$root/blobs" -maxdepth 1 -name '*.incomplete' -printf 'incomplete\t%f\t%s\n' || exit
 fi
+if [ -n "$root" ] && [ -d "$root" ]; then pull_marks "$root"; fi
 if [ -n "$snap" ] && [ -e "$snap/model.safetensors.index.json" ]; then
   printf 'index\n'; cat -- "$snap/model.safetensors.index.json" 2>/dev/null || printf '\n'
 fi
@@ -70,6 +73,11 @@ class Snapshot:
     incomplete: dict[str, int] = field(default_factory=dict)  # blob file name -> size
     shards: tuple[str, ...] | None = None  # what the index's weight_map names; None: no index
     index_error: str | None = None
+    pulls: tuple[RunningPull, ...] = ()  # the marks of `model pull` copies into this cache, live or dead
+
+    @property
+    def running(self) -> list[RunningPull]:
+        return [p for p in self.pulls if p.live]
 
 
 def _fact_args(given) -> list[str]:
@@ -87,6 +95,7 @@ def parse_snapshot(stdout: str) -> Snapshot:
     links: dict[str, str] = {}
     sizes: dict[str, int | None] = {}
     incomplete: dict[str, int] = {}
+    pulls: list[RunningPull] = []
     for line in head.splitlines():
         if not line:
             continue
@@ -105,6 +114,8 @@ def parse_snapshot(stdout: str) -> Snapshot:
             sizes[parts[0]] = None if parts[2] == "l" else int(parts[1])
         elif kind == "incomplete" and len(parts) == 2:
             incomplete[parts[0]] = int(parts[1])
+        elif kind == "pull" and (mark := parse_mark(parts)) is not None:
+            pulls.append(mark)
         else:
             raise ValueError(f"unknown record {line[:80]!r}")
     if absent is None and not commit:
@@ -118,7 +129,8 @@ def parse_snapshot(stdout: str) -> Snapshot:
             shards = tuple(sorted(set(weight_map.values())))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             index_error = f"{INDEX} unreadable ({type(exc).__name__}: {str(exc)[:120]})"
-    return Snapshot(root, commit, absent, files if absent is None else {}, incomplete, shards, index_error)
+    return Snapshot(root, commit, absent, files if absent is None else {}, incomplete, shards, index_error,
+                    tuple(pulls))
 
 
 # ---- judging --------------------------------------------------------------------------------------
@@ -214,6 +226,17 @@ def _compare(present: dict[str, Snapshot]) -> tuple[dict[str, list[str]], list[s
     return problems, full
 
 
+def _running_fix(seen: Seen) -> str:
+    """The advice when a `model pull` copies into a node's cache now: the snapshot is mid-copy (blobs still
+    arriving, links made at its end), so wait for it; "" when none runs. Never to delete its files."""
+    snaps = {node: facts[FACT].value for node, facts in seen.items() if FACT in facts}
+    running = [p.describe(node) for node, snap in snaps.items() if isinstance(snap, Snapshot) for p in snap.running]
+    if not running:
+        return ""
+    return (f"a running `model pull` is copying the model ({'; '.join(running)}): wait for it to finish, then "
+            "run this again (its .incomplete files are the copy in progress)")
+
+
 def _listed(items: list[str], limit: int = 3) -> str:
     return "; ".join(items[:limit]) + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
 
@@ -238,7 +261,7 @@ def model_files(seen: Seen, dep: Deployment) -> Verdict:
         fixes.append(f"the model snapshot differs on {', '.join(bad)} (a different revision or a corrupted "
                      f"download; field note 11): {_listed(full, 5)}; delete the odd files from the snapshot of the "
                      f"node whose copy is wrong, then run: {_download_cmd(dep)}")
-    return Verdict("model-files", Scope.PARITY, cells, " | ".join(fixes), 11)
+    return Verdict("model-files", Scope.PARITY, cells, _running_fix(seen) or " | ".join(fixes), 11)
 
 
 @check("model-shards", (FACT,), Scope.NODE, field_note=11)
@@ -271,7 +294,7 @@ def model_shards(seen: Seen, dep: Deployment) -> Verdict:
     if bad:
         fixes.append(f"shards the index names are missing on {', '.join(bad)}: "
                      f"{_download_cmd(dep)} (fetches only what is missing)")
-    return Verdict("model-shards", Scope.NODE, cells, " | ".join(fixes), 11)
+    return Verdict("model-shards", Scope.NODE, cells, _running_fix(seen) or " | ".join(fixes), 11)
 
 
 @check("model-incomplete", (FACT,), Scope.NODE, field_note=11)
@@ -283,14 +306,18 @@ def model_incomplete(seen: Seen, dep: Deployment) -> Verdict:
         if node in cells and node not in absent:
             continue
         snap: Snapshot = facts[FACT].value
-        if snap.incomplete:
+        prefix = cells[node].value + "; " if node in absent else ""
+        if snap.running:  # its .incomplete files are the copy's work in progress
+            cells[node] = Cell(Status.FAIL, f"{prefix}a model pull is copying into this cache now ("
+                               f"{'; '.join(p.describe(node) for p in snap.running)})")
+        elif snap.incomplete:
             shown = ", ".join(f"blobs/{n} ({s} B)" for n, s in snap.incomplete.items())
-            prefix = cells[node].value + "; " if node in absent else ""
             cells[node] = Cell(Status.FAIL, f"{prefix}partial download: {shown}")
             bad.append(node)
         elif node in present:
             cells[node] = Cell(Status.OK, "no .incomplete blob")
-    fixes = []
+    fixes = [fix for fix in [_running_fix(seen)] if fix]
+    absent = [n for n in absent if not seen[n][FACT].value.running]
     if absent:
         fixes.append(f"no snapshot on {', '.join(absent)}: {_download_fix(dep)}")
     if bad:

@@ -114,6 +114,45 @@ def test_a_signal_during_a_throttled_sync_stops_both_ends_and_leaves_nothing(cle
     assert images(clean, 2) == before, "the target must hold no partial image and no new tag"
 
 
+def tool_processes(sim: SimCluster, node: int) -> list[str]:
+    """Every process the tool starts on a node for an image copy, the late remover (`sdlate`) included."""
+    return [line for line in sim.exec(node, ["ps", "-eo", "args="]).stdout.splitlines()
+            if any(marker in line for marker in (*COPY_PROCESSES, "sdlate")) or line.split()[:1] == ["ssh"]]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_30_s_after_a_signal_during_the_copy_no_process_the_tool_started_runs_on_any_node(clean, sig):
+    """Under the docker-group login (the `spark` user, which cannot read the engine's staging directory): the
+    late remover a cancelled copy may leave is bounded by what that login can observe, so 30 s after the
+    signal nothing the tool started runs on either node, and what was ended or left is said."""
+    assert clean.exec(2, ["id", "-nG", "spark"]).stdout.split().count("docker") == 1
+    clean.fault(1, "throttle", rate="20mbit")
+    proc = subprocess.Popen([*CLI, "up", str(clean.recipe_path), "-i", str(clean.inventory_path), "--json",
+                             "--copy-stall-timeout", str(STALL_S)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        wait_for(lambda: loading_on_target(clean), 60, "docker load never started on spark-2")
+        time.sleep(1)  # the scenario: one second into the copy
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=60)
+        ended = time.monotonic()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, stderr
+    said = [e for e in map(json.loads, stdout.splitlines()) if e.get("event") == "warning" and e.get("node") == "spark-2"]
+    assert any("the image copy was ended on both nodes" in e["message"] or "a remover there (`sdlate`)" in e["message"]
+               for e in said), f"what was ended or left on spark-2 is not said: {stdout[-2000:]}"
+    left: dict[int, list[str]] = {}
+    while time.monotonic() - ended < 30:
+        left = {n: p for n in (1, 2) if (p := tool_processes(clean, n))}
+        if not left:
+            break
+        time.sleep(0.5)
+    assert left == {}, f"30 s after {sig.name} these still run: {left}\n{stderr}"
+
+
 def test_a_link_dropped_mid_copy_fails_naming_both_nodes_and_ends_both_ends(clean):
     before = images(clean, 2)
     clean.fault(1, "throttle", rate="20mbit")
@@ -280,10 +319,22 @@ def test_a_cancel_after_the_whole_stream_arrived_still_leaves_no_image(clean, co
     assert leftovers(clean) == {}
 
 
+def test_a_remover_under_the_docker_group_login_ends_once_the_engine_is_idle(clean, conns):
+    """The `spark` login cannot read the engine's staging directory: the remover a cancelled copy leaves ends
+    when dockerd and containerd have spent next to no CPU or I/O for a few seconds (no load in progress), not
+    after LATE_REMOVER_BOUND, also when the image never appears."""
+    dst = conns.peers[0]
+    assert not dst.run(["test", "-r", "/var/lib/docker/tmp"]).ok, "the login must not read the staging dir"
+    dst.run_script(sync.LATE_REMOVER, "sha256:" + "0" * 64, "600", timeout=15, check=True)
+    assert [line for line in clean.exec(2, ["ps", "-eo", "args="]).stdout.splitlines() if "sdlate" in line]
+    wait_for(lambda: not any("sdlate" in line for line in clean.exec(2, ["ps", "-eo", "args="]).stdout.splitlines()),
+             30, "the remover still polls 30 s later with the engine idle")
+
+
 def test_a_new_copy_ends_the_remover_a_cancelled_one_left(clean, conns):
-    """A remover left by a cancelled copy waits (up to LATE_REMOVER_BOUND, as the `spark` login cannot see
-    the engine's staging directory) for the image to appear. A later copy of the same image is wanted: it
-    ends that remover first, so the image it loads stays."""
+    """A remover left by a cancelled copy waits for the image to appear while the engine is busy (at least
+    LATE_REMOVER_IDLE s). A later copy of the same image is wanted: it ends that remover first, so the image
+    it loads stays."""
     image_id = pinned_id(clean)
     src, dst = conns.head, conns.peers[0]
     dst.run_script(sync.LATE_REMOVER, image_id, "600", timeout=15, check=True)  # as _undo leaves it

@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import subprocess
 import time
 
 import pytest
 from ruamel.yaml import YAML
 
-from deploy_helpers import CLI, blobs_on, recipe_variant, spark_deploy
+from deploy_helpers import CLI, blobs_on, forget_releases, recipe_variant, spark_deploy
 from deploy_helpers import MODEL_ROOT as ROOT
+from orchestrator.checks.pull_mark import MARK_PREFIX
+from orchestrator.model.download import HUB_WAIT
 from orchestrator.sim import fake_model
 from orchestrator.sim.hub import HubRepo, HubStandIn
 from orchestrator.sim.state import NODE_UID, NODE_USER
@@ -167,6 +170,63 @@ def test_failures_name_the_node_and_leave_no_half_blob(pair, recipe):
     assert pair.exec(2, ["test", "-e", f"{ROOT}/snapshots/{META['revision']}"], check=False).code != 0
 
 
+def test_a_partial_blob_damaged_on_the_target_is_fetched_again_and_a_damaged_source_is_named(pair, recipe):
+    """spark-2's own .incomplete of shard 1 starts with other bytes: the resumed blob fails its hash, is fetched
+    once more from byte 0, and the pull succeeds in one run. A blob damaged on spark-1 still fails naming spark-1."""
+    partial = f"{ROOT}/blobs/{SHARD1}.incomplete"
+    pair.exec(2, ["rm", "--", f"{ROOT}/blobs/{SHARD1}"])
+    pair.exec(2, ["bash", "-c", 'head -c 4096 /dev/zero > "$1" && chown "$2:$2" "$1"', "bash", partial, str(NODE_UID)])
+    res = pull(pair, recipe)
+    got = pulled(res)
+    assert got["nodes"]["spark-2"] == {"bytes": BLOBS[SHARD1] - 4096 + BLOBS[SHARD1], "blobs": [SHARD1]}
+    assert f"spark-2: blob {SHARD1[:16]} resumed from spark-2's partial file hashed to " in res.stderr, res.stderr
+    assert "fetching it again from byte 0" in res.stderr and "damaged" not in res.stderr, res.stderr
+    assert blobs_on(pair, 2) == BLOBS
+    assert verify_blobs(pair, recipe) == {"spark-1": "ok", "spark-2": "ok"}
+
+    # the source's shard 1 changed past the partial spark-2 holds (its own first 4 KB, correct): resumed, fetched
+    # from byte 0 again, and still wrong: spark-1 is named, nothing is linked
+    pair.exec(2, ["bash", "-c", 'head -c 4096 "$1" > "$2" && rm -- "$1" && chown "$3:$3" "$2"', "bash",
+                  f"{ROOT}/blobs/{SHARD1}", partial, str(NODE_UID)])
+    pair.exec(1, ["bash", "-c", 'printf x | dd of="$1" bs=1 seek=50000 conv=notrunc status=none', "bash",
+                  f"{ROOT}/blobs/{SHARD1}"])
+    damaged = pull(pair, recipe)
+    assert damaged.returncode == 1, damaged.stdout + damaged.stderr
+    assert "fetching it again from byte 0" in damaged.stderr, damaged.stderr
+    assert "its bytes on spark-1 are damaged" in damaged.stderr and "run preflight --verify-blobs on spark-1" \
+        in damaged.stderr, damaged.stderr
+    assert SHARD1 not in blobs_on(pair, 2)
+
+
+def test_rollback_while_a_pull_is_copying_names_the_pull_and_never_advises_deleting_its_files(pair, recipe, tmp_path):
+    """The pull takes no lock: a rollback that meets its .incomplete file is refused naming the running copy
+    (node, pid, start) with the advice to wait for it, not as an interrupted download whose files may go."""
+    forget_releases(pair)
+    for name, vllm in (("a", None), ("b", {"max_model_len": 2048})):
+        done = spark_deploy("up", str(recipe_variant(pair, tmp_path / f"{name}.yaml", vllm=vllm)), "-i",
+                            str(pair.inventory_path), timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+    pair.exec(2, ["rm", "--", f"{ROOT}/blobs/{SHARD3}"])
+    pair.fault(1, "throttle", rate="64kbit", net="fabric")  # shard 3's 200 KB: ~25 s
+    proc = subprocess.Popen([*CLI, "model", "pull", str(recipe), "-i", str(pair.inventory_path), "--streams", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while f"{SHARD3}.incomplete" not in blobs_on(pair, 2):
+            assert proc.poll() is None and time.monotonic() < deadline, "the copy of shard 3 never started"
+            time.sleep(0.2)
+        mark = pair.exec(2, ["bash", "-c", f'cat "$1"/{MARK_PREFIX}*', "bash", ROOT], check=False).stdout.split()
+        refused = spark_deploy("rollback", "1", "-i", str(pair.inventory_path), "--yes", timeout=600)
+        assert proc.poll() is None, "the pull ended before the rollback looked: the test proves nothing"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "wait for it to finish" in said and "delete" not in said and "interrupted download" not in said, said
+    assert mark and f"a model pull is copying into this cache now (spark-2 pid {mark[0]}, since " in said, said
+
+
 @pytest.fixture
 def hub(pair):
     """The Hub stand-in serving the sim's model as a gated repo, reachable from the nodes at their gateway;
@@ -228,3 +288,47 @@ def test_four_nodes_blob_deleted_on_spark2_and_corrupted_on_spark3(sim_cluster_f
                               "spark-4": {"bytes": 0, "blobs": []}}
     assert verify_blobs(quad, recipe) == {f"spark-{i}": "ok" for i in (1, 2, 3, 4)}
 
+
+
+def test_a_hub_that_does_not_answer_fails_the_branch_within_the_wait_and_offline_says_it_used_the_cache(pair,
+                                                                                                     tmp_path):
+    """spark-1's cache names main's commit already. With HF_ENDPOINT at a closed port, then at an address that
+    accepts and never answers (a socket on this machine that listens and reads nothing, reached at the nodes'
+    gateway like the Hub stand-in), `--revision main` exits 1 naming the Hub within HUB_WAIT s of waiting for
+    it (plus the container's start), and the recipe is byte for byte as it was. `--offline` takes the cache's
+    commit and says where it came from."""
+    recipe = tmp_path / "branch.yaml"
+    recipe.write_text(pair.recipe_path.read_text())  # model.revision: main
+    before = recipe.read_bytes()
+    gateway = pair.info()["gateway"]
+    closed = socket.socket()
+    closed.bind(("0.0.0.0", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()
+    silent = socket.socket()
+    silent.bind(("0.0.0.0", 0))
+    silent.listen(8)
+    try:
+        for port in (closed_port, silent.getsockname()[1]):
+            endpoint = f"http://{gateway}:{port}"
+            started = time.monotonic()
+            res = spark_deploy("model", "pull", str(recipe), "-i", str(pair.inventory_path), "--revision", "main",
+                               env={"HF_ENDPOINT": endpoint})
+            elapsed = time.monotonic() - started
+            assert res.returncode == 1, res.stdout + res.stderr
+            said = " ".join(res.stderr.split())
+            assert f"spark-1: the Hub at {endpoint} did not say which commit sim/tiny-moe@main names" in said, said
+            assert "nothing was downloaded and the recipe is unchanged" in said, said
+            assert f"waiting at most {HUB_WAIT:g} s for its answer" in res.stdout, res.stdout  # announced first
+            assert elapsed < HUB_WAIT + 30, f"{elapsed:.0f} s: the wait is not bounded"
+            assert recipe.read_bytes() == before
+    finally:
+        silent.close()
+
+    offline = spark_deploy("model", "pull", str(recipe), "-i", str(pair.inventory_path), "--revision", "main",
+                           "--offline", env={"HF_ENDPOINT": f"http://{gateway}:{closed_port}"})
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    said = " ".join(offline.stdout.split())
+    assert f"main resolved from spark-1's cache to {META['revision']}, the Hub was not reached" in said, said
+    assert f"model.revision = {META['revision']} (was main), resolved from spark-1's cache" in said, said
+    assert YAML().load(recipe.read_text())["model"]["revision"] == META["revision"]

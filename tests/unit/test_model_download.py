@@ -4,6 +4,7 @@ our retry and error words around it."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,10 +21,12 @@ REPO = "sim/pull-test"
 SHARD2 = "model-00002-of-00003.safetensors"
 
 
-def run(hub: HubStandIn, cache: Path, token: str | None = None, revision: str = "main") -> subprocess.CompletedProcess:
-    env = {"HF_ENDPOINT": hub.endpoint("127.0.0.1"), "HF_HUB_DISABLE_TELEMETRY": "1",
+def run(hub: HubStandIn | str, cache: Path, token: str | None = None, revision: str = "main",
+        hub_wait: str = "15") -> subprocess.CompletedProcess:
+    endpoint = hub if isinstance(hub, str) else hub.endpoint("127.0.0.1")
+    env = {"HF_ENDPOINT": endpoint, "HF_HUB_DISABLE_TELEMETRY": "1",
            "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HOME": str(cache), **({"HF_TOKEN": token} if token else {})}
-    return subprocess.run([sys.executable, "-c", PROGRAM, REPO, revision, str(cache / "hub"), "3", "0.05"],
+    return subprocess.run([sys.executable, "-c", PROGRAM, REPO, revision, str(cache / "hub"), "3", "0.05", hub_wait],
                           capture_output=True, text=True, env=env, timeout=60)
 
 
@@ -66,3 +69,29 @@ def test_an_unknown_revision_is_said():
         parse_outcome("spark-1", "sim/x", '\x1eSDPULL {"ok": false, "kind": "revision", "message": "Invalid rev id: nope"}')
     with pytest.raises(DownloadFailed, match="printed no outcome"):
         parse_outcome("spark-1", "sim/x", "Traceback ...")
+
+
+def test_a_branch_is_never_resolved_by_the_cache_when_the_hub_does_not_answer(tmp_path):
+    """The cache names main's commit already (a stale one, for all anyone knows): with the Hub's port closed,
+    or a Hub that accepts and never answers, the branch is not taken from the cache. The program says the
+    Hub did not answer, within the wait it was given, and downloads nothing."""
+    with HubStandIn([HubRepo.fake(REPO)], host="127.0.0.1") as hub:
+        assert parse_outcome("spark-1", REPO, run(hub, tmp_path).stdout).commit  # the cache now holds main
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()
+    silent = socket.socket()  # listens, never accepts or answers: the connection opens, no reply ever comes
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        for endpoint in (f"http://127.0.0.1:{closed_port}", f"http://127.0.0.1:{silent.getsockname()[1]}"):
+            res = run(endpoint, tmp_path, hub_wait="1")
+            assert res.returncode == 1, res.stdout + res.stderr
+            with pytest.raises(DownloadFailed) as exc:
+                parse_outcome("spark-1", REPO, res.stdout, revision="main", endpoint=endpoint)
+            said = str(exc.value)
+            assert said.startswith(f"spark-1: the Hub at {endpoint} did not say which commit {REPO}@main names (")
+            assert "nothing was downloaded and the recipe is unchanged" in said and "--offline" in said, said
+    finally:
+        silent.close()
