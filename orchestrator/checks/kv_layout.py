@@ -14,6 +14,21 @@ another dtype's rule; a dtype not listed here is "cannot judge" (UnknownLayout),
   nvfp4_ds_mla: 352 B = 512 fp4 values (256 B) + 64 fp8 RoPE values + 32 fp8 scales
   (layers/attention/mla_attention.py `state_content_bytes`, v1/attention/backends/mla/flashmla_sparse.py).
   Both need kv_lora_rank 512 and qk_rope_head_dim 64 ("ds_mla layouts require kv_lora_rank == 512").
+  The generic MLA layer (layers/attention/mla_attention.py `MLAAttention`) is what DeepSeek V2/V3
+  (model_executor/models/deepseek_v2.py) and V3.2 (models/deepseek_v32/attention.py subclasses it) use.
+
+Not the generic layers: DeepSeek-V4 (`own_layout`). vLLM 0.33.0 builds its cache in
+models/deepseek_v4/attention.py out of five kinds of spec per model, none of them one latent per token:
+a compressed MLA state of 584 B (448 fp8 NoPE + 128 B bf16 RoPE + 8 B scales, `state_content_bytes`,
+attention.py:880) per 4 or 128 tokens (`compress_rates[layer_types[i]]`, attention.py:239-240; 1 =
+sliding only), a sliding-window cache per layer (`DeepseekV4SWACache`, v1/attention/backends/mla/
+sparse_swa.py:120-145, window `sliding_window`, 584 B a token, pages padded to 576 B), the compressors'
+state caches (models/deepseek_v4/compressor.py:179), and on the ratio-4 layers a Lightning-Indexer K
+cache (132 B fp8 / 68 B MXFP4 per state, attention.py:1021-1029). Sliding windows are capped at
+window + in-flight tokens, not max_model_len (v1/kv_cache_interface.py:918-956), and vLLM's grouping
+and page-size unification (v1/core/kv_cache_planning.py) decides the blocks a request takes: its
+`GPU KV cache size` is num_blocks / Σ groups' blocks per max_model_len request x max_model_len
+(v1/core/kv_cache_utils.py:1061-1128). No bytes-per-token number models that, so model-fit does not give one.
 """
 
 from __future__ import annotations
@@ -34,6 +49,30 @@ FP32_SCALE = 4
 
 class UnknownLayout(ValueError):
     """model-fit does not know how vLLM lays out this dtype for this attention: it cannot judge."""
+
+
+# vLLM 0.33.0's registry (model_executor/models/registry.py:99, 383-389, 676-679, 718) loads these from
+# vllm.models.deepseek_v4 / deepseek_v41, whose attention lays the cache out itself (module docstring).
+OWN_LAYOUT_MODEL_TYPES = frozenset({"deepseek_v4", "deepseek_v41"})
+OWN_LAYOUT_ARCHITECTURES = frozenset({"DeepseekV4ForCausalLM", "DeepseekV4ForConditionalGeneration",
+                                      "DeepseekV41ForCausalLM", "DSparkDeepseekV4ForCausalLM",
+                                      "DeepSeekV4MTPModel"})
+# vLLM's own test for a DeepSeek-V4 config (transformers_utils/deepseek_v4_utils.py get_compress_ratios,
+# used by model_arch_config_convertor.py:93 and :323): per-layer compression ratios in config.json.
+OWN_LAYOUT_KEYS = ("compress_rates", "compress_ratios")
+OWN_LAYOUT_WHY = ("vLLM 0.33.0 lays DeepSeek-V4's cache out in its own attention (compressed states, "
+                  "sliding windows), not as one latent per token")
+
+
+def own_layout(cfg: dict) -> str | None:
+    """Why model-fit cannot size this model's KV cache per token (vLLM lays it out in the model's own
+    attention module, not the generic attention/MLA specs), or None for the generic layers."""
+    architectures = cfg.get("architectures") or []
+    if (cfg.get("model_type") in OWN_LAYOUT_MODEL_TYPES
+            or any(a in OWN_LAYOUT_ARCHITECTURES for a in architectures if isinstance(a, str))
+            or any(cfg.get(k) for k in OWN_LAYOUT_KEYS)):
+        return f"model_type {cfg.get('model_type')}: {OWN_LAYOUT_WHY}"
+    return None
 
 
 @dataclass(frozen=True)

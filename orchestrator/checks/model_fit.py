@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 
 from . import kv_layout
-from .kv_layout import Layout
+from .kv_layout import Layout, UnknownLayout
 
 GIB = 1 << 30
 
@@ -108,6 +108,8 @@ def kv_shape(config: dict, tp: int, kv_cache_dtype: str | None, draft: bool) -> 
     """What one token costs in one rank's KV cache, as vLLM lays it out for this architecture and dtype
     (UnknownLayout: a dtype whose layout model-fit does not know)."""
     cfg = text_config(config)
+    if why := kv_layout.own_layout(cfg):  # DeepSeek-V4: compressed states and sliding windows, no per-token rule
+        raise UnknownLayout(why)
     layers, hybrid = attention_layers(cfg)
     layers += draft_layers(cfg) if draft else 0
     if _int(cfg, "kv_lora_rank"):  # DeepSeek MLA: the latent and the rope key, not split by TP
@@ -179,10 +181,11 @@ class Fit:
     activation: int
     non_torch: int
     cuda_graphs: int
-    kv: KvShape
+    kv: KvShape | None  # None: model-fit cannot judge the KV cache (kv_unknown says why); the weights still are
     block_size: int
     max_model_len: int
     max_num_seqs: int | None
+    kv_unknown: str = ""
 
     @property
     def budget(self) -> int:
@@ -194,7 +197,10 @@ class Fit:
 
     @property
     def tokens(self) -> int:
-        """Tokens the KV cache holds (whole blocks), as vLLM's `GPU KV cache size` line counts them."""
+        """Tokens the KV cache holds (whole blocks), as vLLM's `GPU KV cache size` line counts them
+        (UnknownLayout when the KV cache cannot be judged)."""
+        if self.kv is None:
+            raise UnknownLayout(self.kv_unknown)
         page = self.kv.bytes_per_token * self.block_size
         return max(0, self.kv_memory) // page * self.block_size
 
@@ -208,11 +214,15 @@ class Fit:
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in asdict(self).items() if k != "kv"}
+        if self.kv is None:
+            return {**out, "budget": self.budget, "kv_memory": self.kv_memory}
         return {**out, "kv_kind": str(self.kv.kind), "kv_bytes_per_token": self.kv.bytes_per_token,
                 "budget": self.budget, "kv_memory": self.kv_memory, "tokens": self.tokens}
 
 
-def fit(headers: dict[str, dict], config: dict, mem_total: int, s: Settings) -> Fit:
+def fit(headers: dict[str, dict], config: dict, mem_total: int, s: Settings, kv_optional: bool = False) -> Fit:
+    """One node's budget. A KV layout model-fit does not know raises UnknownLayout, or with `kv_optional`
+    gives a Fit without a KV shape (kv None, kv_unknown the reason) whose weights are still judged."""
     cfg = text_config(config)
     max_len = s.max_model_len or _need(cfg, "max_position_embeddings")
     seqs = s.max_num_seqs or DEFAULT_MAX_NUM_SEQS
@@ -220,10 +230,15 @@ def fit(headers: dict[str, dict], config: dict, mem_total: int, s: Settings) -> 
     hidden = _need(cfg, "hidden_size")
     vocab = _int(cfg, "vocab_size") or 0
     activation = batched * hidden * ACTIVATION_BYTES_PER_HIDDEN + seqs * vocab * LOGIT_BYTES
+    try:
+        kv, unknown = kv_shape(config, s.tp, s.kv_cache_dtype, s.draft), ""
+    except UnknownLayout as exc:
+        if not kv_optional:
+            raise
+        kv, unknown = None, str(exc)
     return Fit(mem_total, s.utilization, weights_per_rank(headers, config, s.tp, s.draft), activation,
-               NON_TORCH_BYTES, 0 if s.enforce_eager else CUDA_GRAPH_BYTES,
-               kv_shape(config, s.tp, s.kv_cache_dtype, s.draft), s.block_size or DEFAULT_BLOCK_SIZE, max_len,
-               s.max_num_seqs)
+               NON_TORCH_BYTES, 0 if s.enforce_eager else CUDA_GRAPH_BYTES, kv,
+               s.block_size or DEFAULT_BLOCK_SIZE, max_len, s.max_num_seqs, unknown)
 
 
 def gib(n: float) -> str:
@@ -236,6 +251,8 @@ def describe(f: Fit) -> str:
             f"graphs {gib(f.cuda_graphs)} of {f.utilization:g} x {gib(f.mem_total)} = {gib(f.budget)}")
     if not f.weights_fit:
         return f"{text}: {gib(-f.kv_memory)} short, no room for a KV cache"
+    if f.kv is None:
+        return f"{text} leaves {gib(f.kv_memory)} KV; tokens that fit not judged ({f.kv_unknown})"
     text += (f" leaves {gib(f.kv_memory)} KV; {f.kv.bytes_per_token:,} B/token ({f.kv.kind}: {f.kv.formula()}) "
              f"-> {f.tokens:,} tokens = {f.concurrency:.2f}x max_model_len {f.max_model_len:,}")
     if f.max_num_seqs:

@@ -8,7 +8,6 @@ checks/model_fit.py; docs/preflight.md shows the formula.
 
 from __future__ import annotations
 
-from ..checks.kv_layout import UnknownLayout
 from ..checks.model_fit import FitError, Fit, Settings, describe, fit
 from ..checks.safetensors_headers import SCRIPT, HeaderError, Headers, parse
 from ..config.load import Deployment
@@ -91,22 +90,22 @@ def model_fit(seen: Seen, dep: Deployment) -> Verdict:
         return Verdict("model-fit", Scope.NODE, {n: Cell(Status.SKIP, f"no config.json in {headers.snapshot}")
                                                  for n in seen}, "")
     s = settings(dep)
-    short, tight = [], []
+    short, tight, unjudged = [], [], []
     for node, facts in in_rank_order(seen, dep):
         if node in cells:
             continue
         mem: MemInfo = facts["meminfo"].value
-        try:
-            f = fit(headers.headers, headers.config, mem.total, s)
-        except UnknownLayout as exc:  # never a number computed by another dtype's rule
-            cells[node] = Cell(Status.WARN, f"cannot judge the KV cache: {exc}")
-            continue
+        try:  # the weights are judged even when the KV layout is not known
+            f = fit(headers.headers, headers.config, mem.total, s, kv_optional=True)
         except FitError as exc:
             cells[node] = Cell(Status.SKIP, f"cannot size the model: {exc}")
             continue
         if not f.weights_fit:
             cells[node] = Cell(Status.FAIL, describe(f))
             short.append(node)
+        elif f.kv is None:  # never a number computed for another layout, so never a KV failure
+            cells[node] = Cell(Status.WARN, f"cannot judge the KV cache: {f.kv_unknown}; {describe(f)}")
+            unjudged.append(node)
         elif f.tokens < f.max_model_len:
             cells[node] = Cell(Status.FAIL, f"{describe(f)}: not one full-length request fits")
             tight.append(node)
@@ -124,4 +123,7 @@ def model_fit(seen: Seen, dep: Deployment) -> Verdict:
                      "max seq len (...), (... GiB KV cache is needed, which is larger than the available KV cache "
                      "memory\"): lower vllm.max_model_len, use a smaller vllm.kv_cache_dtype (fp8), or raise "
                      "vllm.gpu_memory_utilization")
+    if unjudged:
+        fixes.append(f"{', '.join(unjudged)}: model-fit cannot predict this KV cache; `up` records the engine's "
+                     "own `GPU KV cache size` line, and vLLM itself refuses a max_model_len that does not fit")
     return Verdict("model-fit", Scope.NODE, cells, " | ".join(fixes))

@@ -3,13 +3,16 @@ fit), the verdicts, and the reading of the engine's own KV-cache line.
 
 The sim's Spark has MemTotal 125519872 kB = 128,532,348,928 B (sim/node_memory.SPARK). The two shipped
 models' config.json and headers are not in the project: their tests use configs of their architectures'
-shape (DeepSeek MLA with one MTP layer; Qwen3-Next-style hybrid, full attention every 4th layer) and
-headers of round sizes, so every figure below can be checked with a pencil.
+shape and headers of round sizes, so every figure below can be checked with a pencil. The DeepSeek recipe
+deploys DeepSeek-V4, whose KV cache vLLM 0.33.0 lays out in its own attention (model-fit cannot judge it:
+DEEPSEEK_V4_CONFIG); the generic MLA rule is worked on a DeepSeek-V3-shaped config (MLA_CONFIG, one MTP
+layer) under that recipe's settings; Qwen3-Next-style hybrid has full attention every 4th layer.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -46,10 +49,26 @@ def tensor(dtype: str, shape: list[int], size: int) -> dict:
     return {"dtype": dtype, "shape": shape, "data_offsets": [0, size]}
 
 
-DEEPSEEK_CONFIG = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "hidden_size": 4096,
-                   "num_hidden_layers": 43, "num_attention_heads": 64, "kv_lora_rank": 512,
-                   "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "num_nextn_predict_layers": 1,
-                   "vocab_size": 129280, "max_position_embeddings": 1048576, "torch_dtype": "bfloat16"}
+# The generic MLA layer (vLLM 0.33.0 model_executor/models/deepseek_v2.py, DeepseekV3ForCausalLM): one latent of
+# kv_lora_rank + qk_rope_head_dim per token per layer. 43 layers + 1 MTP layer, so the recipe's numbers carry over.
+MLA_CONFIG = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 4096,
+              "num_hidden_layers": 43, "num_attention_heads": 64, "kv_lora_rank": 512,
+              "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "num_nextn_predict_layers": 1,
+              "vocab_size": 129280, "max_position_embeddings": 1048576, "torch_dtype": "bfloat16"}
+# DeepSeek-V4-shaped: the keys vLLM 0.33.0's models/deepseek_v4/attention.py reads (no kv_lora_rank: a 512-wide
+# head_dim whose 64 last are RoPE; per layer `compress_rates[layer_types[i]]`, 4 for compressed_sparse_attention
+# (with the Lightning indexer: index_*), 128 for heavily_compressed_attention, none (sliding only) for
+# sliding_attention; `sliding_window` tokens per layer's window). The values and the layer pattern are
+# V4-Flash-like round numbers, not read from the checkpoint (which is not in the project).
+V4_LAYER_TYPES = (["sliding_attention"] * 2
+                  + ["compressed_sparse_attention", "heavily_compressed_attention"] * 20 + ["sliding_attention"])
+DEEPSEEK_V4_CONFIG = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "hidden_size": 4096,
+                      "num_hidden_layers": 43, "num_attention_heads": 64, "head_dim": 512, "qk_rope_head_dim": 64,
+                      "q_lora_rank": 1024, "o_lora_rank": 1024, "o_groups": 8, "sliding_window": 128,
+                      "layer_types": V4_LAYER_TYPES,
+                      "compress_rates": {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128},
+                      "index_topk": 512, "index_n_heads": 64, "index_head_dim": 128, "num_nextn_predict_layers": 1,
+                      "vocab_size": 129280, "max_position_embeddings": 1048576, "torch_dtype": "bfloat16"}
 DEEPSEEK_HEADERS = {"model-00001-of-00002.safetensors": {
     "__metadata__": {"format": "pt"},
     "model.layers.0.mlp.experts.gate_up_proj.weight": tensor("U8", [160_000, 1_000_000], 160_000_000_000),
@@ -67,9 +86,9 @@ QWEN_HEADERS = {"model.safetensors": {
     "mtp.layers.0.mlp.experts.0.down_proj.weight": tensor("BF16", [1_000, 1_000_000], 2_000_000_000)}}
 
 
-def test_deepseek_recipe_by_hand(tmp_path):
+def test_the_generic_mla_rule_by_hand_under_the_deepseek_recipe(tmp_path):
     dep = shipped(tmp_path, "dspark-0731-b12x")
-    f = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_CONFIG, SPARK_TOTAL, checks_fit.settings(dep))
+    f = mf.fit(DEEPSEEK_HEADERS, MLA_CONFIG, SPARK_TOTAL, checks_fit.settings(dep))
     # weights: the norm whole (8,192) + (160e9 experts + 4e9 MTP layer, dspark loads it) / TP 2
     assert f.weights == 8_192 + 164_000_000_000 // 2 == 82_000_008_192
     # MLA: (kv_lora_rank 512 + rope 64) x (43 layers + 1 MTP) x fp8 1 B, the same on both ranks
@@ -79,26 +98,83 @@ def test_deepseek_recipe_by_hand(tmp_path):
     assert f.kv_memory == 110_537_820_078 - 82_000_008_192 - 1_086_152_704 - GRAPHS_AND_NON_TORCH == 26_377_917_358
     # blocks of 256 tokens x 25,344 B = 6,488,064 B: 4,065 of them
     assert f.tokens == 26_377_917_358 // 6_488_064 * 256 == 1_040_640
-    assert f.tokens < f.max_model_len == 1_048_576  # the 1M context the recipe configures does not fit
+    assert f.tokens < f.max_model_len == 1_048_576  # a V3-shaped model would not hold the recipe's 1M context
 
 
-def test_deepseek_recipe_with_the_mla_kv_dtypes_by_hand(tmp_path):
+def test_the_generic_mla_rule_with_the_ds_mla_dtypes_by_hand(tmp_path):
     """vLLM 0.33.0's ds_mla layouts (mla_attention.py state_content_bytes, flashmla_sparse.py): fp8_ds_mla
     656 B a token a layer = 512 fp8 NoPE + 4 fp32 scales (16 B) + 64 bf16 RoPE (128 B); nvfp4_ds_mla 352 B
     = 512 fp4 (256 B) + 64 fp8 RoPE + 32 fp8 scales. Not kv_lora_rank + rope values x 1 B (576 B)."""
-    fp8 = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_CONFIG, SPARK_TOTAL,
+    fp8 = mf.fit(DEEPSEEK_HEADERS, MLA_CONFIG, SPARK_TOTAL,
                  checks_fit.settings(shipped(tmp_path, "dspark-0731-b12x", kv_cache_dtype="fp8_ds_mla")))
     # the budget is the dtype's business only through the bytes a token costs: the same KV memory as fp8
     assert fp8.kv_memory == 26_377_917_358
     assert (fp8.kv.kind, fp8.kv.bytes_per_token) == (mf.KvKind.MLA, 44 * (512 + 16 + 128)) == (mf.KvKind.MLA, 28_864)
     # blocks of 256 tokens x 28,864 B = 7,389,184 B: 3,569 of them
     assert fp8.tokens == 26_377_917_358 // 7_389_184 * 256 == 913_664 < fp8.max_model_len
-    nvfp4 = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_CONFIG, SPARK_TOTAL,
+    nvfp4 = mf.fit(DEEPSEEK_HEADERS, MLA_CONFIG, SPARK_TOTAL,
                    checks_fit.settings(shipped(tmp_path, "dspark-0731-b12x", kv_cache_dtype="nvfp4_ds_mla")))
     assert nvfp4.kv.bytes_per_token == 44 * (256 + 64 + 32) == 15_488
     # blocks of 256 x 15,488 B = 3,964,928 B: 6,652 of them, and the 1M context fits
     assert nvfp4.tokens == 26_377_917_358 // 3_964_928 * 256 == 1_702_912 > nvfp4.max_model_len == 1_048_576
     assert "44 layers x 656 B (512 fp8 + 16 B scales + 64 bf16 rope)" in mf.describe(fp8)
+
+
+V4_WHY = "vLLM 0.33.0 lays DeepSeek-V4's cache out in its own attention (compressed states, sliding windows)"
+
+
+@pytest.mark.parametrize("kv", ["fp8", "auto", None, "fp8_ds_mla", "nvfp4_ds_mla", "bfloat16", "nvfp4"])
+def test_deepseek_v4_kv_is_cannot_judge_for_every_dtype_never_the_mla_number(kv):
+    """vLLM 0.33.0 models/deepseek_v4/attention.py: 584 B states (448 fp8 + 128 B bf16 rope + 8 B scales) per
+    4 or 128 tokens, sliding-window caches capped at window + in-flight tokens, compressor and indexer caches,
+    grouped by kv_cache_planning: no bytes-per-token rule, so no number (not the generic MLA 656 B)."""
+    with pytest.raises(UnknownLayout, match=re.escape(f"model_type deepseek_v4: {V4_WHY}")):
+        mf.kv_shape(DEEPSEEK_V4_CONFIG, 2, kv, draft=True)
+
+
+def test_what_counts_as_deepseek_v4_and_what_keeps_the_generic_rules():
+    from orchestrator.checks import kv_layout
+    for cfg in (DEEPSEEK_V4_CONFIG, {"model_type": "deepseek_v41"}, {"architectures": ["DSparkDeepseekV4ForCausalLM"]},
+                {"text_config": {**DEEPSEEK_V4_CONFIG, "model_type": "x"}, "model_type": "deepseek_v41"},
+                {**MLA_CONFIG, "compress_ratios": [4, 128, 0]}):  # vLLM's own test: get_compress_ratios
+        assert V4_WHY in kv_layout.own_layout(mf.text_config(cfg)), cfg
+    for cfg in (MLA_CONFIG, {**MLA_CONFIG, "model_type": "deepseek_v32", "architectures": ["DeepseekV32ForCausalLM"]},
+                {**MLA_CONFIG, "model_type": "deepseek_v2"}, QWEN_CONFIG):  # the generic MLAAttention / attention
+        assert kv_layout.own_layout(cfg) is None, cfg["model_type"]
+
+
+def test_the_deepseek_v4_recipe_warns_on_kv_and_still_judges_the_weights(tmp_path):
+    dep = shipped(tmp_path, "dspark-0731-b12x")
+    with pytest.raises(UnknownLayout):  # the strict form (kv_report's prediction) refuses to give a number
+        mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_V4_CONFIG, SPARK_TOTAL, checks_fit.settings(dep))
+    f = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_V4_CONFIG, SPARK_TOTAL, checks_fit.settings(dep), kv_optional=True)
+    # the weights as for any checkpoint: the norm whole + (160e9 experts + 4e9 MTP layer 43, dspark loads it) / 2
+    assert f.kv is None and f.weights == 8_192 + 164_000_000_000 // 2 == 82_000_008_192
+    assert f.kv_memory == 110_537_820_078 - 82_000_008_192 - 1_086_152_704 - GRAPHS_AND_NON_TORCH == 26_377_917_358
+    with pytest.raises(UnknownLayout):
+        f.tokens
+    assert "kv_kind" not in f.as_dict() and f.as_dict()["kv_memory"] == 26_377_917_358
+    v = checks_fit.model_fit(seen_for(Headers("spark-1", "/snap", DEEPSEEK_V4_CONFIG, DEEPSEEK_HEADERS, 0),
+                                      {"spark-1": SPARK_TOTAL, "spark-2": SPARK_TOTAL}), dep)
+    # not the 1,040,640 tokens < 1,048,576 failure the generic MLA rule gave: a warning, never a KV failure
+    assert v.status is Status.WARN and v.failed_nodes() == [] and set(v.cells) == {"spark-1", "spark-2"}
+    for cell in v.cells.values():
+        assert cell.value.startswith(f"cannot judge the KV cache: model_type deepseek_v4: {V4_WHY}")
+        assert "weights 76.4 GiB/rank" in cell.value and "leaves 24.6 GiB KV" in cell.value
+        assert "tokens" not in cell.value.replace("tokens that fit not judged", "")
+    assert "rule kv-tokens-below-max-model-len" not in v.fix and "GPU KV cache size" in v.fix
+    # the weights are still judged: 235 GB of FP8 experts / 2 = 117.5 GB > the 110.5 GB budget
+    big = {"a.safetensors": {"model.layers.0.mlp.experts.w": tensor("F8_E4M3", [235_000, 1_000_000],
+                                                                   235_000_000_000)}}
+    heavy = checks_fit.model_fit(seen_for(Headers("spark-1", "/snap", DEEPSEEK_V4_CONFIG, big, 0),
+                                          {"spark-1": SPARK_TOTAL, "spark-2": SPARK_TOTAL}), dep)
+    assert heavy.status is Status.FAIL and heavy.failed_nodes() == ["spark-1", "spark-2"]
+    assert "short, no room for a KV cache" in heavy.cells["spark-1"].value and "the weights do not fit" in heavy.fix
+    # the release records the engine's own line and why there is no prediction
+    seen = seen_for(Headers("spark-1", "/snap", DEEPSEEK_V4_CONFIG, DEEPSEEK_HEADERS, 0),
+                    {"spark-1": SPARK_TOTAL, "spark-2": SPARK_TOTAL})
+    kv = kv_report.record(seen, dep, ["GPU KV cache size: 2,000,000 tokens"])
+    assert V4_WHY in kv["predicted_error"] and kv["logged"] == 2_000_000 and "predicted" not in kv
 
 
 def test_the_attention_dtypes_laid_out_as_vllm_does(tmp_path):
@@ -115,12 +191,12 @@ def test_the_attention_dtypes_laid_out_as_vllm_does(tmp_path):
 
 
 def test_a_layout_model_fit_does_not_know_is_cannot_judge_never_another_dtypes_number(tmp_path):
-    for config, kv in ((QWEN_CONFIG, "turboquant_k8v4"), (QWEN_CONFIG, "fp8_ds_mla"), (DEEPSEEK_CONFIG, "nvfp4"),
-                       ({**DEEPSEEK_CONFIG, "kv_lora_rank": 256}, "fp8_ds_mla")):
+    for config, kv in ((QWEN_CONFIG, "turboquant_k8v4"), (QWEN_CONFIG, "fp8_ds_mla"), (MLA_CONFIG, "nvfp4"),
+                       ({**MLA_CONFIG, "kv_lora_rank": 256}, "fp8_ds_mla")):
         with pytest.raises(UnknownLayout):
             mf.kv_shape(config, 2, kv, draft=True)
     dsk = shipped(tmp_path, "dspark-0731-b12x", kv_cache_dtype="fp8_per_token_head")
-    v = checks_fit.model_fit(seen_for(Headers("spark-1", "/snap", DEEPSEEK_CONFIG, DEEPSEEK_HEADERS, 0),
+    v = checks_fit.model_fit(seen_for(Headers("spark-1", "/snap", MLA_CONFIG, DEEPSEEK_HEADERS, 0),
                                       {"spark-1": SPARK_TOTAL, "spark-2": SPARK_TOTAL}), dsk)
     assert v.status is Status.WARN and set(v.cells) == {"spark-1", "spark-2"}
     assert all(c.value.startswith("cannot judge the KV cache: kv_cache_dtype fp8_per_token_head") and "MLA" in c.value
@@ -136,7 +212,7 @@ def test_the_stand_in_lays_out_each_dtype_as_model_fit_does(kv):
     from orchestrator.sim.standin import derived
 
     args = argparse.Namespace(kv_cache_dtype=kv, tensor_parallel_size=2, pipeline_parallel_size=1)
-    for config in (DEEPSEEK_CONFIG, QWEN_CONFIG):
+    for config in (MLA_CONFIG, QWEN_CONFIG, DEEPSEEK_V4_CONFIG):
         try:
             expected = mf.kv_shape(config, 2, kv, draft=True).bytes_per_token
         except UnknownLayout:
@@ -210,9 +286,10 @@ def test_fewer_tokens_than_max_model_len_fail_naming_the_rule_and_a_smaller_node
                                           {"spark-1": SPARK_TOTAL, "spark-2": int(1.4 * (1 << 30))}), dep)  # 0.98 GiB < 1 GiB
     assert small.cells["spark-2"].status is Status.FAIL and small.cells["spark-1"].status is Status.OK
     dsk = shipped(tmp_path, "dspark-0731-b12x")
-    short = checks_fit.model_fit(seen_for(Headers("spark-1", "/snap", DEEPSEEK_CONFIG, DEEPSEEK_HEADERS, 0),
+    short = checks_fit.model_fit(seen_for(Headers("spark-1", "/snap", MLA_CONFIG, DEEPSEEK_HEADERS, 0),
                                           {"spark-1": SPARK_TOTAL, "spark-2": SPARK_TOTAL}), dsk)
-    # vLLM refuses to start when one max_model_len request does not fit: a failure, not a warning
+    # vLLM refuses to start when one max_model_len request does not fit: a failure, not a warning (the generic
+    # MLA rule on a V3-shaped model; the recipe's own DeepSeek-V4 is "cannot judge", tested above)
     assert short.status is Status.FAIL and short.failed_nodes() == ["spark-1", "spark-2"]
     assert "1,040,640 tokens" in short.cells["spark-1"].value
     assert "max_num_seqs 12 at full length needs 12,582,912: the rest queue" in short.cells["spark-1"].value
