@@ -17,7 +17,7 @@ from ..preflight.facts import Observed, fact, gather
 from ..render.plan import Plan
 from ..transport.group import Cluster
 from ..transport.node import NodeConnection
-from .baseline import BootEntry, GpuSeen, ImageSeen, ModelSeen, NodeFacts
+from ..window.baseline import BootEntry, GpuSeen, ImageSeen, ModelSeen, NodeFacts
 
 IMAGE_FACT = "maintenance_image"
 BOOT_FACTS = ("boot_units", "restart_policies")

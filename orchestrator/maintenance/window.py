@@ -25,8 +25,9 @@ from ..render.plan import build_plan
 from ..runner.events import Events
 from ..operation import AuditAction, ClusterState, Observation, Operation, OperationRefused, Reach
 from ..transport.group import Cluster, Connector
-from . import collect, store
-from .baseline import Baseline, NodeFacts, said
+from ..window import store
+from . import collect
+from ..window.baseline import Baseline, NodeFacts, said
 from .diff import Drift, compare
 from .stop import StopOutcome, StopResult, stop_release
 

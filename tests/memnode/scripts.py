@@ -11,7 +11,7 @@ import posixpath
 from orchestrator.checks import model_cache
 from orchestrator.docker_cli import containers, images
 from orchestrator.deploy import down
-from orchestrator.maintenance import store as window_store
+from orchestrator.window import store as window_store
 from orchestrator.operation import state
 from orchestrator.releases import audit, lock, store
 

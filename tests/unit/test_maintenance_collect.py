@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.maintenance import collect
-from orchestrator.maintenance.baseline import BOOT_SERVING
+from orchestrator.window.baseline import BOOT_SERVING
 from orchestrator.preflight import checks_boot
 from orchestrator.preflight.checks_host import (
     parse_docker_info,

@@ -281,7 +281,7 @@ def test_begin_stop_failing_on_the_peer_opens_the_window_with_every_container_st
     still serves, the window opens "with problems" naming the peer, and the lock is released.
     (Preflight's registry checks are not run here (`checks=[]`): their probes are unit-tested on captures.)"""
     from orchestrator.maintenance import window
-    from orchestrator.maintenance.store import baseline_path
+    from orchestrator.window.store import baseline_path
 
     served = mem.up()
     mem.node("spark-2").traps.append((matches_argv("docker", "stop"),
