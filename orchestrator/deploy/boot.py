@@ -28,7 +28,7 @@ from ..preflight.checks_boot import (
     UnitInfo,
     node_boot,
 )
-from ..preflight.facts import FactInput, Observed, gather_node
+from ..facts.core import FactInput, Observed, gather_node
 from ..releases.lock import LockError
 from ..releases.record import Release
 from ..render.plan import Plan, build_plan

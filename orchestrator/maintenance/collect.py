@@ -13,7 +13,7 @@ from .. import preflight  # noqa: F401  (registers every preflight fact)
 from ..config.load import Deployment
 from ..preflight import checks_boot
 from ..preflight.checks_model import FACT as MODEL_FACT
-from ..preflight.facts import Observed, fact, gather
+from ..facts.core import Observed, fact, gather
 from ..render.plan import Plan
 from ..transport.group import Cluster
 from ..transport.node import NodeConnection

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from ..checks import basics, writable
 from ..docker_cli import image_sync
 from ..transport.group import GroupError
-from . import engine
-from .facts import FACTS, FactInput, fact
+from ..facts import engine
+from ..facts.core import FACTS, FactInput, fact
 from .registry import Cell, Scope, Status, Verdict, active_check, check, missing, worst
 from .replaced import parse_replaced
 

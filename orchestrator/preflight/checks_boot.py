@@ -21,7 +21,7 @@ from ..config.load import Deployment
 from ..docker_cli.containers import Container, container_of
 from ..releases.serving import serving_plans
 from ..render.plan import build_plan
-from .facts import Observed, fact
+from ..facts.core import Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing, worst
 
 Seen = dict[str, dict[str, Observed]]

@@ -8,8 +8,8 @@ the compressed-or-not tar is still arriving).
 from __future__ import annotations
 
 from ..config.load import Deployment
-from . import engine
-from .facts import Observed, fact
+from ..facts import engine
+from ..facts.core import Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing
 
 Seen = dict[str, dict[str, Observed]]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..config.inventory import Node
 from ..config.load import Deployment
-from .facts import FactInput, Observed, fact
+from ..facts.core import FactInput, Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing, parity
 
 Seen = dict[str, dict[str, Observed]]

@@ -12,7 +12,7 @@ from ..checks.model_fit import FitError, Fit, Settings, describe, fit
 from ..checks.safetensors_headers import SCRIPT, HeaderError, Headers, parse
 from ..config.load import Deployment
 from .checks_memory import MemInfo, in_rank_order, utilization
-from .facts import FactInput, Observed, fact
+from ..facts.core import FactInput, Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing
 
 Seen = dict[str, dict[str, Observed]]

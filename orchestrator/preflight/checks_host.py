@@ -6,8 +6,8 @@ import json
 import re
 
 from ..config.load import Deployment
-from . import boot_cache, engine
-from .facts import Observed, fact
+from ..facts import boot_cache, engine
+from ..facts.core import Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing, parity
 
 Seen = dict[str, dict[str, Observed]]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.load import Deployment
-from .facts import Observed, fact
+from ..facts.core import Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing
 from .replaced import VLLM_DEFAULT_UTILIZATION, Replaced
 

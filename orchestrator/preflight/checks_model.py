@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..checks.model_cache import RESOLVE_SH
 from ..config.load import Deployment
-from .facts import Observed, fact
+from ..facts.core import Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")

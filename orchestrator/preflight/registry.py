@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Callable
 
 from ..config.load import Deployment
-from .facts import FACTS, Observed
+from ..facts.core import FACTS, Observed
 
 
 class Scope(StrEnum):

@@ -13,8 +13,8 @@ from ..config.hints import suggest
 from ..config.load import Deployment
 from ..render.plan import Plan
 from ..transport.group import Cluster
-from . import boot_cache
-from .facts import gather
+from ..facts import boot_cache
+from ..facts.core import gather
 from .registry import CHECKS, Cell, CheckSpec, Scope, Status, Verdict, missing
 
 

@@ -1,6 +1,6 @@
 """What `setup` reads on each node, read only: a constant script plus a pure parser per fact.
 
-Gathered in ONE SSH round trip per node with preflight's driver (preflight/facts.py): every script runs at
+Gathered in ONE SSH round trip per node with the facts driver (facts/core.py): every script runs at
 once, framed. The parsers are unit-tested on captured outputs (tests/unit/test_setup_facts.py).
 """
 
@@ -15,7 +15,7 @@ from ..checks import writable
 from ..config.inventory import Node
 from ..preflight.checks_disk import NETWORK_FS
 from ..preflight.checks_memory import EarlyOom, MemInfo, parse_earlyoom, parse_meminfo
-from ..preflight.facts import _DRIVER, Fact, Observed, parse_framed
+from ..facts.core import _DRIVER, Fact, Observed, parse_framed
 from ..transport.node import NodeConnection
 
 __all__ = ["EarlyOom", "MemInfo", "NETWORK_FS", "gather", "FACTS"]

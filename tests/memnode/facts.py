@@ -1,4 +1,4 @@
-"""The preflight facts driver (preflight/facts._DRIVER) on an in-memory node, and each fact it runs.
+"""The preflight facts driver (facts/core._DRIVER) on an in-memory node, and each fact it runs.
 
 The driver and every fact's script are recognised by IDENTITY with the registry's constants
 (`script is FACTS[name].script`, the module constants of preflight/*.py); each answer is what that script
@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from orchestrator.preflight import engine
-from orchestrator.preflight.facts import _ENGINE_SCRIPT, FACTS, SEP, Source
+from orchestrator.facts import engine
+from orchestrator.facts.core import _ENGINE_SCRIPT, FACTS, SEP, Source
 
 from .docker import Answer, unknown
 from .model import Node

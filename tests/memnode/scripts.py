@@ -15,7 +15,7 @@ from orchestrator.window import store as window_store
 from orchestrator.operation import state
 from orchestrator.releases import audit, lock, store
 
-from orchestrator.preflight import facts
+from orchestrator.facts import core as facts
 
 from . import systemd
 from .facts import driver as fact_driver

@@ -25,7 +25,7 @@ from orchestrator.preflight.checks_boot import (
     parse_systemctl_show,
     serving_comes_back,
 )
-from orchestrator.preflight.facts import Observed
+from orchestrator.facts.core import Observed
 from orchestrator.preflight.registry import CHECKS, Status
 from orchestrator.render.plan import build_plan
 

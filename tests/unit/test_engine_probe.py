@@ -1,4 +1,4 @@
-"""preflight/engine_probe.py, the node-side program, run as the node runs it (`python3 -I -S`, a real
+"""facts/engine_probe.py, the node-side program, run as the node runs it (`python3 -I -S`, a real
 AF_UNIX socket and real HTTP) against a stand-in Docker Engine answering from captured JSON; and the
 `@engine` entry's fallback to the CLI scripts in the same driver run, under real bash.
 
@@ -22,8 +22,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 import orchestrator.preflight  # noqa: F401  (registers every fact)
-from orchestrator.preflight import engine
-from orchestrator.preflight.facts import _DRIVER, FACTS, Source, gather_argv, parse_framed
+from orchestrator.facts import engine
+from orchestrator.facts.core import _DRIVER, FACTS, Source, gather_argv, parse_framed
 
 SAMPLES = Path(__file__).parent / "samples"
 IMAGE = "sha256:" + "a" * 64
@@ -184,6 +184,6 @@ def test_only_facts_with_an_op_ride_in_the_engine_entry():
 
 
 def test_the_ops_facts_name_are_the_programs():
-    from orchestrator.preflight import engine_probe
+    from orchestrator.facts import engine_probe
     assert {str(op) for op in engine.Op} == set(engine_probe.OPS)
     assert {f.api for f in FACTS.values() if f.api} == set(engine.Op)

@@ -17,7 +17,7 @@ from orchestrator.preflight.checks_host import (
     parse_gpu,
     parse_os_release,
 )
-from orchestrator.preflight.facts import (
+from orchestrator.facts.core import (
     _DRIVER,
     FACTS,
     FactInput,

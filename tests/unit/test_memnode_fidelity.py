@@ -194,9 +194,10 @@ def test_boot_units_of_an_enabled_unit_read_like_the_captured_systemd_node(mem):
 
 
 def test_the_facts_driver_frames_a_fact_as_the_real_driver_does():
-    """The real preflight/facts._DRIVER run by real bash over this machine's boot id, and the in-memory
+    """The real facts/core._DRIVER run by real bash over this machine's boot id, and the in-memory
     node holding the same boot id: the same framed bytes (header, stdout, stderr marker)."""
-    from orchestrator.preflight import boot_cache, facts
+    from orchestrator.facts import boot_cache
+    from orchestrator.facts import core as facts
 
     world = World()
     node = world.add("n", "n.local", "10.0.0.1")
@@ -213,7 +214,8 @@ def test_the_facts_driver_frames_a_fact_as_the_real_driver_does():
 def test_the_gpu_fact_prints_what_the_real_script_prints_over_the_captured_nvidia_smi(tmp_path):
     """checks_host.GPU_SCRIPT by real bash with an nvidia-smi that prints the captured GB10 report (and the
     query line), and the in-memory node: the same stdout, with nothing remembered and on the same boot."""
-    from orchestrator.preflight import boot_cache, checks_host
+    from orchestrator.facts import boot_cache
+    from orchestrator.preflight import checks_host
     from memnode.facts import GPU_QUERY_LINE, fact_answer
 
     (tmp_path / "nvidia-smi").write_text(f'#!/bin/sh\nif [ -n "$1" ]; then echo "{GPU_QUERY_LINE}"; '

@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator import preflight
 from orchestrator.preflight import checks_host
-from orchestrator.preflight.facts import SEP, Fact, Observed, driver_args, parse_framed
+from orchestrator.facts.core import SEP, Fact, Observed, driver_args, parse_framed
 from orchestrator.preflight.registry import CHECKS, Scope, Status, parity
 
 SAMPLES = Path(__file__).parent / "samples"
@@ -161,7 +161,7 @@ def test_the_real_driver_gives_each_fact_its_exit_code_and_its_stdout_as_command
     """facts._DRIVER by real bash: exit codes from `wait PID`, stdout with trailing newlines dropped (what
     `$(...)` gave before the driver printed the files with one `cat`), stderr after the marker, order kept."""
     import subprocess
-    from orchestrator.preflight.facts import _DRIVER
+    from orchestrator.facts.core import _DRIVER
     specs = [Fact("a", "printf '1\\n 2\\n\\n\\n'", str), Fact("b", 'echo out; echo "$1" >&2; exit 3', str, lambda i: ["it's"]),
              Fact("c", "printf 7", int), Fact("d", "sleep 0.2; true", str)]
     out = subprocess.run(["bash", "-c", _DRIVER, "driver", *driver_args(specs, None)], capture_output=True, text=True,

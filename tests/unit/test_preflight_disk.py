@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.preflight import checks_disk
-from orchestrator.preflight.facts import Observed
+from orchestrator.facts.core import Observed
 from orchestrator.preflight.registry import Status
 
 SAMPLES = Path(__file__).parent / "samples"

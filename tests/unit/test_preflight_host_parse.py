@@ -35,7 +35,7 @@ from orchestrator.preflight.checks_memory import (
     parse_meminfo,
 )
 from orchestrator.preflight.replaced import parse_replaced, utilization_in
-from orchestrator.preflight.facts import (
+from orchestrator.facts.core import (
     _DRIVER,
     FACTS,
     Observed,

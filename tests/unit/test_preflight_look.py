@@ -14,7 +14,7 @@ from orchestrator.checks.basics import LISTENERS
 from orchestrator.docker_cli.containers import RECIPE_OR_NAMED, either_args
 from orchestrator.docker_cli.images import INSPECT_IMAGES
 from orchestrator.preflight import look
-from orchestrator.preflight.facts import FACTS, FactInput, Observed, driver_args, parse_framed
+from orchestrator.facts.core import FACTS, FactInput, Observed, driver_args, parse_framed
 from orchestrator.render.plan import build_plan
 from orchestrator.transport.node import NodeError
 

@@ -8,7 +8,7 @@ import pytest
 import orchestrator.preflight  # noqa: F401  (registers every check)
 from orchestrator.preflight.checks_model import (FACT, Snapshot, model_files, model_incomplete, model_shards,
                                                  parse_snapshot)
-from orchestrator.preflight.facts import FACTS, FactInput, Observed, driver_args, parse_framed
+from orchestrator.facts.core import FACTS, FactInput, Observed, driver_args, parse_framed
 from orchestrator.preflight.registry import CHECKS, Scope, Status
 from orchestrator.render.plan import build_plan
 

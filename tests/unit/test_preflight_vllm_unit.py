@@ -16,7 +16,7 @@ import pytest
 from fakes import IMAGE_ID, deployment
 
 from orchestrator.preflight import checks_vllm as cv
-from orchestrator.preflight.facts import (
+from orchestrator.facts.core import (
     _DRIVER,
     FACTS,
     FactInput,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.preflight.facts import _DRIVER, parse_framed
+from orchestrator.facts.core import _DRIVER, parse_framed
 from orchestrator.setup import facts
 from orchestrator.setup.fabric import PROBE_FACT, parse_probe
 
