@@ -5,7 +5,7 @@ Why: on the nodes each `docker` CLI start costs ~25 ms of CPU before it asks any
 nine of them per node; this process costs about one. The answers are the Engine API's JSON, which is what
 the CLI's inspect/info print, so each fact's own parser reads them unchanged (facts/engine.py).
 
-argv: (fact name, op, argc, args...)*. stdout: each fact framed as facts/core._DRIVER frames a script's
+argv: (fact name, op, argc, args...)*. stdout: each fact framed as facts/core.DRIVER frames a script's
 output (header `RS F NAME CODE engine-api`), printed only once every answer is in. A socket that is absent
 or refused (or DOCKER_HOST not a unix socket) prints one `@engine` frame with the reason and exits 3
 before any fact is printed: the caller then runs the facts' CLI scripts instead. Any other failure of this

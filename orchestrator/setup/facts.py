@@ -15,7 +15,7 @@ from ..checks import writable
 from ..config.inventory import Node
 from ..preflight.checks_disk import NETWORK_FS
 from ..preflight.checks_memory import EarlyOom, MemInfo, parse_earlyoom, parse_meminfo
-from ..facts.core import _DRIVER, Fact, Observed, parse_framed
+from ..facts.core import DRIVER, Fact, Observed, parse_framed
 from ..transport.node import NodeConnection
 
 __all__ = ["EarlyOom", "MemInfo", "NETWORK_FS", "gather", "FACTS"]
@@ -313,7 +313,7 @@ def run_facts(conn: NodeConnection, facts: list[Fact], given: Any = None, timeou
     for f in facts:
         args = [str(a) for a in f.args(given)]
         argv += [f.name, f.script, str(len(args)), *args]
-    result = conn.run_script(_DRIVER, *argv, timeout=timeout, check=True)
+    result = conn.run_script(DRIVER, *argv, timeout=timeout, check=True)
     seen = parse_framed(result.stdout, {f.name: f for f in facts})
     for f in facts:
         seen.setdefault(f.name, Observed(error="the fact printed nothing (the driver stopped early)"))

@@ -154,7 +154,7 @@ SCRIPTS = [
     (store.READ, _store_read), (store._WRITE, _store_write), (state._READ, _state_read), (containers._LIST, _list),
     (containers.RECIPE_OR_NAMED, _recipe_or_named), (containers._REMOVE, _remove),
     (images.INSPECT_IMAGES, _image_inspect), (model_cache._RESOLVE, _resolve),
-    (down._FORGET, _forget_secrets), (window_store._READ, _window_read), (facts._DRIVER, fact_driver),
+    (down._FORGET, _forget_secrets), (window_store._READ, _window_read), (facts.DRIVER, fact_driver),
     *systemd.SCRIPTS,
 ]
 

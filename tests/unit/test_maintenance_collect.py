@@ -18,7 +18,7 @@ from orchestrator.preflight.checks_host import (
     parse_os_release,
 )
 from orchestrator.facts.core import (
-    _DRIVER,
+    DRIVER,
     FACTS,
     FactInput,
     Observed,
@@ -37,7 +37,7 @@ class _Plan:
 def _run_image_fact(image_id: str) -> Observed:
     fact = FACTS[collect.IMAGE_FACT]
     given = FactInput(node=None, dep=None, plan=_Plan(image_id))
-    res = subprocess.run(["bash", "-c", _DRIVER, "driver", *driver_args([fact], given)], check=False,
+    res = subprocess.run(["bash", "-c", DRIVER, "driver", *driver_args([fact], given)], check=False,
                          capture_output=True, text=True, timeout=60)
     return parse_framed(res.stdout, {fact.name: fact})[fact.name]
 

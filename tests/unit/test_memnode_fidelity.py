@@ -194,7 +194,7 @@ def test_boot_units_of_an_enabled_unit_read_like_the_captured_systemd_node(mem):
 
 
 def test_the_facts_driver_frames_a_fact_as_the_real_driver_does():
-    """The real facts/core._DRIVER run by real bash over this machine's boot id, and the in-memory
+    """The real facts/core.DRIVER run by real bash over this machine's boot id, and the in-memory
     node holding the same boot id: the same framed bytes (header, stdout, stderr marker)."""
     from orchestrator.facts import boot_cache
     from orchestrator.facts import core as facts
@@ -205,8 +205,8 @@ def test_the_facts_driver_frames_a_fact_as_the_real_driver_does():
     fake = MemoryNode(world, SSHTarget("n", "n.local", "u", 22, None, "/dev/null")).open()
     spec = facts.FACTS["boot_id"]
     argv = facts.driver_args([spec, spec], None)
-    real = bash(facts._DRIVER, *argv, cwd=Path("/"))
-    said = fake.run_script(facts._DRIVER, *argv, check=True).stdout
+    real = bash(facts.DRIVER, *argv, cwd=Path("/"))
+    said = fake.run_script(facts.DRIVER, *argv, check=True).stdout
     assert said == real
     assert facts.parse_framed(said, {"boot_id": spec})["boot_id"].value == node.boot_id
 

@@ -158,13 +158,13 @@ def test_a_judge_that_crashes_fails_as_a_bug_and_a_probe_that_cannot_run_skips()
 
 
 def test_the_real_driver_gives_each_fact_its_exit_code_and_its_stdout_as_command_substitution_would():
-    """facts._DRIVER by real bash: exit codes from `wait PID`, stdout with trailing newlines dropped (what
+    """facts.DRIVER by real bash: exit codes from `wait PID`, stdout with trailing newlines dropped (what
     `$(...)` gave before the driver printed the files with one `cat`), stderr after the marker, order kept."""
     import subprocess
-    from orchestrator.facts.core import _DRIVER
+    from orchestrator.facts.core import DRIVER
     specs = [Fact("a", "printf '1\\n 2\\n\\n\\n'", str), Fact("b", 'echo out; echo "$1" >&2; exit 3', str, lambda i: ["it's"]),
              Fact("c", "printf 7", int), Fact("d", "sleep 0.2; true", str)]
-    out = subprocess.run(["bash", "-c", _DRIVER, "driver", *driver_args(specs, None)], capture_output=True, text=True,
+    out = subprocess.run(["bash", "-c", DRIVER, "driver", *driver_args(specs, None)], capture_output=True, text=True,
                          check=True).stdout
     assert [line.split()[1] for line in out.split(SEP + "F ")[1:]] == ["0", "3", "0", "0"]
     assert [b.split()[0] for b in out.split(SEP + "F ")[1:]] == ["a", "b", "c", "d"]

@@ -36,7 +36,7 @@ from orchestrator.preflight.checks_memory import (
 )
 from orchestrator.preflight.replaced import parse_replaced, utilization_in
 from orchestrator.facts.core import (
-    _DRIVER,
+    DRIVER,
     FACTS,
     Observed,
     driver_args,
@@ -157,7 +157,7 @@ def test_facts_run_by_the_real_driver_here():
     """The real driver script in bash on this machine: pgrep's exit 1 (no earlyoom) is a value, not an error."""
     names = ["meminfo", "earlyoom", "ip_addr"]
     facts = [FACTS[n] for n in names]
-    res = subprocess.run(["bash", "-c", _DRIVER, "driver", *driver_args(facts, None)], check=False, capture_output=True,
+    res = subprocess.run(["bash", "-c", DRIVER, "driver", *driver_args(facts, None)], check=False, capture_output=True,
                          text=True, timeout=30)
     seen = parse_framed(res.stdout, {f.name: f for f in facts})
     assert all(seen[n].ok for n in names), {n: seen[n].error for n in names}

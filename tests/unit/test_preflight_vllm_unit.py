@@ -17,7 +17,7 @@ from fakes import IMAGE_ID, deployment
 
 from orchestrator.preflight import checks_vllm as cv
 from orchestrator.facts.core import (
-    _DRIVER,
+    DRIVER,
     FACTS,
     FactInput,
     Observed,
@@ -290,7 +290,7 @@ def fake_docker(tmp_path, monkeypatch):
 
 def run_facts(names: list[str], given: FactInput) -> dict[str, Observed]:
     facts = [FACTS[n] for n in names]
-    out = subprocess.run(["bash", "-c", _DRIVER, "driver", *driver_args(facts, given)], capture_output=True,
+    out = subprocess.run(["bash", "-c", DRIVER, "driver", *driver_args(facts, given)], capture_output=True,
                          text=True, timeout=60, cwd=ROOT, check=False)
     return parse_framed(out.stdout, {f.name: f for f in facts})
 
