@@ -161,7 +161,7 @@ def op_recipe_or_named(filter1, filter2, *names):
 
 
 def op_inspect_lines(*specs):
-    """preflight/replaced._SCRIPT: per running container matching every filter, its Name, Config.Labels and
+    """facts/replaced._SCRIPT: per running container matching every filter, its Name, Config.Labels and
     Args as JSON, tab-separated."""
     lines = []
     for ref in container_ids(specs, all_states=False):

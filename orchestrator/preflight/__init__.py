@@ -5,7 +5,7 @@ Importing this package registers every check module below.
 
 from . import checks_basic, checks_disk, checks_host  # noqa: F401  (registers)
 from . import checks_model  # noqa: F401
-from . import replaced, checks_memory, checks_fabric  # noqa: F401
+from . import checks_memory, checks_fabric  # noqa: F401
 from . import checks_vllm  # noqa: F401
 from . import checks_boot  # noqa: F401
 from . import checks_blobs  # noqa: F401

@@ -15,7 +15,7 @@ from ..transport.group import GroupError
 from ..facts import engine
 from ..facts.core import FACTS, FactInput, fact
 from .registry import Cell, Scope, Status, Verdict, active_check, check, missing, worst
-from .replaced import parse_replaced
+from ..facts.replaced import parse_replaced
 
 _STATUS = {"ok": Status.OK, "warn": Status.WARN, "fail": Status.FAIL}
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from ..checks.model_fit import FitError, Fit, Settings, describe, fit
 from ..checks.safetensors_headers import SCRIPT, HeaderError, Headers, parse
 from ..config.load import Deployment
-from .checks_memory import MemInfo, in_rank_order, utilization
+from ..facts.memory import MemInfo
+from .checks_memory import in_rank_order, utilization
 from ..facts.core import FactInput, Observed, fact
 from .registry import Cell, Scope, Status, Verdict, check, missing
 

@@ -78,7 +78,7 @@ def test_the_docker_facts_over_the_engine_api_are_what_the_cli_prints(pair, conn
     running and a stopped container of the recipe, every one parses to what its CLI script gives."""
     from orchestrator.config.load import load_deployment
     from orchestrator.facts.core import FACTS, FactInput, Source, gather_node
-    from orchestrator.preflight.replaced import Replaced
+    from orchestrator.facts.replaced import Replaced
     from orchestrator.render.labels import Label
     from orchestrator.render.plan import build_plan
 

@@ -17,7 +17,7 @@ from ruamel.yaml import YAML
 from orchestrator.checks import model_fit as mf
 from orchestrator.checks.safetensors_headers import Headers
 from orchestrator.preflight import checks_fit
-from orchestrator.preflight.checks_memory import MemInfo
+from orchestrator.facts.memory import MemInfo
 from orchestrator.facts.core import Observed
 from orchestrator.preflight.registry import Status
 from orchestrator.sim import fake_model

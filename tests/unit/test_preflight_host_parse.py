@@ -26,15 +26,9 @@ from orchestrator.preflight.checks_fabric import (
     roce_hca,
     socket_ifname,
 )
-from orchestrator.preflight.checks_memory import (
-    GIB,
-    EarlyOom,
-    MemInfo,
-    memory_headroom,
-    parse_earlyoom,
-    parse_meminfo,
-)
-from orchestrator.preflight.replaced import parse_replaced, utilization_in
+from orchestrator.facts.memory import GIB, EarlyOom, MemInfo, parse_earlyoom, parse_meminfo
+from orchestrator.facts.replaced import parse_replaced, utilization_in
+from orchestrator.preflight.checks_memory import memory_headroom
 from orchestrator.facts.core import (
     DRIVER,
     FACTS,

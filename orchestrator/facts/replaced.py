@@ -14,8 +14,8 @@ import shlex
 from dataclasses import dataclass
 
 from ..render.labels import Label, MANAGED_FILTER
-from ..facts import engine
-from ..facts.core import fact
+from . import engine
+from .core import fact
 
 UTILIZATION_FLAGS = ("--gpu-memory-utilization", "--device-memory-utilization")
 VLLM_DEFAULT_UTILIZATION = 0.92  # vLLM 0.33's default (tests/data/vllm: "default: 0.92")
