@@ -14,7 +14,8 @@ from ..docker_cli import image_sync
 from ..transport.group import GroupError
 from ..facts import engine
 from ..facts.core import FACTS, FactInput, fact
-from .registry import Cell, Scope, Status, Verdict, active_check, check, missing, worst
+from ..checks.verdict import Cell, Scope, Status, Verdict, worst
+from .registry import active_check, check, missing
 from ..facts.replaced import parse_replaced
 
 _STATUS = {"ok": Status.OK, "warn": Status.WARN, "fail": Status.FAIL}

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from ..checks.blob_hash import BLOB_DIGEST_SH
 from ..checks.model_cache import SNAPSHOT_SH
 from ..transport.group import GroupError
-from .registry import Cell, Scope, Status, Verdict, active_check
+from ..checks.verdict import Cell, Scope, Status, Verdict
+from .registry import active_check
 
 # "$1" = the node's HF cache, "$2" = the repo id, "$3" = the revision; the hash rule is checks/blob_hash.py's.
 # One record per file, as it ends.

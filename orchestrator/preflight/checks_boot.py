@@ -22,7 +22,8 @@ from ..docker_cli.containers import Container, container_of
 from ..releases.serving import serving_plans
 from ..render.plan import build_plan
 from ..facts.core import Observed, fact
-from .registry import Cell, Scope, Status, Verdict, check, missing, worst
+from ..checks.verdict import Cell, Scope, Status, Verdict, worst
+from .registry import check, missing
 
 Seen = dict[str, dict[str, Observed]]
 

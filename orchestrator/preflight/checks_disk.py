@@ -10,7 +10,8 @@ from __future__ import annotations
 from ..config.load import Deployment
 from ..facts import engine
 from ..facts.core import Observed, fact
-from .registry import Cell, Scope, Status, Verdict, check, missing
+from ..checks.verdict import Cell, Scope, Status, Verdict
+from .registry import check, missing
 
 Seen = dict[str, dict[str, Observed]]
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from ..config.inventory import Node
 from ..config.load import Deployment
 from ..facts.core import FactInput, Observed, fact
-from .registry import Cell, Scope, Status, Verdict, check, missing, parity
+from ..checks.verdict import Cell, Scope, Status, Verdict
+from .registry import check, missing, parity
 
 Seen = dict[str, dict[str, Observed]]
 

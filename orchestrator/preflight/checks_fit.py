@@ -14,7 +14,8 @@ from ..config.load import Deployment
 from ..facts.memory import MemInfo
 from .checks_memory import in_rank_order, utilization
 from ..facts.core import FactInput, Observed, fact
-from .registry import Cell, Scope, Status, Verdict, check, missing
+from ..checks.verdict import Cell, Scope, Status, Verdict
+from .registry import check, missing
 
 Seen = dict[str, dict[str, Observed]]
 FACT = "model_headers"

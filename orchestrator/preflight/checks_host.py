@@ -8,7 +8,8 @@ import re
 from ..config.load import Deployment
 from ..facts import boot_cache, engine
 from ..facts.core import Observed, fact
-from .registry import Cell, Scope, Status, Verdict, check, missing, parity
+from ..checks.verdict import Cell, Scope, Status, Verdict
+from .registry import check, missing, parity
 
 Seen = dict[str, dict[str, Observed]]
 

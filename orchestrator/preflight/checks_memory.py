@@ -15,7 +15,8 @@ from ..config.load import Deployment
 from ..facts.core import Observed
 from ..facts.memory import GIB, MemInfo, gib
 from ..facts.replaced import VLLM_DEFAULT_UTILIZATION, Replaced
-from .registry import Cell, Scope, Status, Verdict, check, missing
+from ..checks.verdict import Cell, Scope, Status, Verdict
+from .registry import check, missing
 
 Seen = dict[str, dict[str, Observed]]
 

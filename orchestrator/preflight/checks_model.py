@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from ..checks.model_cache import RESOLVE_SH
 from ..config.load import Deployment
 from ..facts.core import Observed, fact
-from .registry import Cell, Scope, Status, Verdict, check, missing
+from ..checks.verdict import Cell, Scope, Status, Verdict
+from .registry import check, missing
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 

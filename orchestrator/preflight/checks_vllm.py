@@ -28,7 +28,8 @@ from ..render.plan import Plan, build_plan
 from ..facts.core import FactInput, Observed, fact
 from .help_parse import Layout, Options, canonical, layout, parse_help
 from .table_agreement import disagreements
-from .registry import Cell, Scope, Status, Verdict, check, missing, worst
+from ..checks.verdict import Cell, Scope, Status, Verdict, worst
+from .registry import check, missing
 
 Seen = dict[str, dict[str, Observed]]
 CACHED = "@cached"  # the args marker: the controller already knows this image's answer

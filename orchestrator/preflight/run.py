@@ -15,7 +15,8 @@ from ..render.plan import Plan
 from ..transport.group import Cluster
 from ..facts import boot_cache
 from ..facts.core import gather
-from .registry import CHECKS, Cell, CheckSpec, Scope, Status, Verdict, missing
+from ..checks.verdict import Cell, Scope, Status, Verdict
+from .registry import CHECKS, CheckSpec, missing
 
 
 class UnknownCheck(ValueError):

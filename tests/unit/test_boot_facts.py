@@ -26,7 +26,8 @@ from orchestrator.preflight.checks_boot import (
     serving_comes_back,
 )
 from orchestrator.facts.core import Observed
-from orchestrator.preflight.registry import CHECKS, Status
+from orchestrator.checks.verdict import Status
+from orchestrator.preflight.registry import CHECKS
 from orchestrator.render.plan import build_plan
 
 SAMPLES = Path(__file__).parent / "samples"

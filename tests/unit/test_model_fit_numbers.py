@@ -19,7 +19,7 @@ from orchestrator.checks.safetensors_headers import Headers
 from orchestrator.preflight import checks_fit
 from orchestrator.facts.memory import MemInfo
 from orchestrator.facts.core import Observed
-from orchestrator.preflight.registry import Status
+from orchestrator.checks.verdict import Status
 from orchestrator.sim import fake_model
 
 from fakes import IMAGE_ID, deployment

@@ -8,7 +8,7 @@ from fakes import run_bash
 
 from orchestrator import preflight as registry
 from orchestrator.preflight.checks_blobs import _SCRIPT, judge_scan, parse_blob_scan
-from orchestrator.preflight.registry import Status
+from orchestrator.checks.verdict import Status
 from orchestrator.sim import fake_model
 
 

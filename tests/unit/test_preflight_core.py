@@ -11,7 +11,8 @@ import pytest
 from orchestrator import preflight
 from orchestrator.preflight import checks_host
 from orchestrator.facts.core import SEP, Fact, Observed, driver_args, parse_framed
-from orchestrator.preflight.registry import CHECKS, Scope, Status, parity
+from orchestrator.checks.verdict import Scope, Status
+from orchestrator.preflight.registry import CHECKS, parity
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -144,7 +145,7 @@ def test_every_registered_check_has_a_scope_and_known_facts():
 
 def test_a_judge_that_crashes_fails_as_a_bug_and_a_probe_that_cannot_run_skips():
     """Issue 19: a crashed judge is an error, never a silent skip (a skip would let `up` go on unchecked)."""
-    from orchestrator.preflight.registry import CheckSpec, Scope, Status
+    from orchestrator.preflight.registry import CheckSpec
     from orchestrator.preflight.run import _broken
     from orchestrator.transport.node import NodeError
 

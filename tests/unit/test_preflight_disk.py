@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator.preflight import checks_disk
 from orchestrator.facts.core import Observed
-from orchestrator.preflight.registry import Status
+from orchestrator.checks.verdict import Status
 
 SAMPLES = Path(__file__).parent / "samples"
 

@@ -36,7 +36,7 @@ from orchestrator.facts.core import (
     driver_args,
     parse_framed,
 )
-from orchestrator.preflight.registry import Status
+from orchestrator.checks.verdict import Status
 from orchestrator.sim.faults_host import _kib
 from orchestrator.sim.state import SimInputError
 

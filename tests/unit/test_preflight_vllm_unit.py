@@ -25,7 +25,7 @@ from orchestrator.facts.core import (
     parse_framed,
 )
 from orchestrator.preflight.help_parse import Layout, canonical, layout, parse_help
-from orchestrator.preflight.registry import Status
+from orchestrator.checks.verdict import Status
 from orchestrator.render.plan import build_plan
 from orchestrator.sim import fake_model
 
