@@ -2,7 +2,7 @@
 and turned into NodeFacts by a pure function.
 
 The boot facts (`boot_units`, `restart_policies`) and the judgement of what comes back on boot are
-preflight/checks_boot.py's, judged here against the release that served when the window began.
+facts/boot.py's, judged here against the release that served when the window began.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 
 from .. import preflight  # noqa: F401  (registers every preflight fact)
 from ..config.load import Deployment
-from ..preflight import checks_boot
+from ..facts import boot as boot_facts
 from ..preflight.checks_model import FACT as MODEL_FACT
 from ..facts.core import Observed, fact, gather
 from ..render.plan import Plan
@@ -64,7 +64,7 @@ def boot_fields(facts: NodeFacts, seen: dict[str, Observed], serving_plan: str |
     if policies is not None and policies.ok:
         facts.restart_policies = sorted(_restart_line(p) for p in policies.value if p.policy != "no")
         facts.on_boot = [BootEntry(kind=str(i.kind), name=i.name, starts=i.starts, plan_hash=i.plan_hash,
-                                   match=str(i.match)) for i in checks_boot.boot_items(seen, serving_plan)]
+                                   match=str(i.match)) for i in boot_facts.boot_items(seen, serving_plan)]
 
 
 def node_facts(node: str, seen: dict[str, Observed], image_id: str | None, serving_plan: str | None = None) -> NodeFacts:

@@ -172,7 +172,7 @@ def test_boot_units_of_an_enabled_unit_read_like_the_captured_systemd_node(mem):
     """After `boot enable`, the fact's lines for our unit are the captured simulated systemd node's
     (samples/boot_units_sim_head.txt, systemd 252), but for the names of that day's cluster."""
     from orchestrator.deploy import boot
-    from orchestrator.preflight.checks_boot import parse_boot_units
+    from orchestrator.facts.boot import parse_boot_units
     from memnode import connector as memconnector
 
     mem.up()

@@ -13,7 +13,7 @@ import pytest
 from orchestrator.bench import compare as compare_mod
 from orchestrator.deploy import boot
 from orchestrator.maintenance.stop import StopOutcome, stop_release
-from orchestrator.preflight.checks_boot import BootMatch, ItemKind
+from orchestrator.facts.boot import BootMatch, ItemKind
 from orchestrator.operation.state import read_state
 from orchestrator.releases import audit
 from orchestrator.releases.record import Release
