@@ -12,7 +12,7 @@ import json
 from .. import preflight  # noqa: F401  (registers every preflight fact)
 from ..config.load import Deployment
 from ..facts import boot as boot_facts
-from ..preflight.checks_model import FACT as MODEL_FACT
+from ..facts.model import FACT as MODEL_FACT
 from ..facts.core import Observed, fact, gather
 from ..render.plan import Plan
 from ..transport.group import Cluster

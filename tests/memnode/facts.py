@@ -44,7 +44,7 @@ def _gpu(node: Node, boot_id: str = "", text: str = "") -> Answer:
 
 
 def _model_snapshot(node: Node, cache: str, repo: str, revision: str) -> Answer:
-    """checks_model._SCRIPT over the node's HF cache: every revision resolves to the model's commit, whose
+    """facts/model._SCRIPT over the node's HF cache: every revision resolves to the model's commit, whose
     snapshot directory holds no files in this model (files are not modelled)."""
     root = f"{cache}/hub/models--{repo.replace('/', '--')}"
     return 0, f"root\t{root}\ncommit\t{node.commit(repo, revision)}\n", ""
