@@ -121,7 +121,7 @@ def op_server_version():
 
 
 def op_image_disk(image):
-    """checks_disk._DISK: free bytes under DockerRootDir (df's Available: f_bavail blocks of f_frsize), then
+    """facts/disk._DISK: free bytes under DockerRootDir (df's Available: f_bavail blocks of f_frsize), then
     the image's size or `absent`."""
     root = json.loads(ok_json("/info"))["DockerRootDir"]
     try:

@@ -1,4 +1,4 @@
-"""The facts a baseline holds, gathered with the preflight registry's facts (one SSH command per node),
+"""The facts a baseline holds, gathered with the node facts of facts/ (one SSH command per node),
 and turned into NodeFacts by a pure function.
 
 The boot facts (`boot_units`, `restart_policies`) and the judgement of what comes back on boot are
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 
-from .. import preflight  # noqa: F401  (registers every preflight fact)
 from ..config.load import Deployment
 from ..facts import boot as boot_facts
+from ..facts import host, memory  # noqa: F401  (register docker_info, gpu, kernel, os_release, meminfo)
 from ..facts.model import FACT as MODEL_FACT
 from ..facts.core import Observed, fact, gather
 from ..render.plan import Plan

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ..checks import writable
 from ..config.inventory import Node
-from ..preflight.checks_disk import NETWORK_FS
+from ..facts.disk import NETWORK_FS
 from ..facts.memory import EarlyOom, MemInfo, parse_earlyoom, parse_meminfo
 from ..facts.core import DRIVER, Fact, Observed, parse_framed
 from ..transport.node import NodeConnection

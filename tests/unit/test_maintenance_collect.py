@@ -12,7 +12,7 @@ import pytest
 from orchestrator.maintenance import collect
 from orchestrator.window.baseline import BOOT_SERVING
 from orchestrator.facts import boot as boot_facts
-from orchestrator.preflight.checks_host import (
+from orchestrator.facts.host import (
     parse_docker_info,
     parse_gpu,
     parse_os_release,

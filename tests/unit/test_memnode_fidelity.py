@@ -212,10 +212,10 @@ def test_the_facts_driver_frames_a_fact_as_the_real_driver_does():
 
 
 def test_the_gpu_fact_prints_what_the_real_script_prints_over_the_captured_nvidia_smi(tmp_path):
-    """checks_host.GPU_SCRIPT by real bash with an nvidia-smi that prints the captured GB10 report (and the
+    """facts/host.GPU_SCRIPT by real bash with an nvidia-smi that prints the captured GB10 report (and the
     query line), and the in-memory node: the same stdout, with nothing remembered and on the same boot."""
     from orchestrator.facts import boot_cache
-    from orchestrator.preflight import checks_host
+    from orchestrator.facts import host as host_facts
     from memnode.facts import GPU_QUERY_LINE, fact_answer
 
     (tmp_path / "nvidia-smi").write_text(f'#!/bin/sh\nif [ -n "$1" ]; then echo "{GPU_QUERY_LINE}"; '
@@ -226,8 +226,8 @@ def test_the_gpu_fact_prints_what_the_real_script_prints_over_the_captured_nvidi
     node.boot_id = Path(boot_cache.BOOT_ID).read_text().strip()
 
     def real(*args: str) -> str:
-        return subprocess.run(["bash", "-c", checks_host.GPU_SCRIPT, "fact", *args], capture_output=True, text=True,
+        return subprocess.run(["bash", "-c", host_facts.GPU_SCRIPT, "fact", *args], capture_output=True, text=True,
                               check=True, env={"PATH": f"{tmp_path}:/usr/bin:/bin"}).stdout
 
     for args in (["", ""], [node.boot_id, "CUDA Version: 12.9"], ["00000000-0000-4000-8000-000000000000", "x"]):
-        assert fact_answer(node, "gpu", checks_host.GPU_SCRIPT, args)[1] == real(*args), args
+        assert fact_answer(node, "gpu", host_facts.GPU_SCRIPT, args)[1] == real(*args), args
