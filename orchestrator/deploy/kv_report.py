@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from ..checks.model_fit import FitError
-from ..preflight.checks_fit import predict
+from ..facts.fit import predict
 
 SIZE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")

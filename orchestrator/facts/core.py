@@ -95,6 +95,9 @@ class Observed:
         return self.error is None
 
 
+Seen = dict[str, dict[str, Observed]]  # node -> fact name -> what it showed
+
+
 FACTS: dict[str, Fact] = {}
 
 
@@ -187,3 +190,9 @@ def gather(cluster: Cluster, conns: list[NodeConnection], dep: Deployment, plan:
         out.per_node = dict(exc.results)
         out.unreachable = {n: str(e) for n, e in exc.failures.items()}
     return out
+
+
+def in_rank_order(seen: Seen, dep: Deployment) -> list[tuple[str, dict[str, Observed]]]:
+    """Nodes head first, as the inventory ranks them (so fixes list them in a stable order)."""
+    order = [n.name for n in dep.inventory.ranked]
+    return sorted(seen.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))

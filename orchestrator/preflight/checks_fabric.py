@@ -10,17 +10,11 @@ from dataclasses import dataclass
 
 from ..config.inventory import Node
 from ..config.load import Deployment
-from ..facts.core import FactInput, Observed, fact
+from ..facts.core import FactInput, Observed, fact, in_rank_order
 from ..checks.verdict import Cell, Scope, Status, Verdict
 from .registry import check, missing, parity
 
 Seen = dict[str, dict[str, Observed]]
-
-
-def in_rank_order(seen: Seen, dep: Deployment) -> list[tuple[str, dict[str, Observed]]]:
-    """Nodes head first, as the inventory ranks them (so fixes list them in a stable order)."""
-    order = [n.name for n in dep.inventory.ranked]
-    return sorted(seen.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
 
 
 @dataclass(frozen=True)

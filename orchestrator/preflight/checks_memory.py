@@ -12,23 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.load import Deployment
-from ..facts.core import Observed
+from ..facts.core import Observed, in_rank_order
 from ..facts.memory import GIB, MemInfo, gib
-from ..facts.replaced import VLLM_DEFAULT_UTILIZATION, Replaced
+from ..facts.replaced import Replaced, utilization
 from ..checks.verdict import Cell, Scope, Status, Verdict
 from .registry import check, missing
 
 Seen = dict[str, dict[str, Observed]]
-
-
-def in_rank_order(seen: Seen, dep: Deployment) -> list[tuple[str, dict[str, Observed]]]:
-    """Nodes head first, as the inventory ranks them (so fixes list them in a stable order)."""
-    order = [n.name for n in dep.inventory.ranked]
-    return sorted(seen.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
-
-
-def utilization(dep: Deployment) -> float:
-    return dep.recipe.vllm.gpu_memory_utilization or VLLM_DEFAULT_UTILIZATION
 
 
 def reserve(dep: Deployment) -> int:

@@ -16,6 +16,7 @@ from ruamel.yaml import YAML
 
 from orchestrator.checks import model_fit as mf
 from orchestrator.checks.safetensors_headers import Headers
+from orchestrator.facts import fit as fit_facts
 from orchestrator.preflight import checks_fit
 from orchestrator.facts.memory import MemInfo
 from orchestrator.facts.core import Observed
@@ -66,7 +67,7 @@ QWEN_HEADERS = {"model.safetensors": {
 
 def test_deepseek_recipe_by_hand(tmp_path):
     dep = shipped(tmp_path, "dspark-0731-b12x")
-    f = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_CONFIG, SPARK_TOTAL, checks_fit.settings(dep))
+    f = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_CONFIG, SPARK_TOTAL, fit_facts.settings(dep))
     # weights: the norm whole (8,192) + (160e9 experts + 4e9 MTP layer, dspark loads it) / TP 2
     assert f.weights == 8_192 + 164_000_000_000 // 2 == 82_000_008_192
     # MLA: (kv_lora_rank 512 + rope 64) x (43 layers + 1 MTP) x fp8 1 B, the same on both ranks
@@ -81,7 +82,7 @@ def test_deepseek_recipe_by_hand(tmp_path):
 
 def test_qwen_recipe_by_hand(tmp_path):
     dep = shipped(tmp_path, "qwen38-flash-next-mtp")
-    f = mf.fit(QWEN_HEADERS, QWEN_CONFIG, SPARK_TOTAL, checks_fit.settings(dep))
+    f = mf.fit(QWEN_HEADERS, QWEN_CONFIG, SPARK_TOTAL, fit_facts.settings(dep))
     # the 1-D norm whole, the matrices and the MTP head (method mtp loads it) halved
     assert f.weights == 1_000_000 + 152_000_000_000 // 2 == 76_001_000_000
     # hybrid: 48 / 4 = 12 attention layers + 1 MTP layer; 2 KV heads / TP 2 = 1 per rank; K and V of 256;
@@ -104,7 +105,7 @@ def sim_headers() -> tuple[dict, dict]:
 
 def test_sim_recipe_by_hand_from_the_fake_models_real_headers(tmp_path):
     headers, config = sim_headers()
-    f = mf.fit(headers, config, SPARK_TOTAL, checks_fit.settings(deployment(tmp_path)))
+    f = mf.fit(headers, config, SPARK_TOTAL, fit_facts.settings(deployment(tmp_path)))
     # BF16 matrices: per layer q 8192 + k 4096 + v 4096 + o 8192 + router 512 + 4 experts x 12288 = 74,240;
     # embed 32,768, lm_head 32,768, vision 37,632 + 6,144 + 2,048 + 4,096, MTP fc 16,384 + one MTP layer
     matrices = 74_240 * 3 + 32_768 * 2 + 37_632 + 6_144 + 2_048 + 4_096 + 16_384
@@ -163,17 +164,17 @@ def test_an_unread_head_skips_with_the_reason(tmp_path):
 
 
 def test_the_fact_parser_on_the_header_readers_records():
-    assert checks_fit.parse_model_headers("elsewhere\n") is None
+    assert fit_facts.parse_model_headers("elsewhere\n") is None
     raw = fake_model.model_files()
     import base64
     lines = ["snap\t/s", "config\t" + base64.b64encode(raw["config.json"]).decode()]
     for name in sorted(n for n in raw if n.endswith(".safetensors")):
         n = int.from_bytes(raw[name][:8], "little")
         lines.append(f"header\t{name}\t{n}\t{base64.b64encode(raw[name][8:8 + n]).decode()}")
-    h = checks_fit.parse_model_headers("\n".join(lines) + "\n")
+    h = fit_facts.parse_model_headers("\n".join(lines) + "\n")
     assert h.config["num_hidden_layers"] == 2 and len(h.headers) == 3
     try:
-        checks_fit.parse_model_headers("absent\tno snapshot directory /s\n")
+        fit_facts.parse_model_headers("absent\tno snapshot directory /s\n")
     except ValueError as exc:
         assert str(exc) == "no snapshot directory /s"
     else:
@@ -199,7 +200,7 @@ def test_the_record_takes_the_smallest_nodes_prediction_and_the_ratio(tmp_path):
     dep = deployment(tmp_path)
     headers, config = sim_headers()
     seen = seen_for(Headers("spark-1", "/snap", config, headers, 0), {"spark-1": SPARK_TOTAL, "spark-2": 8 << 30})
-    small = mf.fit(headers, config, 8 << 30, checks_fit.settings(dep)).tokens
+    small = mf.fit(headers, config, 8 << 30, fit_facts.settings(dep)).tokens
     kv = kv_report.record(seen, dep, [f"GPU KV cache size: {small + small // 50:,} tokens, Maximum concurrency "
                                       "for 4,096 tokens per request: 9.00x"])
     assert kv["predicted"] == small and kv["predicted_per_node"]["spark-1"] > small
@@ -223,7 +224,7 @@ def test_the_stand_in_sizes_the_fake_model_as_model_fit_does(tmp_path):
     for name, data in fake_model.model_files().items():
         (tmp_path / name).write_bytes(data)
     headers, config = sim_headers()
-    predicted = mf.fit(headers, config, SPARK_TOTAL, checks_fit.settings(deployment(tmp_path)))
+    predicted = mf.fit(headers, config, SPARK_TOTAL, fit_facts.settings(deployment(tmp_path)))
     args = argparse.Namespace(kv_cache_dtype="fp8", tensor_parallel_size=2, pipeline_parallel_size=1,
                               max_num_batched_tokens=8192, max_num_seqs=12, gpu_memory_utilization=0.7,
                               block_size=256)
