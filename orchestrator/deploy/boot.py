@@ -6,7 +6,7 @@ anything else the boot check finds coming back (another stack's unit, a containe
 brings it back) is named, and only with `yes` disabled. `disable` lets go of the containers (they keep
 serving), removes our units and gives the containers back the restart policy the unit took from them.
 `status` reads what would come back, per node, through the same facts and judgement as the `boot` preflight
-check (preflight/checks_boot.py, over facts/boot.py).
+check (preflight's checks_boot.py, over facts/boot.py).
 """
 
 from __future__ import annotations

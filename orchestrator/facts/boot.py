@@ -5,7 +5,7 @@ docker/podman/vllm/compose, and containers whose Docker restart policy restarts 
 (`always`, `unless-stopped`, `on-failure` with no retry bound). Each is matched against the serving
 release by plan hash: a container's `spark-deploy.plan-hash` label, or, for our own unit, the container it
 starts (else the plan hash recorded in the unit). `boot_items` is the shared judgement: the `boot` check
-(preflight/checks_boot.py) runs it against what the labels say serves, `boot status` and `boot enable`
+(preflight's checks_boot.py) runs it against what the labels say serves, `boot status` and `boot enable`
 (deploy/boot.py) against the serving release, `maintenance` against the release it baselined.
 """
 

@@ -1,5 +1,5 @@
 """Disk facts: the JIT cache's filesystem type, and the Docker root dir's free bytes beside the pinned
-image's size (the judges are preflight/checks_disk.py's; setup reads the filesystem types too)."""
+image's size (the judges are preflight's checks_disk.py; setup reads the filesystem types too)."""
 
 from __future__ import annotations
 

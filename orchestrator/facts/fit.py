@@ -1,7 +1,7 @@
 """The model's safetensors headers on the head (the same reader bench uses: a few MB, never the weights),
 and what they predict per node with its own MemTotal: weights per rank and the tokens the KV cache holds.
 
-The arithmetic is checks/model_fit.py; the model-fit judge is preflight/checks_fit.py, and `up` records the
+The arithmetic is checks/model_fit.py; the model-fit judge is preflight's checks_fit.py, and `up` records the
 prediction beside the engine's own figure (deploy/kv_report.py).
 """
 

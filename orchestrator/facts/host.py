@@ -1,6 +1,6 @@
 """Host facts: the Docker engine, the GPU (name, driver, SM clock, CUDA), kernel and OS, the node's clock.
 
-The judges are preflight/checks_host.py's; maintenance records the same facts in its baseline."""
+The judges are preflight's checks_host.py; maintenance records the same facts in its baseline."""
 
 from __future__ import annotations
 

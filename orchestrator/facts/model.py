@@ -3,7 +3,7 @@
 A Hugging Face cache names every blob by its content hash (sha256 for LFS files), and a snapshot is a
 directory of symlinks to blobs. Comparing each file's blob name and size across nodes therefore
 compares content, at the cost of a `find`, not of hashing hundreds of GB. The judges are
-preflight/checks_model.py's; maintenance records the same fact in its baseline.
+preflight's checks_model.py; maintenance records the same fact in its baseline.
 """
 
 from __future__ import annotations
