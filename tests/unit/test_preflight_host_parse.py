@@ -13,15 +13,12 @@ from pathlib import Path
 import pytest
 from fakes import deployment
 
+from orchestrator.facts.fabric import IbState, parse_infiniband, parse_ip_addr, parse_reach
 from orchestrator.preflight.checks_fabric import (
-    IbState,
     fabric_ip,
     fabric_reach,
     match_ifname,
     mtu_parity,
-    parse_infiniband,
-    parse_ip_addr,
-    parse_reach,
     roce_gid,
     roce_hca,
     socket_ifname,
