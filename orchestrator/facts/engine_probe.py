@@ -113,7 +113,7 @@ def op_info():
 
 
 def op_server_version():
-    """checks_basic._RAN of `docker version --format {{.Server.Version}}`: the exit code, then the version."""
+    """facts/basics._RAN of `docker version --format {{.Server.Version}}`: the exit code, then the version."""
     status, body = get("/version")
     if status != 200:
         return "1\n%s" % message(status, body)

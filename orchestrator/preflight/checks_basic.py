@@ -1,22 +1,20 @@
 """The checks `up` always ran (docker, GPU, state dir, JIT cache, ports, image), as registry entries.
 
-docker, gpu and state-dir are facts now, gathered in the one round trip per node with every other fact
-(the same commands, judged as before); jit-cache, ports and image act to look and reuse checks/basics.py
+docker, gpu and state-dir judge facts (facts/basics.py), gathered in the one round trip per node with every
+other fact; jit-cache, ports and image act to look and reuse checks/basics.py
 and docker_cli/image_sync.py, so `up` and `preflight` judge alike.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..checks import basics, writable
-from ..docker_cli import image_sync
-from ..transport.group import GroupError
-from ..facts import engine
-from ..facts.core import FACTS, FactInput, fact
 from ..checks.verdict import Cell, Scope, Status, Verdict, worst
-from .registry import active_check, check, missing
+from ..docker_cli import image_sync
+from ..facts import basics as _basics  # noqa: F401  (registers docker_version, gpu_list, state_dir)
+from ..facts.core import FACTS, FactInput
 from ..facts.replaced import parse_replaced
+from ..transport.group import GroupError
+from .registry import active_check, check, missing
 
 _STATUS = {"ok": Status.OK, "warn": Status.WARN, "fail": Status.FAIL}
 
@@ -35,45 +33,11 @@ def _verdict(name: str, scope: Scope, result: basics.CheckResult, field_note: in
     return Verdict(name, scope, cells, result.fix, field_note)
 
 
-
 def _guard(name: str, scope: Scope, probe) -> Verdict:
     try:
         return probe()
     except GroupError as exc:
         return Verdict(name, scope, {n: Cell(Status.SKIP, f"could not run: {e}") for n, e in exc.failures.items()})
-
-
-# "$@" a command: prints its exit code, then what it printed (stdout and stderr, in order).
-_RAN = 'out=$("$@" 2>&1); rc=$?; printf \'%s\\n%s\\n\' "$rc" "$out"'
-
-
-@dataclass(frozen=True)
-class Ran:
-    code: int
-    output: str
-
-    def first_line(self) -> str:
-        return (self.output.strip() or f"exit {self.code}").splitlines()[0]
-
-    def last_line(self) -> str:
-        return (self.output.strip().splitlines() or ["no answer"])[-1]
-
-
-@fact("docker_version", _RAN, args=lambda _i: ["docker", "version", "--format", "{{.Server.Version}}"],
-      api=engine.Op.SERVER_VERSION, api_args=lambda _i: [])
-def parse_ran(stdout: str) -> Ran:
-    """The `_RAN` wrapper's output -> the command's exit code and output."""
-    code, _, output = stdout.partition("\n")
-    return Ran(int(code), output)
-
-
-fact("gpu_list", _RAN, args=lambda _i: ["nvidia-smi", "-L"])(parse_ran)
-@fact("state_dir", writable.PROBE, args=lambda i: [i.node.state_dir])
-def parse_state_dir(stdout: str) -> str:
-    """Kept as printed: the judge parses it with the node's path (writable.parse)."""
-    if not stdout.startswith("user "):
-        raise ValueError(f"not the probe's output: {stdout[:80]!r}")
-    return stdout
 
 
 def _judged(seen, facts: tuple[str, ...], probe) -> tuple[dict, list, dict]:
