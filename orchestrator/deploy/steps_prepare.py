@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .. import preflight
-from ..preflight import look
+from ..facts import look
 from ..checks import basics
 from ..docker_cli import image_sync
 from ..docker_cli.containers import Container, stop_container
@@ -70,7 +70,7 @@ class Preflight(NoUndo):
     def run(self, ctx: UpContext) -> None:
         """Every check's facts, the boot units (up's last word: boot.follow), and what the later steps read
         (the image survey, the recipe's containers and who holds the plan's names, the head's listening
-        ports: preflight/look.py) in ONE gathering per node; the JIT probe beside it."""
+        ports: facts/look.py) in ONE gathering per node; the JIT probe beside it."""
         cluster, plan = ctx.cluster, ctx.plan
         specs = preflight.select(skip=["ports", "image", *ctx.opts.skip_checks], up_subset=True)
         # a killed `up` may have left this recipe's secrets env-file on a node's disk: never keep it. Removed

@@ -77,7 +77,7 @@ def listening(node: Node) -> str:
 
 
 def _script(handler: str) -> Callable[..., Answer]:
-    """A fact whose script is one of the product's scripts (preflight/look.py): scripts.py's handler answers."""
+    """A fact whose script is one of the product's scripts (facts/look.py): scripts.py's handler answers."""
     def answer(node: Node, *args: str) -> Answer:
         from . import scripts  # scripts imports this module
         return getattr(scripts, handler)(node, *args)

@@ -1,4 +1,4 @@
-"""preflight/look.py: up's image survey, names lookup and head listeners, read from the one gathering.
+"""facts/look.py: up's image survey, names lookup and head listeners, read from the one gathering.
 
 The facts send the same scripts the direct calls send (by identity) with the same arguments, and their
 answers go through the same pure rules; a fact that failed on a node is an error naming that node."""
@@ -13,7 +13,7 @@ from fakes import IMAGE_ID, OTHER_ID, deployment, foreign, image_inspect, ours
 from orchestrator.checks.basics import LISTENERS
 from orchestrator.docker_cli.containers import RECIPE_OR_NAMED, either_args
 from orchestrator.docker_cli.images import INSPECT_IMAGES
-from orchestrator.preflight import look
+from orchestrator.facts import look
 from orchestrator.facts.core import FACTS, FactInput, Observed, driver_args, parse_framed
 from orchestrator.render.plan import build_plan
 from orchestrator.transport.node import NodeError

@@ -19,8 +19,8 @@ from ..docker_cli.containers import RECIPE_OR_NAMED, Container, either_args, of_
 from ..docker_cli.images import INSPECT_IMAGES, ImageIdentity, parse_identities
 from ..render.plan import Plan
 from ..transport.node import NodeConnection, NodeError
-from ..facts import engine
-from ..facts.core import FactInput, Observed, fact
+from . import engine
+from .core import FactInput, Observed, fact
 
 IMAGE_REFS, FOUND, LISTENING = "image_refs", "recipe_or_named", "listeners"
 NAMES = (IMAGE_REFS, FOUND, LISTENING)
