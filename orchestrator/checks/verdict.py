@@ -44,6 +44,13 @@ class Verdict:
     fix: str = ""
     field_note: int | None = None
 
+    @classmethod
+    def per_node(cls, name: str, scope: Scope, evidence: dict[str, str], bad: list[str], fix: str = "",
+                 field_note: int | None = None) -> Verdict:
+        """What a probe saw on each node, the `bad` ones failing; the fix only when one did."""
+        cells = {n: Cell(Status.FAIL if n in bad else Status.OK, text) for n, text in evidence.items()}
+        return cls(name, scope, cells, fix if bad else "", field_note)
+
     @property
     def status(self) -> Status:
         return worst(*(c.status for c in self.cells.values()))

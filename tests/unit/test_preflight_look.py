@@ -65,8 +65,8 @@ def test_looked_gives_the_survey_the_found_containers_and_the_head_ports(plan):
     assert [c.id for c in got.found["spark-1"]] == [mine.id] and [c.name for c in got.found["spark-2"]] == [theirs.name]
     assert got.image.source.conn.name == "spark-1" and [n.conn.name for n in got.image.missing] == ["spark-2"]
     assert [n.conn.name for n in got.image.conflicts] == ["spark-2"]
-    assert got.ports.status == "fail" and got.ports.bad == ["spark-1"]
-    assert "python3" in got.ports.evidence[f"spark-1:{plan.ports[0]}"]
+    assert got.ports.status == "fail" and got.ports.failed_nodes() == ["spark-1"]
+    assert f"{plan.ports[0]} " in got.ports.cells["spark-1"].value and "python3" in got.ports.cells["spark-1"].value
 
 
 def test_a_fact_that_failed_on_a_node_is_an_error_naming_that_node_and_the_reason(plan):
