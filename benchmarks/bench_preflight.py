@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from orchestrator import preflight  # noqa: E402
 from orchestrator.config.load import load_deployment  # noqa: E402
-from orchestrator.preflight.facts import FACTS, FactInput, gather, parse_framed  # noqa: E402
+from orchestrator.facts.core import FACTS, FactInput, gather, parse_framed  # noqa: E402
 from orchestrator.render.plan import build_plan  # noqa: E402
 from orchestrator.sim.cluster import SimCluster  # noqa: E402
 from orchestrator.transport.group import Cluster  # noqa: E402

@@ -1,33 +1,20 @@
 """The quick preflight `up` runs before touching anything: small named checks, run on all nodes at once.
 
-Each check returns a CheckResult with per-node evidence (what it saw) and a fix hint; it never starts
-or changes anything, except the JIT probe, which removes its own token files again.
+Each check returns a Verdict (checks/verdict.py, the type every judge answers in) with what it saw per
+node and a fix hint; it never starts or changes anything, except the JIT probe, which removes its own
+token files again.
 """
 
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
-from typing import Callable, Literal
+from dataclasses import dataclass
+from typing import Callable
 
 from ..config.inventory import Node
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeConnection, NodeError, NodeTimeout, NodeUnreachable
-
-Status = Literal["ok", "warn", "fail"]
-
-
-@dataclass
-class CheckResult:
-    name: str
-    status: Status
-    evidence: dict[str, str] = field(default_factory=dict)
-    fix: str = ""
-    bad: list[str] = field(default_factory=list)  # the nodes (evidence keys' node part) that fail it
-
-    @property
-    def ok(self) -> bool:
-        return self.status != "fail"
+from .verdict import Cell, Scope, Status, Verdict
 
 
 def per_node(cluster: Cluster, probe: Callable[[NodeConnection], tuple[bool, str]]) -> tuple[dict, list]:
@@ -37,7 +24,7 @@ def per_node(cluster: Cluster, probe: Callable[[NodeConnection], tuple[bool, str
     try:
         results = cluster.each(probe)
     except GroupError as exc:
-        transport = {n: e for n, e in exc.failures.items() if not _verdict(e)}
+        transport = {n: e for n, e in exc.failures.items() if not _ran_and_failed(e)}
         if transport:
             raise GroupError(transport, exc.results) from None
         results = dict(exc.results)
@@ -47,7 +34,7 @@ def per_node(cluster: Cluster, probe: Callable[[NodeConnection], tuple[bool, str
     return evidence, bad
 
 
-def _verdict(exc: BaseException) -> bool:
+def _ran_and_failed(exc: BaseException) -> bool:
     """A command that ran and failed (a verdict on the node), as opposed to one that could not run."""
     return isinstance(exc, NodeError) and not isinstance(exc, (NodeUnreachable, NodeTimeout))
 
@@ -94,26 +81,36 @@ def parse_listeners(stdout: str) -> list[Listener]:
 LISTENERS = ("ss", "-Hltnpe")  # every listening TCP socket, with its process (ours) and owner (-e)
 
 
-def ports_free(cluster: Cluster, ports: list[int]) -> CheckResult:
+def listening(head: NodeConnection) -> list[Listener]:
+    """The head's listening TCP sockets, as `ss -Hltnpe` shows them to the login user."""
+    return parse_listeners(head.run(list(LISTENERS), timeout=20, check=True).stdout)
+
+
+def ports_free(cluster: Cluster, ports: list[int]) -> Verdict:
     """The serve and master ports on the head must be free (run after this recipe's old containers are gone)."""
-    head = cluster.head
-    return ports_judged(head.name, parse_listeners(head.run(list(LISTENERS), timeout=20, check=True).stdout), ports)
+    return ports_judged(cluster.head.name, listening(cluster.head), ports)
 
 
-def ports_judged(head: str, listeners: list[Listener], ports: list[int]) -> CheckResult:
-    """Pure: the ports check over the head's listening sockets."""
-    evidence, taken = {}, []
+def ports_judged(head: str, listeners: list[Listener], ports: list[int], ours: dict[int, str] | None = None) -> Verdict:
+    """Pure: the ports check over the head's listening sockets. A port one of `ours` holds (port -> this
+    recipe's serving container, which `up` stops first) is not taken."""
+    shown, taken = [], []
     for port in ports:
         holders = [item for item in listeners if item.port == port]
-        evidence[f"{head}:{port}"] = f"{holders[0].local} {holders[0].holder()}".strip() if holders else "free"
-        if holders:
+        if not holders:
+            shown.append(f"{port} free")
+        elif port in (ours or {}):
+            shown.append(f"{port} held by {ours[port]} of this recipe, which up replaces")
+        else:
+            shown.append(f"{port} {holders[0].local} {holders[0].holder()}".strip())
             taken.append(port)
-    return CheckResult("ports", "fail" if taken else "ok", evidence,
-                       f"port(s) {', '.join(map(str, taken))} on {head} are taken by another process: stop it or "
-                       "change serve.port / vllm.master_port" if taken else "", [head] if taken else [])
+    cell = Cell(Status.FAIL if taken else Status.OK, "; ".join(shown))
+    return Verdict("ports", Scope.HEAD, {head: cell},
+                   f"port(s) {', '.join(map(str, taken))} on {head} are taken by another process: stop it or "
+                   "change serve.port / vllm.master_port" if taken else "")
 
 
-def jit_cache_local(cluster: Cluster, nodes: dict[str, Node]) -> CheckResult:
+def jit_cache_local(cluster: Cluster, nodes: dict[str, Node]) -> Verdict:
     """Each node's JIT directory exists and is not the same directory as another node's (field note 2).
 
     Writes a random token on every node, then looks for the other nodes' tokens; removes them after."""
@@ -129,9 +126,9 @@ def jit_cache_local(cluster: Cluster, nodes: dict[str, Node]) -> CheckResult:
     if bad:
         per_node(cluster, lambda conn: (conn.run(["rm", "-f", f"{nodes[conn.name].jit_cache}/{token[conn.name]}"],
                                                   timeout=20).ok, ""))
-        return CheckResult("jit-cache", "fail", evidence, f"create a local JIT directory on {', '.join(bad)} that "
-                                                          "the login user owns: `sudo install -d -o USER <jit_cache>` "
-                                                          "(local disk, not NFS)", bad)
+        return Verdict.per_node("jit-cache", Scope.NODE, evidence, bad,
+                                f"create a local JIT directory on {', '.join(bad)} that the login user owns: "
+                                "`sudo install -d -o USER <jit_cache>` (local disk, not NFS)", 2)
 
     def look_and_clean(conn: NodeConnection):
         """Every node wrote before any node looks. Of nodes sharing a directory, the first to look still sees
@@ -144,6 +141,6 @@ def jit_cache_local(cluster: Cluster, nodes: dict[str, Node]) -> CheckResult:
         return not seen, (f"{path}: shared with {', '.join(seen)}" if seen else f"{path}: local")
 
     evidence, bad = per_node(cluster, look_and_clean)
-    return CheckResult("jit-cache", "fail" if bad else "ok", evidence,
-                       "each node needs its own local JIT directory: two ranks compiling into one directory kill "
-                       "the peer (field note 2)" if bad else "", bad)
+    return Verdict.per_node("jit-cache", Scope.NODE, evidence, bad,
+                            "each node needs its own local JIT directory: two ranks compiling into one directory "
+                            "kill the peer (field note 2)", 2)

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from ..config.load import load_deployment, load_inventory
 from ..deploy import boot as boot_mod
-from ..preflight.checks_boot import BootMatch
+from ..facts.boot import BootMatch
 from ..releases.lock import LockError
 from ..runner.events import Events
 from ..runner.sinks import TerminalSink

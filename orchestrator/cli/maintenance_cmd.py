@@ -15,9 +15,9 @@ from rich.table import Table
 from ..config.load import load_deployment
 from ..maintenance import end as end_mod
 from ..maintenance import window
-from ..maintenance.baseline import BOOT_SERVING, Baseline, NodeFacts
+from ..window.baseline import BOOT_SERVING, Baseline, NodeFacts
 from ..maintenance.diff import ADVICE, BLOCKING, GIB, Drift
-from ..maintenance.store import baseline_path
+from ..window.store import baseline_path
 from ..releases.lock import LockError
 from ..transport.group import GroupError
 from ..transport.node import NodeError

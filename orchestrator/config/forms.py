@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 
 from ..vllm_table.argtypes import human_readable_int_or_auto
+from .message import fixed
 
 # github.com/docker/go-units RAMInBytes, which `docker run --shm-size` uses: binary multiples, an optional
 # i with a b: 16g = 16GB = 16GiB = 16 * 2**30 bytes.
@@ -20,8 +21,6 @@ def _max_model_len(value: object) -> object:
     """vLLM's `--max-model-len` parser (human_readable_int_or_auto), except its `auto`."""
     if not isinstance(value, str):
         return value
-    from .hints import fixed  # here: hints imports this module's DOCKER_SIZE
-
     try:
         parsed = human_readable_int_or_auto(value)
     except (ValueError, argparse.ArgumentTypeError) as exc:

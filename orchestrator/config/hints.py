@@ -13,15 +13,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from .forms import DOCKER_SIZE
+from .message import FIX, fixed
 
 SMART_QUOTES = "\u201c\u201d\u2018\u2019\u00ab\u00bb\u201e"
-# Every config error reads `file:line: key: problem; fix: what to write instead` (the corpus test holds it).
-FIX = "; fix: "
-
-
-def fixed(problem: str, fix: str) -> str:
-    """A message with its fix, in the one shape every config error has."""
-    return f"{problem}{FIX}{fix}"
 
 
 def suggest(word: str, candidates, prefix: str = "") -> str:

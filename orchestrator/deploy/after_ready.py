@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ..preflight.checks_memory import GIB, parse_meminfo
+from ..facts.memory import GIB, parse_meminfo
 
 KV_SIZE = re.compile(r"GPU KV cache size: ([\d,]+) tokens, Maximum concurrency for ([\d,]+) tokens per request: "
                      r"([\d.]+)x")

@@ -6,7 +6,7 @@ anything else the boot check finds coming back (another stack's unit, a containe
 brings it back) is named, and only with `yes` disabled. `disable` lets go of the containers (they keep
 serving), removes our units and gives the containers back the restart policy the unit took from them.
 `status` reads what would come back, per node, through the same facts and judgement as the `boot` preflight
-check (checks_boot).
+check (preflight's checks_boot.py, over facts/boot.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..config.inventory import Inventory
 from ..config.load import Deployment
 from ..docker_cli.containers import Container
 from ..operation import AuditAction, Observation, Operation, OperationRefused, Outcome, Reach
-from ..preflight.checks_boot import (
+from ..facts.boot import (
     BootItem,
     BootMatch,
     BootUnits,
@@ -28,7 +28,7 @@ from ..preflight.checks_boot import (
     UnitInfo,
     node_boot,
 )
-from ..preflight.facts import FactInput, Observed, gather_node
+from ..facts.core import FactInput, Observed, gather_node
 from ..releases.keys import cluster_key
 from ..releases.lock import LockError
 from ..releases.record import Release

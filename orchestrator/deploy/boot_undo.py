@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..preflight.checks_boot import BootItem, ItemKind
+from ..facts.boot import BootItem, ItemKind
 from ..render.unit import BootUnit
 from ..transport.node import NodeConnection
 from . import privilege

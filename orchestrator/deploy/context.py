@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from ..checks.basics import CheckResult
+from ..checks.verdict import Verdict
 from ..config.load import Deployment
 from ..docker_cli.image_sync import STALL_TIMEOUT, SyncPlan
 from ..http_api.endpoint import Endpoint
@@ -52,7 +52,7 @@ class Look:
     """What preflight saw on every node, read in parallel before anything is changed."""
 
     found: dict[str, list[Container]]  # node -> ours of this recipe (by label), and any holding the plan's names
-    ports: CheckResult
+    ports: Verdict
     image: SyncPlan
     facts: dict[str, dict] = field(default_factory=dict)  # node -> fact name -> Observed (boot units among them)
 

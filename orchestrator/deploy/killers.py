@@ -7,7 +7,7 @@ earlyoom runs there, with which thresholds, and how much memory is available now
 
 from __future__ import annotations
 
-from ..preflight.checks_memory import gib, parse_earlyoom, parse_meminfo
+from ..facts.memory import gib, parse_earlyoom, parse_meminfo
 from ..transport.node import NodeConnection
 
 BY_SIGNAL = {137: "SIGKILL", 143: "SIGTERM"}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..checks.kv_layout import UnknownLayout
 from ..checks.model_fit import FitError
-from ..preflight.checks_fit import predict
+from ..facts.fit import predict
 
 SIZE = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")

@@ -12,8 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .. import preflight
-from ..preflight import look
+from ..facts import look
 from ..checks import basics
+from ..checks.verdict import Verdict
 from ..docker_cli import image_sync
 from ..docker_cli.containers import Container, stop_container
 from ..releases import identity
@@ -34,28 +35,24 @@ class NoUndo:
         return []
 
 
-def judge(phase: Phase, results: list[basics.CheckResult], ctx: UpContext) -> None:
-    for result in results:
-        ctx.events.check(result.name, result.status, result.evidence,
-                         "; ".join(f"{k}: {v}" for k, v in result.evidence.items()))
-    failed = [r for r in results if not r.ok]
-    if failed:
-        raise StepFailed(phase, "; ".join(
-            f"{r.name} failed ({'; '.join(f'{k}: {v}' for k, v in r.evidence.items())}). {r.fix}" for r in failed),
-            sorted({node.split(":")[0] for r in failed for node in r.evidence}))
-
-
-def judge_report(phase: Phase, report, ctx: UpContext) -> None:
-    """The registry's verdicts as check events; any fail stops `up` before anything is touched."""
-    for v in report.verdicts:
+def judge(phase: Phase, verdicts: list[Verdict], ctx: UpContext, *, skippable: bool = False) -> None:
+    """Verdicts as check events; any fail stops `up` (`skippable`: a registry check, which --skip-check
+    NAME overrides, and the message says so)."""
+    for v in verdicts:
         ctx.events.check(v.name, str(v.status), {n: c.value for n, c in v.cells.items()},
                          "; ".join(f"{n}: {c.value}" for n, c in v.cells.items()))
-    failed = report.failed()
+    failed = [v for v in verdicts if v.failed_nodes()]
     if failed:
         raise StepFailed(phase, "; ".join(
             f"{v.name} failed on {', '.join(v.failed_nodes())} ("
             + "; ".join(f"{n}: {v.cells[n].value}" for n in v.failed_nodes()) + f"). {v.fix}" for v in failed)
-            + " (--skip-check NAME overrides one check)", sorted({n for v in failed for n in v.failed_nodes()}))
+            + (" (--skip-check NAME overrides one check)" if skippable else ""),
+            sorted({n for v in failed for n in v.failed_nodes()}))
+
+
+def judge_report(phase: Phase, report, ctx: UpContext) -> None:
+    """The registry's verdicts; any fail stops `up` before anything is touched."""
+    judge(phase, report.verdicts, ctx, skippable=True)
 
 
 class Connect(NoUndo):
@@ -75,7 +72,7 @@ class Preflight(NoUndo):
     def run(self, ctx: UpContext) -> None:
         """Every check's facts, the boot units (up's last word: boot.follow), and what the later steps read
         (the image survey, the recipe's containers and who holds the plan's names, the head's listening
-        ports: preflight/look.py) in ONE gathering per node; the JIT probe beside it."""
+        ports: facts/look.py) in ONE gathering per node; the JIT probe beside it."""
         cluster, plan = ctx.cluster, ctx.plan
         specs = preflight.select(skip=["ports", "image", *ctx.opts.skip_checks], up_subset=True)
         # a killed `up` may have left this recipe's secrets env-file on a node's disk: never keep it. Removed
@@ -116,7 +113,7 @@ class CurrentState(NoUndo):
                             f"run's are {', '.join(l.container for l in ctx.plan.ranks)}")
         if decision.action is Action.FRESH:
             ctx.events.note(decision.reason)
-        if decision.action is not Action.ALREADY_SERVING and not decision.previous_running and not ctx.look.ports.ok:
+        if decision.action is not Action.ALREADY_SERVING and not decision.previous_running and ctx.look.ports.failed_nodes():
             judge(self.phase, [ctx.look.ports], ctx)  # nothing of ours holds them: another process does
         elif decision.action is Action.REPLACE:
             shown = ", ".join(f"{n}: {c.name} plan {c.ours.plan_hash or '?'} {c.status}"

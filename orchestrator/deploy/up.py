@@ -34,6 +34,7 @@ from . import boot, kv_report
 from .context import UpContext, UpOptions
 from .current import Action
 from .restore import StartKept, restore_previous
+from .rollback_check import CheckRollback
 from ..acceptance.problems import acceptance_problems
 from .steps_accept import accept_steps
 from .steps_release import OpenRelease, TakeLock, finish
@@ -103,8 +104,7 @@ def plan_steps(ctx: UpContext) -> list:
     """The steps every `up` starts with, read-only (the lock aside): they decide what the rest will be."""
     steps = [Connect(), TakeLock(), *([SyncModel()] if ctx.opts.sync_model else []), Preflight()]
     if ctx.opts.rollback_of is not None:
-        from .rollback import CheckRollback  # rollback's own refusals, before anything is stopped
-        steps.append(CheckRollback())
+        steps.append(CheckRollback())  # rollback's own refusals, before anything is stopped
     return steps + [CurrentState()]
 
 

@@ -24,7 +24,7 @@ from ..docker_cli.containers import ours
 from ..docker_cli.images import ImageIdentity, inspect_image
 from ..preflight.checks_overlays import PROBE_SH, parse_probe, probe_spec
 from ..preflight.checks_vllm import judge_flags, rendered_flags
-from ..preflight.facts import FACTS
+from ..facts.core import FACTS
 from ..preflight.help_defaults import changed_defaults, parse_defaults
 from ..preflight.help_parse import canonical
 from ..render.plan import build_plan

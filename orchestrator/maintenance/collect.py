@@ -1,23 +1,23 @@
-"""The facts a baseline holds, gathered with the preflight registry's facts (one SSH command per node),
+"""The facts a baseline holds, gathered with the node facts of facts/ (one SSH command per node),
 and turned into NodeFacts by a pure function.
 
 The boot facts (`boot_units`, `restart_policies`) and the judgement of what comes back on boot are
-preflight/checks_boot.py's, judged here against the release that served when the window began.
+facts/boot.py's, judged here against the release that served when the window began.
 """
 
 from __future__ import annotations
 
 import json
 
-from .. import preflight  # noqa: F401  (registers every preflight fact)
 from ..config.load import Deployment
-from ..preflight import checks_boot
-from ..preflight.checks_model import FACT as MODEL_FACT
-from ..preflight.facts import Observed, fact, gather
+from ..facts import boot as boot_facts
+from ..facts import host, memory  # noqa: F401  (register docker_info, gpu, kernel, os_release, meminfo)
+from ..facts.model import FACT as MODEL_FACT
+from ..facts.core import Observed, fact, gather
 from ..render.plan import Plan
 from ..transport.group import Cluster
 from ..transport.node import NodeConnection
-from .baseline import BootEntry, GpuSeen, ImageSeen, ModelSeen, NodeFacts
+from ..window.baseline import BootEntry, GpuSeen, ImageSeen, ModelSeen, NodeFacts
 
 IMAGE_FACT = "maintenance_image"
 BOOT_FACTS = ("boot_units", "restart_policies")
@@ -64,7 +64,7 @@ def boot_fields(facts: NodeFacts, seen: dict[str, Observed], serving_plan: str |
     if policies is not None and policies.ok:
         facts.restart_policies = sorted(_restart_line(p) for p in policies.value if p.policy != "no")
         facts.on_boot = [BootEntry(kind=str(i.kind), name=i.name, starts=i.starts, plan_hash=i.plan_hash,
-                                   match=str(i.match)) for i in checks_boot.boot_items(seen, serving_plan)]
+                                   match=str(i.match)) for i in boot_facts.boot_items(seen, serving_plan)]
 
 
 def node_facts(node: str, seen: dict[str, Observed], image_id: str | None, serving_plan: str | None = None) -> NodeFacts:

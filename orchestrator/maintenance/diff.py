@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from .baseline import BOOT_SERVING, BootEntry, NodeFacts
+from ..window.baseline import BOOT_SERVING, BootEntry, NodeFacts
 
 GIB = 1 << 30
 

@@ -21,8 +21,8 @@ from ..deploy.up import DeployFailed, UpOptions, UpResult
 from ..operation import AuditAction, Operation, Outcome, Reach
 from ..runner.events import Events
 from ..transport.cancel import signals_interrupt
-from . import store
-from .baseline import Baseline, WindowState, said
+from ..window import store
+from ..window.baseline import Baseline, WindowState, said
 from .diff import ADVICE
 from .window import MaintenanceError, VerifyResult, verify_open
 

@@ -18,7 +18,7 @@ from ..releases.serving import running_of
 from ..runner.events import Events, Kind
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeError
-from .baseline import StoppedContainer
+from ..window.baseline import StoppedContainer
 
 
 class StopOutcome(StrEnum):

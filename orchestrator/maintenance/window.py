@@ -25,8 +25,9 @@ from ..render.plan import build_plan
 from ..runner.events import Events
 from ..operation import AuditAction, ClusterState, Observation, Operation, OperationRefused, Reach
 from ..transport.group import Cluster, Connector
-from . import collect, store
-from .baseline import Baseline, NodeFacts, said
+from ..window import store
+from . import collect
+from ..window.baseline import Baseline, NodeFacts, said
 from .diff import Drift, compare
 from .stop import StopOutcome, StopResult, stop_release
 
@@ -101,7 +102,7 @@ def _begin_locked(dep: Deployment, op: Operation, reason: str, stop: bool, force
     fact_dep = recorded_deployment(serving, dep.inventory_path) if serving else dep
     plan = build_plan(fact_dep)
     # every check runs: the serving release's own ports and memory count as what `up` would free first
-    # (preflight/replaced.py), so nothing is skipped while it serves
+    # (facts/replaced.py), so nothing is skipped while it serves
     skipped: dict[str, str] = {}
     report = preflight.run_checks(fact_dep, plan, cluster, [c for c in checks if c.name not in skipped])
     serving_plan = serving.plan_hash if serving else None

@@ -3,7 +3,7 @@
 One round trip per node: a single script prints this tool's containers (inspected), the node's copy of
 the release history, its copy of the maintenance baseline and, on the head, the deploy lock, each section
 under a marker carrying a fresh nonce (no file content can forge one). Each section goes to the parser
-its owner already has (docker_cli.containers, releases.store, maintenance.store, releases.lock), so the
+its owner already has (docker_cli.containers, releases.store, window.store, releases.lock), so the
 rules stay where they are tested; this module only gathers and judges "which release serves" — in one
 place, with one policy: a release serves when its plan runs on every rank of its world, as seen on the
 nodes that answered. A node that did not answer makes the answer unknown (`serving_known` is False), never
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from ..config.inventory import Inventory
 from ..docker_cli.containers import Container, parse_inspect
-from ..maintenance import store as window_store
-from ..maintenance.baseline import Baseline, WindowState
+from ..window import store as window_store
+from ..window.baseline import Baseline, WindowState
 from ..releases import store as release_store
 from ..releases.keys import cluster_key
 from ..releases.lock import LockDetails, lock_path

@@ -1,78 +1,26 @@
 """The checks `up` always ran (docker, GPU, state dir, JIT cache, ports, image), as registry entries.
 
-docker, gpu and state-dir are facts now, gathered in the one round trip per node with every other fact
-(the same commands, judged as before); jit-cache, ports and image act to look and reuse checks/basics.py
+docker, gpu and state-dir judge facts (facts/basics.py), gathered in the one round trip per node with every
+other fact; jit-cache, ports and image act to look and reuse checks/basics.py
 and docker_cli/image_sync.py, so `up` and `preflight` judge alike.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..checks import basics, writable
+from ..checks.verdict import Cell, Scope, Status, Verdict
 from ..docker_cli import image_sync
+from ..facts import basics as _basics  # noqa: F401  (registers docker_version, gpu_list, state_dir)
+from ..facts.core import FACTS, FactInput
+from ..facts.replaced import parse_replaced
 from ..transport.group import GroupError
-from . import engine
-from .facts import FACTS, FactInput, fact
-from .registry import Cell, Scope, Status, Verdict, active_check, check, missing, worst
-from .replaced import parse_replaced
-
-_STATUS = {"ok": Status.OK, "warn": Status.WARN, "fail": Status.FAIL}
-
-
-def _verdict(name: str, scope: Scope, result: basics.CheckResult, field_note: int | None = None) -> Verdict:
-    """A basics.CheckResult as a Verdict: evidence keys are `node` or `node:detail` (ports)."""
-    cells: dict[str, Cell] = {}
-    for key, text in result.evidence.items():
-        node, _, detail = key.partition(":")
-        status = _STATUS[result.status] if node in result.bad else Status.OK
-        shown = f"{detail} {text}" if detail else text
-        if node in cells:
-            cells[node] = Cell(worst(cells[node].status, status), f"{cells[node].value}; {shown}")
-        else:
-            cells[node] = Cell(status, shown)
-    return Verdict(name, scope, cells, result.fix, field_note)
-
-
+from .registry import active_check, check, missing
 
 def _guard(name: str, scope: Scope, probe) -> Verdict:
     try:
         return probe()
     except GroupError as exc:
         return Verdict(name, scope, {n: Cell(Status.SKIP, f"could not run: {e}") for n, e in exc.failures.items()})
-
-
-# "$@" a command: prints its exit code, then what it printed (stdout and stderr, in order).
-_RAN = 'out=$("$@" 2>&1); rc=$?; printf \'%s\\n%s\\n\' "$rc" "$out"'
-
-
-@dataclass(frozen=True)
-class Ran:
-    code: int
-    output: str
-
-    def first_line(self) -> str:
-        return (self.output.strip() or f"exit {self.code}").splitlines()[0]
-
-    def last_line(self) -> str:
-        return (self.output.strip().splitlines() or ["no answer"])[-1]
-
-
-@fact("docker_version", _RAN, args=lambda _i: ["docker", "version", "--format", "{{.Server.Version}}"],
-      api=engine.Op.SERVER_VERSION, api_args=lambda _i: [])
-def parse_ran(stdout: str) -> Ran:
-    """The `_RAN` wrapper's output -> the command's exit code and output."""
-    code, _, output = stdout.partition("\n")
-    return Ran(int(code), output)
-
-
-fact("gpu_list", _RAN, args=lambda _i: ["nvidia-smi", "-L"])(parse_ran)
-@fact("state_dir", writable.PROBE, args=lambda i: [i.node.state_dir])
-def parse_state_dir(stdout: str) -> str:
-    """Kept as printed: the judge parses it with the node's path (writable.parse)."""
-    if not stdout.startswith("user "):
-        raise ValueError(f"not the probe's output: {stdout[:80]!r}")
-    return stdout
 
 
 def _judged(seen, facts: tuple[str, ...], probe) -> tuple[dict, list, dict]:
@@ -93,9 +41,9 @@ def docker(seen, dep) -> Verdict:
         r = f["docker_version"].value
         return r.code == 0, (f"engine {r.output.strip()}" if r.code == 0 else r.last_line())
     evidence, bad, skipped = _judged(seen, ("docker_version",), probe)
-    return _with_skips(_verdict("docker", Scope.NODE, basics.CheckResult(
-        "docker", "fail" if bad else "ok", evidence,
-        f"start the Docker engine on {', '.join(bad)} (systemctl start docker)" if bad else "", bad)), skipped)
+    return _with_skips(Verdict.per_node("docker", Scope.NODE, evidence, bad,
+                                        f"start the Docker engine on {', '.join(bad)} (systemctl start docker)"),
+                       skipped)
 
 
 @check("gpu", ("gpu_list",), Scope.NODE)
@@ -104,9 +52,8 @@ def gpu(seen, dep) -> Verdict:
         r = f["gpu_list"].value
         return r.code == 0 and "GPU" in r.output, r.first_line()
     evidence, bad, skipped = _judged(seen, ("gpu_list",), probe)
-    return _with_skips(_verdict("gpu", Scope.NODE, basics.CheckResult(
-        "gpu", "fail" if bad else "ok", evidence, f"nvidia-smi sees no GPU on {', '.join(bad)}" if bad else "",
-        bad)), skipped)
+    return _with_skips(Verdict.per_node("gpu", Scope.NODE, evidence, bad, f"nvidia-smi sees no GPU on {', '.join(bad)}"),
+                       skipped)
 
 
 @check("state-dir", ("state_dir",), Scope.NODE)
@@ -121,15 +68,14 @@ def state_dir(seen, dep) -> Verdict:
     if bad:
         fix = ("spark-deploy keeps releases, the lock and the audit log in the state dir as the login user "
                f"(no sudo): {writable.owner_fix(users[bad[0]], dep.inventory.node(bad[0]).state_dir, bad)}")
-    return _with_skips(_verdict("state-dir", Scope.NODE, basics.CheckResult(
-        "state-dir", "fail" if bad else "ok", evidence, fix, bad)), skipped)
+    return _with_skips(Verdict.per_node("state-dir", Scope.NODE, evidence, bad, fix), skipped)
 
 
 @active_check("jit-cache", Scope.NODE, field_note=2)
 def jit_cache(cluster, conns, dep, plan) -> Verdict:
     nodes = {n.name: n for n in dep.inventory.nodes}
     return _guard("jit-cache", Scope.NODE,
-                  lambda: _verdict("jit-cache", Scope.NODE, basics.jit_cache_local(cluster, nodes), 2))
+                  lambda: basics.jit_cache_local(cluster, nodes))
 
 
 @active_check("ports", Scope.HEAD)
@@ -137,22 +83,17 @@ def ports(cluster, conns, dep, plan) -> Verdict:
     """Free, or held by this recipe's own serving containers (which `up` stops before it starts anything):
     a preflight of the recipe that serves must not call its own release "another process"."""
     def probe() -> Verdict:
-        result = basics.ports_free(cluster, plan.ports)
-        if result.ok:
-            return _verdict("ports", Scope.HEAD, result)
         head = cluster.head
+        listeners = basics.listening(head)
+        verdict = basics.ports_judged(head.name, listeners, plan.ports)
+        if not verdict.failed_nodes():
+            return verdict
         fact = FACTS["replaced"]
         given = FactInput(dep.inventory.node(head.name), dep, plan)
         ours = {port: r.name for r in parse_replaced(head.run_script(fact.script, *fact.args(given), timeout=30,
                                                                     check=True).stdout)
                 for port in (r.serve_port, r.master_port) if port is not None}
-        taken = [p for p in plan.ports if result.evidence.get(f"{head.name}:{p}", "free") != "free"]
-        for p in taken:
-            if p in ours:
-                result.evidence[f"{head.name}:{p}"] = f"held by {ours[p]} of this recipe, which up replaces"
-        if all(p in ours for p in taken):
-            result = basics.CheckResult("ports", "ok", result.evidence)
-        return _verdict("ports", Scope.HEAD, result)
+        return basics.ports_judged(head.name, listeners, plan.ports, ours)
     return _guard("ports", Scope.HEAD, probe)
 
 

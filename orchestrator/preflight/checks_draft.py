@@ -21,8 +21,9 @@ from ..releases.record import Release
 from ..releases.serving import ever_served
 from ..releases.store import READ, parse_copy, releases_dir
 from ..transport.node import NodeConnection
-from .facts import FactInput, Observed, fact
-from .registry import Cell, Scope, Status, Verdict, check, missing
+from ..facts.core import FactInput, Observed, fact
+from ..checks.verdict import Cell, Scope, Status, Verdict
+from .registry import check, missing
 
 Seen = dict[str, dict[str, Observed]]
 

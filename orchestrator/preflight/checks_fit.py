@@ -1,82 +1,20 @@
 """model-fit: do the weights fit each node's vLLM budget, and how many tokens does the KV cache hold?
 
 Otherwise only a 20-70 minute load tells (a 235 GB FP8 model on 2 x 128 GB at 0.90 passes validate and
-render). The head reads the snapshot's safetensors headers and config.json (the same reader bench uses:
-a few MB, never the weights); every node is judged with its own MemTotal. The arithmetic is
-checks/model_fit.py; docs/preflight.md shows the formula.
+render). The head reads the snapshot's safetensors headers and config.json; every node is judged with its
+own MemTotal (the fact and the prediction: facts/fit.py). The arithmetic is checks/model_fit.py;
+docs/preflight.md shows the formula.
 """
 
 from __future__ import annotations
 
-from ..checks.model_fit import FitError, Fit, Settings, describe, fit
-from ..checks.safetensors_headers import SCRIPT, HeaderError, Headers, parse
+from ..checks.model_fit import FitError, describe, fit
+from ..checks.verdict import Cell, Scope, Status, Verdict
 from ..config.load import Deployment
-from .checks_memory import MemInfo, in_rank_order, utilization
-from .facts import FactInput, Observed, fact
-from .registry import Cell, Scope, Status, Verdict, check, missing
-
-Seen = dict[str, dict[str, Observed]]
-FACT = "model_headers"
-
-# "$4" = 1 on the head only: the model is the same on every node (model-files holds them to it).
-_SCRIPT = '[ "$4" = 1 ] || { printf \'elsewhere\\n\'; exit 0; }\n' + SCRIPT
-
-
-def _fact_args(given: FactInput) -> list[str]:
-    model = given.dep.recipe.model
-    head = "1" if given.node.name == given.dep.inventory.head else "0"
-    return [given.node.hf_cache, model.repo, model.revision, head]
-
-
-@fact(FACT, _SCRIPT, args=_fact_args)
-def parse_model_headers(stdout: str) -> Headers | None:
-    """The header reader's records -> Headers; None on the nodes that are not the head."""
-    if stdout.strip() == "elsewhere":
-        return None
-    try:
-        return parse("", stdout)
-    except HeaderError as exc:
-        raise ValueError(str(exc).removeprefix(": ")) from None
-
-
-def _extra_int(dep: Deployment, flag: str) -> int | None:
-    value = dep.recipe.vllm.extra.get(flag)
-    return int(value) if isinstance(value, (int, str)) and str(value).isdigit() else None
-
-
-def settings(dep: Deployment) -> Settings:
-    """The recipe's numbers vLLM sizes its budget from (its defaults where the recipe is silent)."""
-    v = dep.recipe.vllm
-    spec = v.speculative_config
-    in_checkpoint = spec is not None and "model" not in (spec.model_extra or {})
-    return Settings(v.tensor_parallel_size, utilization(dep), v.kv_cache_dtype, v.max_model_len,
-                    _extra_int(dep, "max-num-seqs"), _extra_int(dep, "max-num-batched-tokens"),
-                    _extra_int(dep, "block-size"), v.enforce_eager, in_checkpoint)
-
-
-def head_headers(seen: Seen, dep: Deployment) -> tuple[Headers | None, str]:
-    """The head's Headers, or why there are none."""
-    obs = seen.get(dep.inventory.head, {}).get(FACT)
-    if obs is None:
-        return None, f"the head {dep.inventory.head} was not read"
-    if not obs.ok:
-        return None, f"the head's snapshot headers: {obs.error}"
-    return obs.value, ""
-
-
-def predict(seen: Seen, dep: Deployment) -> dict[str, Fit]:
-    """Each node's Fit from a gathered preflight (what `up` records as the predicted KV tokens).
-    Nodes whose meminfo is missing are left out; FitError/none when the model cannot be sized."""
-    headers, why = head_headers(seen, dep)
-    if headers is None:
-        raise FitError(why)
-    s = settings(dep)
-    out = {}
-    for node, facts in in_rank_order(seen, dep):
-        mem = facts.get("meminfo")
-        if mem is not None and mem.ok:
-            out[node] = fit(headers.headers, headers.config, mem.value.total, s)
-    return out
+from ..facts.core import Seen, in_rank_order
+from ..facts.fit import FACT, head_headers, settings
+from ..facts.memory import MemInfo
+from .registry import check, missing
 
 
 @check("model-fit", (FACT, "meminfo"), Scope.NODE)

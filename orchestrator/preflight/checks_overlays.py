@@ -27,8 +27,9 @@ from pathlib import Path
 
 from ..config.load import Deployment
 from ..config.recipe import Overlay
-from .facts import FactInput, Observed, fact
-from .registry import Cell, Scope, Status, Verdict, check, missing
+from ..facts.core import FactInput, Observed, fact
+from ..checks.verdict import Cell, Scope, Status, Verdict
+from .registry import check, missing
 
 Seen = dict[str, dict[str, Observed]]
 PROGRAM = (Path(__file__).parent / "overlay_probe.py").read_text()

@@ -25,10 +25,11 @@ from typing import Any
 from ..checks.model_cache import RESOLVE_SH
 from ..config.load import Deployment
 from ..render.plan import Plan, build_plan
-from .facts import FactInput, Observed, fact
+from ..facts.core import FactInput, Observed, fact
 from .help_parse import Layout, Options, canonical, layout, parse_help, parse_listed
 from .table_agreement import disagreements
-from .registry import Cell, Scope, Status, Verdict, check, missing, worst
+from ..checks.verdict import Cell, Scope, Status, Verdict, worst
+from .registry import check, missing
 
 Seen = dict[str, dict[str, Observed]]
 CACHED = "@cached"  # the args marker: the controller already knows this image's answer

@@ -1,68 +1,19 @@
-"""Checks: registered by decorator, each naming the facts it needs and its scope, judging them into
-ok / warn / fail / skip per node with the evidence and a one-line fix.
+"""Checks: registered by decorator, each naming the facts it needs and its scope, judging them into a
+Verdict (checks/verdict.py): ok / warn / fail / skip per node with the evidence and a one-line fix.
 
 A check function is pure: it gets every node's Observed facts and the deployment, and returns a Verdict.
-It never runs a command; gathering is facts.py's job, so the whole registry costs one SSH round trip
+It never runs a command; gathering is facts/core.py's job, so the whole registry costs one SSH round trip
 per node.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Callable
 
 from ..config.load import Deployment
-from .facts import FACTS, Observed
-
-
-class Scope(StrEnum):
-    NODE = "per node"  # each node judged alone
-    PARITY = "parity"  # the nodes must agree
-    HEAD = "head only"
-
-
-class Status(StrEnum):
-    OK = "ok"
-    WARN = "warn"
-    FAIL = "fail"
-    SKIP = "skip"  # could not be judged (a fact is missing): says why, never passes silently
-
-
-_ORDER = {Status.OK: 0, Status.SKIP: 1, Status.WARN: 2, Status.FAIL: 3}
-
-
-def worst(*statuses: Status) -> Status:
-    """The status that decides: fail over warn over skip over ok."""
-    return max(statuses, key=_ORDER.__getitem__, default=Status.SKIP)
-
-
-@dataclass
-class Cell:
-    status: Status
-    value: str  # what was seen on that node
-
-
-@dataclass
-class Verdict:
-    name: str
-    scope: Scope
-    cells: dict[str, Cell]
-    fix: str = ""
-    field_note: int | None = None
-
-    @property
-    def status(self) -> Status:
-        return worst(*(c.status for c in self.cells.values()))
-
-    def failed_nodes(self, strict: bool = False) -> list[str]:
-        bad = {Status.FAIL} | ({Status.WARN} if strict else set())
-        return [n for n, c in self.cells.items() if c.status in bad]
-
-    def as_dict(self) -> dict:
-        return {"name": self.name, "scope": str(self.scope), "status": str(self.status), "fix": self.fix,
-                "field_note": self.field_note,
-                "per_node": {n: {"status": str(c.status), "value": c.value} for n, c in self.cells.items()}}
+from ..checks.verdict import Cell, Scope, Status, Verdict
+from ..facts.core import FACTS, Observed
 
 
 Judge = Callable[[dict[str, dict[str, Observed]], Deployment], Verdict]

@@ -14,9 +14,10 @@ from ..config.load import Deployment
 from ..releases import identity
 from ..render.plan import Plan
 from ..transport.group import Cluster
-from . import boot_cache
-from .facts import gather
-from .registry import CHECKS, Cell, CheckSpec, Scope, Status, Verdict, missing
+from ..facts import boot_cache
+from ..facts.core import gather
+from ..checks.verdict import Cell, Scope, Status, Verdict
+from .registry import CHECKS, CheckSpec, missing
 
 
 class UnknownCheck(ValueError):

@@ -24,7 +24,7 @@ from .plan import Plan, RankLaunch
 
 UNIT_DIR = "/etc/systemd/system"
 UNIT_PREFIX = "spark-deploy-"
-KEY_PREFIX = "X-SparkDeploy-"  # systemd ignores X- keys; checks_boot reads them back
+KEY_PREFIX = "X-SparkDeploy-"  # systemd ignores X- keys; facts/boot.py reads them back
 PEER_WAIT_SECONDS = 600  # the stand-in's and torch's own rendezvous timeout
 STOP_SECONDS = 30
 RESTART_SECONDS = 15

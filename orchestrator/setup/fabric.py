@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..preflight.facts import Fact
+from ..facts.core import Fact
 from .facts import Link
 
 VIRTUAL_PREFIXES = ("docker", "br-", "veth", "virbr", "cni", "flannel", "tailscale", "zt", "wg")

@@ -1,6 +1,6 @@
 """What `setup` reads on each node, read only: a constant script plus a pure parser per fact.
 
-Gathered in ONE SSH round trip per node with preflight's driver (preflight/facts.py): every script runs at
+Gathered in ONE SSH round trip per node with the facts driver (facts/core.py): every script runs at
 once, framed. The parsers are unit-tested on captured outputs (tests/unit/test_setup_facts.py).
 """
 
@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 from ..checks import writable
 from ..config.inventory import Node
-from ..preflight.checks_disk import NETWORK_FS
-from ..preflight.checks_memory import EarlyOom, MemInfo, parse_earlyoom, parse_meminfo
-from ..preflight.facts import _DRIVER, Fact, Observed, parse_framed
+from ..facts.disk import NETWORK_FS
+from ..facts.memory import EarlyOom, MemInfo, parse_earlyoom, parse_meminfo
+from ..facts.core import DRIVER, Fact, Observed, parse_framed
 from ..transport.node import NodeConnection
 
 __all__ = ["EarlyOom", "MemInfo", "NETWORK_FS", "gather", "FACTS"]
@@ -313,7 +313,7 @@ def run_facts(conn: NodeConnection, facts: list[Fact], given: Any = None, timeou
     for f in facts:
         args = [str(a) for a in f.args(given)]
         argv += [f.name, f.script, str(len(args)), *args]
-    result = conn.run_script(_DRIVER, *argv, timeout=timeout, check=True)
+    result = conn.run_script(DRIVER, *argv, timeout=timeout, check=True)
     seen = parse_framed(result.stdout, {f.name: f for f in facts})
     for f in facts:
         seen.setdefault(f.name, Observed(error="the fact printed nothing (the driver stopped early)"))

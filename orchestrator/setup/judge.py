@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..checks.writable import owner_fix
-from ..preflight.facts import Observed
+from ..facts.core import Observed
 from .facts import NETWORK_FS, STATE_DIR, Docker, EarlyOom, HfCache, JitCandidate, Link, MemInfo, Roce
 from .fabric import Candidate, Fabric
 

@@ -74,11 +74,11 @@ def test_a_jit_directory_shared_by_the_nodes_is_named(clean):
 
 def test_the_docker_facts_over_the_engine_api_are_what_the_cli_prints(pair, conns):
     """issue 19 acceptance 5: the gathering's docker facts come from ONE python3 process on the Engine API
-    socket (preflight/engine_probe.py) instead of nine `docker` CLI starts. Against a real dockerd, with a
+    socket (facts/engine_probe.py) instead of nine `docker` CLI starts. Against a real dockerd, with a
     running and a stopped container of the recipe, every one parses to what its CLI script gives."""
     from orchestrator.config.load import load_deployment
-    from orchestrator.preflight.facts import FACTS, FactInput, Source, gather_node
-    from orchestrator.preflight.replaced import Replaced
+    from orchestrator.facts.core import FACTS, FactInput, Source, gather_node
+    from orchestrator.facts.replaced import Replaced
     from orchestrator.render.labels import Label
     from orchestrator.render.plan import build_plan
 

@@ -173,7 +173,7 @@ def test_node_with_dockerd_down(clean):
 def test_head_port_taken_by_something_else(clean):
     try:
         clean.fault(1, "occupy-port", port=8000)
-        _fails(clean, clean.recipe_path, expect=["ports", "spark-1:8000", "a process of root", "sudo ss -ltnp"])
+        _fails(clean, clean.recipe_path, expect=["ports", "spark-1: 8000", "a process of root", "sudo ss -ltnp"])
     finally:
         clean.fault(1, "free-port", port=8000)
 

@@ -1,4 +1,4 @@
-"""The preflight facts driver (preflight/facts._DRIVER) on an in-memory node, and each fact it runs.
+"""The facts driver (facts/core.DRIVER) on an in-memory node, and each fact it runs.
 
 The driver and every fact's script are recognised by IDENTITY with the registry's constants
 (`script is FACTS[name].script`, the module constants of preflight/*.py); each answer is what that script
@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from orchestrator.preflight import engine
-from orchestrator.preflight.facts import _ENGINE_SCRIPT, FACTS, SEP, Source
+from orchestrator.facts import engine
+from orchestrator.facts.core import ENGINE_SCRIPT, FACTS, SEP, Source
 
 from .docker import Answer, unknown
 from .model import Node
@@ -44,7 +44,7 @@ def _gpu(node: Node, boot_id: str = "", text: str = "") -> Answer:
 
 
 def _model_snapshot(node: Node, cache: str, repo: str, revision: str) -> Answer:
-    """checks_model._SCRIPT over the node's HF cache: every revision resolves to the model's commit, whose
+    """facts/model._SCRIPT over the node's HF cache: every revision resolves to the model's commit, whose
     snapshot directory holds no files in this model (files are not modelled)."""
     root = f"{cache}/hub/models--{repo.replace('/', '--')}"
     return 0, f"root\t{root}\ncommit\t{node.commit(repo, revision)}\n", ""
@@ -77,7 +77,7 @@ def listening(node: Node) -> str:
 
 
 def _script(handler: str) -> Callable[..., Answer]:
-    """A fact whose script is one of the product's scripts (preflight/look.py): scripts.py's handler answers."""
+    """A fact whose script is one of the product's scripts (facts/look.py): scripts.py's handler answers."""
     def answer(node: Node, *args: str) -> Answer:
         from . import scripts  # scripts imports this module
         return getattr(scripts, handler)(node, *args)
@@ -101,7 +101,7 @@ def _engine(node: Node, count: str, *argv: str) -> Answer:
 
 
 def fact_answer(node: Node, name: str, script: str, args: list[str]) -> Answer:
-    if name == engine.ENGINE and script is _ENGINE_SCRIPT:
+    if name == engine.ENGINE and script is ENGINE_SCRIPT:
         return _engine(node, *args)
     spec = FACTS.get(name)
     if spec is None or script is not spec.script or name not in ANSWERS:
@@ -110,7 +110,7 @@ def fact_answer(node: Node, name: str, script: str, args: list[str]) -> Answer:
 
 
 def driver(node: Node, *argv: str, source: Source = Source.SCRIPT) -> Answer:
-    """facts._DRIVER: per fact (name, script, argc, args...), its header and stdout, then its stderr."""
+    """facts.DRIVER: per fact (name, script, argc, args...), its header and stdout, then its stderr."""
     out, rest = [], list(argv)
     while rest:
         name, script, count = rest[0], rest[1], int(rest[2])

@@ -11,11 +11,11 @@ import posixpath
 from orchestrator.checks import model_cache
 from orchestrator.docker_cli import containers, images
 from orchestrator.deploy import down
-from orchestrator.maintenance import store as window_store
+from orchestrator.window import store as window_store
 from orchestrator.operation import state
 from orchestrator.releases import audit, identity, lock, store
 
-from orchestrator.preflight import facts
+from orchestrator.facts import core as facts
 
 from . import systemd
 from .facts import driver as fact_driver
@@ -163,7 +163,7 @@ SCRIPTS = [
     (store.READ, _store_read), (store._WRITE, _store_write), (state._READ, _state_read), (containers._LIST, _list),
     (containers.RECIPE_OR_NAMED, _recipe_or_named), (containers._REMOVE, _remove),
     (images.INSPECT_IMAGES, _image_inspect), (model_cache._RESOLVE, _resolve),
-    (down._FORGET, _forget_secrets), (window_store._READ, _window_read), (facts._DRIVER, fact_driver),
+    (down._FORGET, _forget_secrets), (window_store._READ, _window_read), (facts.DRIVER, fact_driver),
     *systemd.SCRIPTS,
 ]
 

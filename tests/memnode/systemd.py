@@ -11,7 +11,7 @@ import json
 import shlex
 
 from orchestrator.deploy import privilege
-from orchestrator.preflight import checks_boot
+from orchestrator.facts import boot as boot_facts
 from orchestrator.render.unit import UNIT_DIR
 
 from .docker import Answer, unknown
@@ -89,7 +89,7 @@ class Systemd:
         names = sorted(self.enabled)
         out = ["@@enabled", *[f"{n} enabled enabled" for n in names], "@@ourfiles"]
         out += [f"{n} {'enabled' if n in self.enabled else 'disabled'} enabled"
-                for n in sorted(self.loaded) if n.startswith(checks_boot.OUR_UNIT_PREFIX)]
+                for n in sorted(self.loaded) if n.startswith(boot_facts.OUR_UNIT_PREFIX)]
         out.append("@@show")
         services = [n for n in names if n.endswith(".service")]
         for name in services:
@@ -99,15 +99,15 @@ class Systemd:
             where = "/lib/systemd/system" if name in BASE_UNITS else UNIT_DIR
             out += [f"Id={name}", f"FragmentPath={where}/{name}", ""]
         for name in services:
-            if name.startswith(checks_boot.OUR_UNIT_PREFIX):
+            if name.startswith(boot_facts.OUR_UNIT_PREFIX):
                 out.append(f"@@ours {name}")
                 out += [line for line in self.text(node, name).splitlines()
-                        if line.startswith(checks_boot.UNIT_KEY_PREFIX)]
+                        if line.startswith(boot_facts.UNIT_KEY_PREFIX)]
         return 0, "\n".join(out) + "\n", ""
 
 
 def restart_policies(node: Node, fmt: str) -> Answer:
-    assert fmt == checks_boot._RESTART_FORMAT, "the restart policies are printed in the fact's own format"
+    assert fmt == boot_facts._RESTART_FORMAT, "the restart policies are printed in the fact's own format"
     lines = []
     for c in node.containers.values():
         lines.append(json.dumps({"Id": c.id, "Name": "/" + c.name, "Image": c.image, "Ref": c.image,

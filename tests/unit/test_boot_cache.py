@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
-from orchestrator.preflight import boot_cache
-from orchestrator.preflight.boot_cache import BootEntry, remembered, updated
-from orchestrator.preflight.facts import FACTS, FactInput, Observed, parse_framed
+from orchestrator.facts import boot_cache
+from orchestrator.facts.boot_cache import BootEntry, remembered, updated
+from orchestrator.facts.core import FACTS, FactInput, Observed, parse_framed
 
 BOOT = Path(boot_cache.BOOT_ID).read_text().strip()
 OTHER_BOOT = "00000000-0000-4000-8000-000000000000"

@@ -16,7 +16,7 @@ from orchestrator.deploy.boot import (
     conflicts_for,
     our_units,
 )
-from orchestrator.preflight.checks_boot import ItemKind, parse_boot_units
+from orchestrator.facts.boot import ItemKind, parse_boot_units
 from orchestrator.releases.record import ModelSeen, RankRecord, Release, ReleaseOutcome
 from orchestrator.render.plan import build_plan
 from orchestrator.render.unit import unit_name

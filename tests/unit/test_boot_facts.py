@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 from fakes import deployment
 
-from orchestrator.preflight.checks_boot import (
+from orchestrator.facts.boot import (
     BootMatch,
     ItemKind,
-    boot,
     boot_items,
     exec_argv,
     node_boot,
@@ -25,8 +24,10 @@ from orchestrator.preflight.checks_boot import (
     parse_systemctl_show,
     serving_comes_back,
 )
-from orchestrator.preflight.facts import Observed
-from orchestrator.preflight.registry import CHECKS, Status
+from orchestrator.facts.core import Observed
+from orchestrator.preflight.checks_boot import boot
+from orchestrator.checks.verdict import Status
+from orchestrator.preflight.registry import CHECKS
 from orchestrator.render.plan import build_plan
 
 SAMPLES = Path(__file__).parent / "samples"

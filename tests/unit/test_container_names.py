@@ -13,7 +13,7 @@ import pytest
 
 from fakes import deployment, ours
 from orchestrator.deploy.current import Action, decide
-from orchestrator.deploy.rollback import pick_kept
+from orchestrator.deploy.rollback_check import pick_kept
 from orchestrator.docker_cli.containers import current_of
 from orchestrator.releases.record import ModelSeen, Release, RankRecord
 from orchestrator.render.plan import Plan, build_plan, plan_hash

@@ -1,4 +1,4 @@
-"""preflight/engine_probe.py, the node-side program, run as the node runs it (`python3 -I -S`, a real
+"""facts/engine_probe.py, the node-side program, run as the node runs it (`python3 -I -S`, a real
 AF_UNIX socket and real HTTP) against a stand-in Docker Engine answering from captured JSON; and the
 `@engine` entry's fallback to the CLI scripts in the same driver run, under real bash.
 
@@ -22,8 +22,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 import orchestrator.preflight  # noqa: F401  (registers every fact)
-from orchestrator.preflight import engine
-from orchestrator.preflight.facts import _DRIVER, FACTS, Source, gather_argv, parse_framed
+from orchestrator.facts import engine
+from orchestrator.facts.core import DRIVER, FACTS, Source, gather_argv, parse_framed
 
 SAMPLES = Path(__file__).parent / "samples"
 IMAGE = "sha256:" + "a" * 64
@@ -163,7 +163,7 @@ def test_without_the_engine_the_cli_scripts_run_in_the_same_driver_run(tmp_path,
     given = None  # docker_info and docker_version take no input
     argv = gather_argv([FACTS["docker_info"], FACTS["docker_version"], FACTS["kernel"]], given)  # type: ignore[arg-type]
     env = {"PATH": str(bin_dir), "HOME": str(tmp_path), "DOCKER_HOST": f"unix://{tmp_path}/absent.sock"}
-    got = subprocess.run([found["bash"], "-c", _DRIVER, "bash", *argv], capture_output=True, text=True, env=env,
+    got = subprocess.run([found["bash"], "-c", DRIVER, "bash", *argv], capture_output=True, text=True, env=env,
                          timeout=60)
     assert got.returncode == 0, got.stderr
     assert reason in got.stdout  # why it fell back, in the output
@@ -178,12 +178,12 @@ def test_without_the_engine_the_cli_scripts_run_in_the_same_driver_run(tmp_path,
 def test_only_facts_with_an_op_ride_in_the_engine_entry():
     argv = gather_argv([FACTS["kernel"], FACTS["docker_info"]], None)  # type: ignore[arg-type]
     assert argv[:3] == ["kernel", FACTS["kernel"].script, "0"]
-    assert argv[3:5] == [engine.ENGINE, engine.script(_DRIVER)]
+    assert argv[3:5] == [engine.ENGINE, engine.script(DRIVER)]
     assert gather_argv([FACTS["docker_info"]], None, engine_api=False) == [  # type: ignore[arg-type]
         "docker_info", FACTS["docker_info"].script, "0"]
 
 
 def test_the_ops_facts_name_are_the_programs():
-    from orchestrator.preflight import engine_probe
+    from orchestrator.facts import engine_probe
     assert {str(op) for op in engine.Op} == set(engine_probe.OPS)
     assert {f.api for f in FACTS.values() if f.api} == set(engine.Op)

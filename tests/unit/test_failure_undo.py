@@ -13,7 +13,7 @@ from orchestrator.deploy import privilege
 from orchestrator.deploy.boot_undo import Journal, install, policy_text, turn_off
 from orchestrator.docker_cli.containers import container_of
 from orchestrator.maintenance.stop import StopOutcome, stop_release
-from orchestrator.preflight.checks_boot import BootItem, BootMatch, ItemKind
+from orchestrator.facts.boot import BootItem, BootMatch, ItemKind
 from orchestrator.releases.record import ModelSeen, RankRecord, Release
 from orchestrator.render.unit import BootUnit
 from orchestrator.runner.events import Events

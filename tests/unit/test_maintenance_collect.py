@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator.maintenance import collect
-from orchestrator.maintenance.baseline import BOOT_SERVING
-from orchestrator.preflight import checks_boot
-from orchestrator.preflight.checks_host import (
+from orchestrator.window.baseline import BOOT_SERVING
+from orchestrator.facts import boot as boot_facts
+from orchestrator.facts.host import (
     parse_docker_info,
     parse_gpu,
     parse_os_release,
 )
-from orchestrator.preflight.facts import (
-    _DRIVER,
+from orchestrator.facts.core import (
+    DRIVER,
     FACTS,
     FactInput,
     Observed,
@@ -37,7 +37,7 @@ class _Plan:
 def _run_image_fact(image_id: str) -> Observed:
     fact = FACTS[collect.IMAGE_FACT]
     given = FactInput(node=None, dep=None, plan=_Plan(image_id))
-    res = subprocess.run(["bash", "-c", _DRIVER, "driver", *driver_args([fact], given)], check=False,
+    res = subprocess.run(["bash", "-c", DRIVER, "driver", *driver_args([fact], given)], check=False,
                          capture_output=True, text=True, timeout=60)
     return parse_framed(res.stdout, {fact.name: fact})[fact.name]
 
@@ -85,23 +85,23 @@ def test_node_facts_from_parsed_observations_and_errors_named():
 
 
 def test_boot_fields_from_captured_systemd_and_docker_outputs():
-    assert BOOT_SERVING == str(checks_boot.BootMatch.SERVING)
-    seen = {"boot_units": Observed(value=checks_boot.parse_boot_units((SAMPLES / "boot_units_systemd252.txt").read_text())),
-            "restart_policies": Observed(value=checks_boot.parse_restart_policies(
+    assert BOOT_SERVING == str(boot_facts.BootMatch.SERVING)
+    seen = {"boot_units": Observed(value=boot_facts.parse_boot_units((SAMPLES / "boot_units_systemd252.txt").read_text())),
+            "restart_policies": Observed(value=boot_facts.parse_restart_policies(
                 (SAMPLES / "boot_restart_policies.txt").read_text()))}
     facts = collect.node_facts("spark-2", seen, None, serving_plan="nothing-serves-with-this-plan")
     assert facts.systemd == "" and "old-vllm.service" in facts.units_enabled
     assert "bootcap-root-always: always" in facts.restart_policies
     assert not any(line.startswith("bootcap-root-none") for line in facts.restart_policies)  # policy "no"
     names = {e.name: e for e in facts.on_boot}
-    assert names["old-vllm.service"].match == str(checks_boot.BootMatch.OTHER)
+    assert names["old-vllm.service"].match == str(boot_facts.BootMatch.OTHER)
     assert names["bootcap-root-always"].kind == "container"
     assert facts.image is None  # no image pinned: not judged
 
 
 def test_without_systemd_units_are_not_judged_but_restart_policies_are():
-    seen = {"boot_units": Observed(value=checks_boot.parse_boot_units((SAMPLES / "boot_units_notpid1.txt").read_text())),
-            "restart_policies": Observed(value=checks_boot.parse_restart_policies(
+    seen = {"boot_units": Observed(value=boot_facts.parse_boot_units((SAMPLES / "boot_units_notpid1.txt").read_text())),
+            "restart_policies": Observed(value=boot_facts.parse_restart_policies(
                 (SAMPLES / "boot_restart_policies.txt").read_text()))}
     facts = collect.node_facts("spark-1", seen, None)
     assert facts.systemd and "PID 1" in facts.systemd and facts.units_enabled is None

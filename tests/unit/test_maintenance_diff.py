@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.maintenance.baseline import (
+from orchestrator.window.baseline import (
     BOOT_SERVING,
     BootEntry,
     GpuSeen,

@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 from orchestrator.cli.main import app
 from orchestrator.docker_cli.containers import container_of
-from orchestrator.maintenance import store
-from orchestrator.maintenance.baseline import Baseline, GpuSeen, NodeFacts, WindowState
+from orchestrator.window import store
+from orchestrator.window.baseline import Baseline, GpuSeen, NodeFacts, WindowState
 from orchestrator.maintenance.diff import compare
 from orchestrator.maintenance.end import refusal
 from orchestrator.releases.serving import running_of

@@ -176,7 +176,7 @@ def test_boot_units_of_an_enabled_unit_read_like_the_captured_systemd_node(mem):
     """After `boot enable`, the fact's lines for our unit are the captured simulated systemd node's
     (samples/boot_units_sim_head.txt, systemd 252), but for the names of that day's cluster."""
     from orchestrator.deploy import boot
-    from orchestrator.preflight.checks_boot import parse_boot_units
+    from orchestrator.facts.boot import parse_boot_units
     from memnode import connector as memconnector
 
     mem.up()
@@ -198,9 +198,10 @@ def test_boot_units_of_an_enabled_unit_read_like_the_captured_systemd_node(mem):
 
 
 def test_the_facts_driver_frames_a_fact_as_the_real_driver_does():
-    """The real preflight/facts._DRIVER run by real bash over this machine's boot id, and the in-memory
+    """The real facts/core.DRIVER run by real bash over this machine's boot id, and the in-memory
     node holding the same boot id: the same framed bytes (header, stdout, stderr marker)."""
-    from orchestrator.preflight import boot_cache, facts
+    from orchestrator.facts import boot_cache
+    from orchestrator.facts import core as facts
 
     world = World()
     node = world.add("n", "n.local", "10.0.0.1")
@@ -208,16 +209,17 @@ def test_the_facts_driver_frames_a_fact_as_the_real_driver_does():
     fake = MemoryNode(world, SSHTarget("n", "n.local", "u", 22, None, "/dev/null")).open()
     spec = facts.FACTS["boot_id"]
     argv = facts.driver_args([spec, spec], None)
-    real = bash(facts._DRIVER, *argv, cwd=Path("/"))
-    said = fake.run_script(facts._DRIVER, *argv, check=True).stdout
+    real = bash(facts.DRIVER, *argv, cwd=Path("/"))
+    said = fake.run_script(facts.DRIVER, *argv, check=True).stdout
     assert said == real
     assert facts.parse_framed(said, {"boot_id": spec})["boot_id"].value == node.boot_id
 
 
 def test_the_gpu_fact_prints_what_the_real_script_prints_over_the_captured_nvidia_smi(tmp_path):
-    """checks_host.GPU_SCRIPT by real bash with an nvidia-smi that prints the captured GB10 report (and the
+    """facts/host.GPU_SCRIPT by real bash with an nvidia-smi that prints the captured GB10 report (and the
     query line), and the in-memory node: the same stdout, with nothing remembered and on the same boot."""
-    from orchestrator.preflight import boot_cache, checks_host
+    from orchestrator.facts import boot_cache
+    from orchestrator.facts import host as host_facts
     from memnode.facts import GPU_QUERY_LINE, fact_answer
 
     (tmp_path / "nvidia-smi").write_text(f'#!/bin/sh\nif [ -n "$1" ]; then echo "{GPU_QUERY_LINE}"; '
@@ -228,8 +230,8 @@ def test_the_gpu_fact_prints_what_the_real_script_prints_over_the_captured_nvidi
     node.boot_id = Path(boot_cache.BOOT_ID).read_text().strip()
 
     def real(*args: str) -> str:
-        return subprocess.run(["bash", "-c", checks_host.GPU_SCRIPT, "fact", *args], capture_output=True, text=True,
+        return subprocess.run(["bash", "-c", host_facts.GPU_SCRIPT, "fact", *args], capture_output=True, text=True,
                               check=True, env={"PATH": f"{tmp_path}:/usr/bin:/bin"}).stdout
 
     for args in (["", ""], [node.boot_id, "CUDA Version: 12.9"], ["00000000-0000-4000-8000-000000000000", "x"]):
-        assert fact_answer(node, "gpu", checks_host.GPU_SCRIPT, args)[1] == real(*args), args
+        assert fact_answer(node, "gpu", host_facts.GPU_SCRIPT, args)[1] == real(*args), args

@@ -13,7 +13,7 @@ import pytest
 from orchestrator.bench import compare as compare_mod
 from orchestrator.deploy import boot
 from orchestrator.maintenance.stop import StopOutcome, stop_release
-from orchestrator.preflight.checks_boot import BootMatch, ItemKind
+from orchestrator.facts.boot import BootMatch, ItemKind
 from orchestrator.operation.state import read_state
 from orchestrator.releases import audit
 from orchestrator.releases.record import Release
@@ -281,7 +281,7 @@ def test_begin_stop_failing_on_the_peer_opens_the_window_with_every_container_st
     still serves, the window opens "with problems" naming the peer, and the lock is released.
     (Preflight's registry checks are not run here (`checks=[]`): their probes are unit-tested on captures.)"""
     from orchestrator.maintenance import window
-    from orchestrator.maintenance.store import baseline_path
+    from orchestrator.window.store import baseline_path
 
     served = mem.up()
     mem.node("spark-2").traps.append((matches_argv("docker", "stop"),

@@ -21,10 +21,11 @@ from ruamel.yaml import YAML
 from orchestrator.checks import model_fit as mf
 from orchestrator.checks.kv_layout import UnknownLayout
 from orchestrator.checks.safetensors_headers import Headers
+from orchestrator.facts import fit as fit_facts
 from orchestrator.preflight import checks_fit
-from orchestrator.preflight.checks_memory import MemInfo
-from orchestrator.preflight.facts import Observed
-from orchestrator.preflight.registry import Status
+from orchestrator.facts.memory import MemInfo
+from orchestrator.facts.core import Observed
+from orchestrator.checks.verdict import Status
 from orchestrator.sim import fake_model
 
 from fakes import IMAGE_ID, deployment
@@ -88,7 +89,7 @@ QWEN_HEADERS = {"model.safetensors": {
 
 def test_the_generic_mla_rule_by_hand_under_the_deepseek_recipe(tmp_path):
     dep = shipped(tmp_path, "dspark-0731-b12x")
-    f = mf.fit(DEEPSEEK_HEADERS, MLA_CONFIG, SPARK_TOTAL, checks_fit.settings(dep))
+    f = mf.fit(DEEPSEEK_HEADERS, MLA_CONFIG, SPARK_TOTAL, fit_facts.settings(dep))
     # weights: the norm whole (8,192) + (160e9 experts + 4e9 MTP layer, dspark loads it) / TP 2
     assert f.weights == 8_192 + 164_000_000_000 // 2 == 82_000_008_192
     # MLA: (kv_lora_rank 512 + rope 64) x (43 layers + 1 MTP) x fp8 1 B, the same on both ranks
@@ -106,14 +107,14 @@ def test_the_generic_mla_rule_with_the_ds_mla_dtypes_by_hand(tmp_path):
     656 B a token a layer = 512 fp8 NoPE + 4 fp32 scales (16 B) + 64 bf16 RoPE (128 B); nvfp4_ds_mla 352 B
     = 512 fp4 (256 B) + 64 fp8 RoPE + 32 fp8 scales. Not kv_lora_rank + rope values x 1 B (576 B)."""
     fp8 = mf.fit(DEEPSEEK_HEADERS, MLA_CONFIG, SPARK_TOTAL,
-                 checks_fit.settings(shipped(tmp_path, "dspark-0731-b12x", kv_cache_dtype="fp8_ds_mla")))
+                 fit_facts.settings(shipped(tmp_path, "dspark-0731-b12x", kv_cache_dtype="fp8_ds_mla")))
     # the budget is the dtype's business only through the bytes a token costs: the same KV memory as fp8
     assert fp8.kv_memory == 26_377_917_358
     assert (fp8.kv.kind, fp8.kv.bytes_per_token) == (mf.KvKind.MLA, 44 * (512 + 16 + 128)) == (mf.KvKind.MLA, 28_864)
     # blocks of 256 tokens x 28,864 B = 7,389,184 B: 3,569 of them
     assert fp8.tokens == 26_377_917_358 // 7_389_184 * 256 == 913_664 < fp8.max_model_len
     nvfp4 = mf.fit(DEEPSEEK_HEADERS, MLA_CONFIG, SPARK_TOTAL,
-                   checks_fit.settings(shipped(tmp_path, "dspark-0731-b12x", kv_cache_dtype="nvfp4_ds_mla")))
+                   fit_facts.settings(shipped(tmp_path, "dspark-0731-b12x", kv_cache_dtype="nvfp4_ds_mla")))
     assert nvfp4.kv.bytes_per_token == 44 * (256 + 64 + 32) == 15_488
     # blocks of 256 x 15,488 B = 3,964,928 B: 6,652 of them, and the 1M context fits
     assert nvfp4.tokens == 26_377_917_358 // 3_964_928 * 256 == 1_702_912 > nvfp4.max_model_len == 1_048_576
@@ -146,8 +147,8 @@ def test_what_counts_as_deepseek_v4_and_what_keeps_the_generic_rules():
 def test_the_deepseek_v4_recipe_warns_on_kv_and_still_judges_the_weights(tmp_path):
     dep = shipped(tmp_path, "dspark-0731-b12x")
     with pytest.raises(UnknownLayout):  # the strict form (kv_report's prediction) refuses to give a number
-        mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_V4_CONFIG, SPARK_TOTAL, checks_fit.settings(dep))
-    f = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_V4_CONFIG, SPARK_TOTAL, checks_fit.settings(dep), kv_optional=True)
+        mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_V4_CONFIG, SPARK_TOTAL, fit_facts.settings(dep))
+    f = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_V4_CONFIG, SPARK_TOTAL, fit_facts.settings(dep), kv_optional=True)
     # the weights as for any checkpoint: the norm whole + (160e9 experts + 4e9 MTP layer 43, dspark loads it) / 2
     assert f.kv is None and f.weights == 8_192 + 164_000_000_000 // 2 == 82_000_008_192
     assert f.kv_memory == 110_537_820_078 - 82_000_008_192 - 1_086_152_704 - GRAPHS_AND_NON_TORCH == 26_377_917_358
@@ -222,7 +223,7 @@ def test_the_stand_in_lays_out_each_dtype_as_model_fit_does(kv):
 
 def test_qwen_recipe_by_hand(tmp_path):
     dep = shipped(tmp_path, "qwen38-flash-next-mtp")
-    f = mf.fit(QWEN_HEADERS, QWEN_CONFIG, SPARK_TOTAL, checks_fit.settings(dep))
+    f = mf.fit(QWEN_HEADERS, QWEN_CONFIG, SPARK_TOTAL, fit_facts.settings(dep))
     # the 1-D norm whole, the matrices and the MTP head (method mtp loads it) halved
     assert f.weights == 1_000_000 + 152_000_000_000 // 2 == 76_001_000_000
     # hybrid: 48 / 4 = 12 attention layers + 1 MTP layer; 2 KV heads / TP 2 = 1 per rank; K and V of 256;
@@ -245,7 +246,7 @@ def sim_headers() -> tuple[dict, dict]:
 
 def test_sim_recipe_by_hand_from_the_fake_models_real_headers(tmp_path):
     headers, config = sim_headers()
-    f = mf.fit(headers, config, SPARK_TOTAL, checks_fit.settings(deployment(tmp_path)))
+    f = mf.fit(headers, config, SPARK_TOTAL, fit_facts.settings(deployment(tmp_path)))
     # BF16 matrices: per layer q 8192 + k 4096 + v 4096 + o 8192 + router 512 + 4 experts x 12288 = 74,240;
     # embed 32,768, lm_head 32,768, vision 37,632 + 6,144 + 2,048 + 4,096, MTP fc 16,384 + one MTP layer
     matrices = 74_240 * 3 + 32_768 * 2 + 37_632 + 6_144 + 2_048 + 4_096 + 16_384
@@ -308,17 +309,17 @@ def test_an_unread_head_skips_with_the_reason(tmp_path):
 
 
 def test_the_fact_parser_on_the_header_readers_records():
-    assert checks_fit.parse_model_headers("elsewhere\n") is None
+    assert fit_facts.parse_model_headers("elsewhere\n") is None
     raw = fake_model.model_files()
     import base64
     lines = ["snap\t/s", "config\t" + base64.b64encode(raw["config.json"]).decode()]
     for name in sorted(n for n in raw if n.endswith(".safetensors")):
         n = int.from_bytes(raw[name][:8], "little")
         lines.append(f"header\t{name}\t{n}\t{base64.b64encode(raw[name][8:8 + n]).decode()}")
-    h = checks_fit.parse_model_headers("\n".join(lines) + "\n")
+    h = fit_facts.parse_model_headers("\n".join(lines) + "\n")
     assert h.config["num_hidden_layers"] == 2 and len(h.headers) == 3
     try:
-        checks_fit.parse_model_headers("absent\tno snapshot directory /s\n")
+        fit_facts.parse_model_headers("absent\tno snapshot directory /s\n")
     except ValueError as exc:
         assert str(exc) == "no snapshot directory /s"
     else:
@@ -344,7 +345,7 @@ def test_the_record_takes_the_smallest_nodes_prediction_and_the_ratio(tmp_path):
     dep = deployment(tmp_path)
     headers, config = sim_headers()
     seen = seen_for(Headers("spark-1", "/snap", config, headers, 0), {"spark-1": SPARK_TOTAL, "spark-2": 8 << 30})
-    small = mf.fit(headers, config, 8 << 30, checks_fit.settings(dep)).tokens
+    small = mf.fit(headers, config, 8 << 30, fit_facts.settings(dep)).tokens
     kv = kv_report.record(seen, dep, [f"GPU KV cache size: {small + small // 50:,} tokens, Maximum concurrency "
                                       "for 4,096 tokens per request: 9.00x"])
     assert kv["predicted"] == small and kv["predicted_per_node"]["spark-1"] > small
@@ -368,7 +369,7 @@ def test_the_stand_in_sizes_the_fake_model_as_model_fit_does(tmp_path):
     for name, data in fake_model.model_files().items():
         (tmp_path / name).write_bytes(data)
     headers, config = sim_headers()
-    predicted = mf.fit(headers, config, SPARK_TOTAL, checks_fit.settings(deployment(tmp_path)))
+    predicted = mf.fit(headers, config, SPARK_TOTAL, fit_facts.settings(deployment(tmp_path)))
     args = argparse.Namespace(kv_cache_dtype="fp8", tensor_parallel_size=2, pipeline_parallel_size=1,
                               max_num_batched_tokens=8192, max_num_seqs=12, gpu_memory_utilization=0.7,
                               block_size=256)

@@ -10,7 +10,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from orchestrator.maintenance.baseline import WindowState
+from orchestrator.window.baseline import WindowState
 from orchestrator.operation.operation import cause_chain, node_reasons
 from orchestrator.operation.state import _READ, combine, parse_reading, split_sections
 from orchestrator.releases.lock import LockDetails
@@ -124,7 +124,7 @@ def test_combine_one_answer_to_which_release_serves(tmp_path):
 
 
 def test_an_open_window_is_read_from_the_newest_copy(tmp_path):
-    from orchestrator.maintenance.baseline import Baseline
+    from orchestrator.window.baseline import Baseline
 
     dep = fakes.deployment(tmp_path)
     base = Baseline(cluster=dep.inventory.cluster, recipe=dep.recipe.name, recipe_text="x", reason="r", by="me",

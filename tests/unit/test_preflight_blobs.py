@@ -7,13 +7,14 @@ import pytest
 from fakes import run_bash
 
 from orchestrator import preflight as registry
-from orchestrator.preflight.checks_blobs import _SCRIPT, judge_scan, parse_blob_scan
-from orchestrator.preflight.registry import Status
+from orchestrator.facts.blobs import SCRIPT, parse_blob_scan
+from orchestrator.preflight.checks_blobs import judge_scan
+from orchestrator.checks.verdict import Status
 from orchestrator.sim import fake_model
 
 
 def scan_here(cache, repo=fake_model.REPO_ID, rev="main") -> str:
-    return run_bash(_SCRIPT, str(cache), repo, rev)
+    return run_bash(SCRIPT, str(cache), repo, rev)
 
 
 def test_a_healthy_cache_hashes_to_its_names(hf_cache):

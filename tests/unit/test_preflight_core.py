@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator import preflight
+from orchestrator.facts import host as host_facts
 from orchestrator.preflight import checks_host
-from orchestrator.preflight.facts import SEP, Fact, Observed, driver_args, parse_framed
-from orchestrator.preflight.registry import CHECKS, Scope, Status, parity
+from orchestrator.facts.core import SEP, Fact, Observed, driver_args, parse_framed
+from orchestrator.checks.verdict import Scope, Status
+from orchestrator.preflight.registry import CHECKS, parity
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -63,7 +65,7 @@ def test_parity_all_equal_is_ok_with_no_fix():
 
 
 def test_docker_info_on_this_machines_real_output():
-    info = checks_host.parse_docker_info((SAMPLES / "docker-info.json").read_text())
+    info = host_facts.parse_docker_info((SAMPLES / "docker-info.json").read_text())
     assert info["version"] == "20.10.24+dfsg1" and info["driver"] == "overlay2" and info["containerd_store"] is False
 
 
@@ -72,34 +74,34 @@ GPU_OK = "NVIDIA GB10, 580.95.05, 2418, 2418, Not Active, Not Active\nCUDA Versi
 
 
 def test_gpu_query_and_the_cuda_version_from_the_banner():
-    assert checks_host.parse_gpu(GPU_OK) == {"name": "NVIDIA GB10", "driver": "580.95.05", "clock": 2418,
+    assert host_facts.parse_gpu(GPU_OK) == {"name": "NVIDIA GB10", "driver": "580.95.05", "clock": 2418,
                                              "max_clock": 2418, "idle": False, "locked": False, "cuda": "13.0"}
-    assert checks_host.parse_gpu("NVIDIA GB10, 580.95.05, [N/A], [N/A], Active, Not Active\n")["clock"] is None
+    assert host_facts.parse_gpu("NVIDIA GB10, 580.95.05, [N/A], [N/A], Active, Not Active\n")["clock"] is None
     with pytest.raises(ValueError):
-        checks_host.parse_gpu("No devices were found\n")
+        host_facts.parse_gpu("No devices were found\n")
     with pytest.raises(ValueError, match="expected 6 fields"):
-        checks_host.parse_gpu("NVIDIA GB10, 580.95.05, 2418, 2418\n")
+        host_facts.parse_gpu("NVIDIA GB10, 580.95.05, 2418, 2418\n")
 
 
 def test_cuda_version_from_real_banners():
     """Real captures: a DGX Spark on R580 (`CUDA Version:`), and the R610 layout (`CUDA UMD Version:`)."""
     gb10 = (SAMPLES / "nvidia-smi-gb10-580.126.09.txt").read_text()
     r610 = (SAMPLES / "nvidia-smi-r610-banner.txt").read_text()
-    assert checks_host.cuda_version(gb10) == "13.0" and checks_host.cuda_version(r610) == "13.3"
+    assert host_facts.cuda_version(gb10) == "13.0" and host_facts.cuda_version(r610) == "13.3"
     grep = re.compile(r"CUDA (UMD )?Version: [0-9.]+")  # what the fact's `grep -oE` keeps of each
     for banner, want in ((gb10, "13.0"), (r610, "13.3")):
         kept = grep.search(banner).group(0)
         line = "NVIDIA GB10, 580.126.09, 2411, 3003, Not Active, Not Active\n" + kept + "\n"
-        assert checks_host.parse_gpu(line)["cuda"] == want
-    assert "grep -oE 'CUDA (UMD )?Version: [0-9.]+'" in checks_host.GPU_SCRIPT
+        assert host_facts.parse_gpu(line)["cuda"] == want
+    assert "grep -oE 'CUDA (UMD )?Version: [0-9.]+'" in host_facts.GPU_SCRIPT
 
 
 def _sm(line: str) -> dict:
-    return {"gpu": Observed(value=checks_host.parse_gpu(line + "\nCUDA Version: 13.0\n"))}
+    return {"gpu": Observed(value=host_facts.parse_gpu(line + "\nCUDA Version: 13.0\n"))}
 
 
 def test_sm_clock_locked_low_is_a_warning_naming_the_node():
-    facts = {"spark-1": {"gpu": Observed(value=checks_host.parse_gpu(GPU_OK))},
+    facts = {"spark-1": {"gpu": Observed(value=host_facts.parse_gpu(GPU_OK))},
              "spark-2": _sm("NVIDIA GB10, 580.95.05, 2200, 3003, Not Active, Not Active")}
     v = checks_host.sm_clock(facts, None)
     assert v.cells["spark-1"].status is Status.OK and v.cells["spark-2"].status is Status.WARN
@@ -117,11 +119,11 @@ def test_sm_clock_idle_is_fine_a_lock_is_not_and_no_clock_is_a_skip():
 
 
 def test_os_release_kernel_and_clock_parsers():
-    assert checks_host.parse_os_release((SAMPLES / "os-release.txt").read_text())
-    assert checks_host.parse_kernel("6.8.0-1021-nvidia-64k\n") == "6.8.0-1021-nvidia-64k"
+    assert host_facts.parse_os_release((SAMPLES / "os-release.txt").read_text())
+    assert host_facts.parse_kernel("6.8.0-1021-nvidia-64k\n") == "6.8.0-1021-nvidia-64k"
     with pytest.raises(ValueError):
-        checks_host.parse_kernel("\n")
-    assert checks_host.parse_clock("1764590000.123456789\n") == pytest.approx(1764590000.1234567)
+        host_facts.parse_kernel("\n")
+    assert host_facts.parse_clock("1764590000.123456789\n") == pytest.approx(1764590000.1234567)
 
 
 def test_time_offset_warns_on_a_node_ahead_by_more_than_two_seconds():
@@ -144,7 +146,7 @@ def test_every_registered_check_has_a_scope_and_known_facts():
 
 def test_a_judge_that_crashes_fails_as_a_bug_and_a_probe_that_cannot_run_skips():
     """Issue 19: a crashed judge is an error, never a silent skip (a skip would let `up` go on unchecked)."""
-    from orchestrator.preflight.registry import CheckSpec, Scope, Status
+    from orchestrator.preflight.registry import CheckSpec
     from orchestrator.preflight.run import _broken
     from orchestrator.transport.node import NodeError
 
@@ -158,13 +160,13 @@ def test_a_judge_that_crashes_fails_as_a_bug_and_a_probe_that_cannot_run_skips()
 
 
 def test_the_real_driver_gives_each_fact_its_exit_code_and_its_stdout_as_command_substitution_would():
-    """facts._DRIVER by real bash: exit codes from `wait PID`, stdout with trailing newlines dropped (what
+    """facts.DRIVER by real bash: exit codes from `wait PID`, stdout with trailing newlines dropped (what
     `$(...)` gave before the driver printed the files with one `cat`), stderr after the marker, order kept."""
     import subprocess
-    from orchestrator.preflight.facts import _DRIVER
+    from orchestrator.facts.core import DRIVER
     specs = [Fact("a", "printf '1\\n 2\\n\\n\\n'", str), Fact("b", 'echo out; echo "$1" >&2; exit 3', str, lambda i: ["it's"]),
              Fact("c", "printf 7", int), Fact("d", "sleep 0.2; true", str)]
-    out = subprocess.run(["bash", "-c", _DRIVER, "driver", *driver_args(specs, None)], capture_output=True, text=True,
+    out = subprocess.run(["bash", "-c", DRIVER, "driver", *driver_args(specs, None)], capture_output=True, text=True,
                          check=True).stdout
     assert [line.split()[1] for line in out.split(SEP + "F ")[1:]] == ["0", "3", "0", "0"]
     assert [b.split()[0] for b in out.split(SEP + "F ")[1:]] == ["a", "b", "c", "d"]

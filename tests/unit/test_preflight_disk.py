@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.facts import disk as disk_facts
 from orchestrator.preflight import checks_disk
-from orchestrator.preflight.facts import Observed
-from orchestrator.preflight.registry import Status
+from orchestrator.facts.core import Observed
+from orchestrator.checks.verdict import Status
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -23,10 +24,10 @@ class Dep:
 
 
 def test_statfs_type_names_as_stat_prints_them():
-    assert checks_disk.parse_statfs("ext2/ext3\n") == "ext2/ext3"  # this machine's /
-    assert checks_disk.parse_statfs("tmpfs\n") == "tmpfs"
+    assert disk_facts.parse_statfs("ext2/ext3\n") == "ext2/ext3"  # this machine's /
+    assert disk_facts.parse_statfs("tmpfs\n") == "tmpfs"
     with pytest.raises(ValueError):
-        checks_disk.parse_statfs("stat: cannot read file system information for '/x': No such file or directory\n")
+        disk_facts.parse_statfs("stat: cannot read file system information for '/x': No such file or directory\n")
 
 
 def test_a_jit_cache_on_nfs_fails_naming_the_node():
@@ -37,8 +38,8 @@ def test_a_jit_cache_on_nfs_fails_naming_the_node():
 
 
 def test_image_disk_parses_the_real_script_output_present_and_absent():
-    present = checks_disk.parse_image_disk((SAMPLES / "image-disk-present.txt").read_text())
-    absent = checks_disk.parse_image_disk((SAMPLES / "image-disk-absent.txt").read_text())
+    present = disk_facts.parse_image_disk((SAMPLES / "image-disk-present.txt").read_text())
+    absent = disk_facts.parse_image_disk((SAMPLES / "image-disk-absent.txt").read_text())
     assert present["size"] == 116086809 and present["free"] > 0
     assert absent["size"] is None and absent["free"] > 0
 

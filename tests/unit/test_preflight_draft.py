@@ -13,7 +13,7 @@ from fakes import deployment
 
 from orchestrator.config.source import ConfigError
 from orchestrator.preflight import checks_draft as cd
-from orchestrator.preflight.facts import FactInput, Observed
+from orchestrator.facts.core import FactInput, Observed
 from orchestrator.preflight.registry import Status
 from orchestrator.releases.record import ModelSeen, Release, ReleaseOutcome
 from orchestrator.render.plan import build_plan

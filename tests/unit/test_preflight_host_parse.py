@@ -13,36 +13,27 @@ from pathlib import Path
 import pytest
 from fakes import deployment
 
+from orchestrator.facts.fabric import IbState, parse_infiniband, parse_ip_addr, parse_reach
 from orchestrator.preflight.checks_fabric import (
-    IbState,
     fabric_ip,
     fabric_reach,
     match_ifname,
     mtu_parity,
-    parse_infiniband,
-    parse_ip_addr,
-    parse_reach,
     roce_gid,
     roce_hca,
     socket_ifname,
 )
-from orchestrator.preflight.checks_memory import (
-    GIB,
-    EarlyOom,
-    MemInfo,
-    memory_headroom,
-    parse_earlyoom,
-    parse_meminfo,
-)
-from orchestrator.preflight.replaced import parse_replaced, utilization_in
-from orchestrator.preflight.facts import (
-    _DRIVER,
+from orchestrator.facts.memory import GIB, EarlyOom, MemInfo, parse_earlyoom, parse_meminfo
+from orchestrator.facts.replaced import parse_replaced, utilization_in
+from orchestrator.preflight.checks_memory import memory_headroom
+from orchestrator.facts.core import (
+    DRIVER,
     FACTS,
     Observed,
     driver_args,
     parse_framed,
 )
-from orchestrator.preflight.registry import Status
+from orchestrator.checks.verdict import Status
 from orchestrator.sim.faults_host import _kib
 from orchestrator.sim.state import SimInputError
 
@@ -157,7 +148,7 @@ def test_facts_run_by_the_real_driver_here():
     """The real driver script in bash on this machine: pgrep's exit 1 (no earlyoom) is a value, not an error."""
     names = ["meminfo", "earlyoom", "ip_addr"]
     facts = [FACTS[n] for n in names]
-    res = subprocess.run(["bash", "-c", _DRIVER, "driver", *driver_args(facts, None)], check=False, capture_output=True,
+    res = subprocess.run(["bash", "-c", DRIVER, "driver", *driver_args(facts, None)], check=False, capture_output=True,
                          text=True, timeout=30)
     seen = parse_framed(res.stdout, {f.name: f for f in facts})
     assert all(seen[n].ok for n in names), {n: seen[n].error for n in names}

@@ -1,4 +1,4 @@
-"""preflight/look.py: up's image survey, names lookup and head listeners, read from the one gathering.
+"""facts/look.py: up's image survey, names lookup and head listeners, read from the one gathering.
 
 The facts send the same scripts the direct calls send (by identity) with the same arguments, and their
 answers go through the same pure rules; a fact that failed on a node is an error naming that node."""
@@ -13,8 +13,8 @@ from fakes import IMAGE_ID, OTHER_ID, deployment, foreign, image_inspect, ours
 from orchestrator.checks.basics import LISTENERS
 from orchestrator.docker_cli.containers import RECIPE_OR_NAMED, either_args
 from orchestrator.docker_cli.images import INSPECT_IMAGES
-from orchestrator.preflight import look
-from orchestrator.preflight.facts import FACTS, FactInput, Observed, driver_args, parse_framed
+from orchestrator.facts import look
+from orchestrator.facts.core import FACTS, FactInput, Observed, driver_args, parse_framed
 from orchestrator.render.plan import build_plan
 from orchestrator.transport.node import NodeError
 
@@ -65,8 +65,8 @@ def test_looked_gives_the_survey_the_found_containers_and_the_head_ports(plan):
     assert [c.id for c in got.found["spark-1"]] == [mine.id] and [c.name for c in got.found["spark-2"]] == [theirs.name]
     assert got.image.source.conn.name == "spark-1" and [n.conn.name for n in got.image.missing] == ["spark-2"]
     assert [n.conn.name for n in got.image.conflicts] == ["spark-2"]
-    assert got.ports.status == "fail" and got.ports.bad == ["spark-1"]
-    assert "python3" in got.ports.evidence[f"spark-1:{plan.ports[0]}"]
+    assert got.ports.status == "fail" and got.ports.failed_nodes() == ["spark-1"]
+    assert f"{plan.ports[0]} " in got.ports.cells["spark-1"].value and "python3" in got.ports.cells["spark-1"].value
 
 
 def test_a_fact_that_failed_on_a_node_is_an_error_naming_that_node_and_the_reason(plan):

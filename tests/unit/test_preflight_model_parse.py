@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 import orchestrator.preflight  # noqa: F401  (registers every check)
-from orchestrator.preflight.checks_model import (FACT, Snapshot, model_files, model_incomplete, model_shards,
-                                                 parse_snapshot)
-from orchestrator.preflight.facts import FACTS, FactInput, Observed, driver_args, parse_framed
-from orchestrator.preflight.registry import CHECKS, Scope, Status
+from orchestrator.facts.model import FACT, Snapshot, parse_snapshot
+from orchestrator.preflight.checks_model import model_files, model_incomplete, model_shards
+from orchestrator.facts.core import FACTS, FactInput, Observed, driver_args, parse_framed
+from orchestrator.checks.verdict import Scope, Status
+from orchestrator.preflight.registry import CHECKS
 from orchestrator.render.plan import build_plan
 
 from fakes import deployment

@@ -16,7 +16,7 @@ from fakes import IMAGE_ID, deployment
 from orchestrator.config.source import ConfigError
 from orchestrator.preflight import checks_overlays as co
 from orchestrator.preflight import overlay_probe as probe
-from orchestrator.preflight.facts import _DRIVER, FACTS, FactInput, Observed, driver_args, parse_framed
+from orchestrator.facts.core import DRIVER, FACTS, FactInput, Observed, driver_args, parse_framed
 from orchestrator.preflight.registry import Status
 from orchestrator.render.plan import build_plan
 
@@ -34,7 +34,7 @@ def _dep(tmp_path, overlays=(), extra=()):
 
 def run_facts(names, given):
     facts = [FACTS[n] for n in names]
-    out = subprocess.run(["bash", "-c", _DRIVER, "driver", *driver_args(facts, given)], capture_output=True,
+    out = subprocess.run(["bash", "-c", DRIVER, "driver", *driver_args(facts, given)], capture_output=True,
                          text=True, timeout=60, cwd=ROOT, check=False)
     return parse_framed(out.stdout, {f.name: f for f in facts})
 

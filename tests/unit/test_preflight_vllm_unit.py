@@ -16,8 +16,8 @@ import pytest
 from fakes import IMAGE_ID, deployment
 
 from orchestrator.preflight import checks_vllm as cv
-from orchestrator.preflight.facts import (
-    _DRIVER,
+from orchestrator.facts.core import (
+    DRIVER,
     FACTS,
     FactInput,
     Observed,
@@ -25,7 +25,7 @@ from orchestrator.preflight.facts import (
     parse_framed,
 )
 from orchestrator.preflight.help_parse import Layout, canonical, layout, parse_help
-from orchestrator.preflight.registry import Status
+from orchestrator.checks.verdict import Status
 from orchestrator.render.plan import build_plan
 from orchestrator.sim import fake_model
 
@@ -294,7 +294,7 @@ def fake_docker(tmp_path, monkeypatch):
 
 def run_facts(names: list[str], given: FactInput) -> dict[str, Observed]:
     facts = [FACTS[n] for n in names]
-    out = subprocess.run(["bash", "-c", _DRIVER, "driver", *driver_args(facts, given)], capture_output=True,
+    out = subprocess.run(["bash", "-c", DRIVER, "driver", *driver_args(facts, given)], capture_output=True,
                          text=True, timeout=60, cwd=ROOT, check=False)
     return parse_framed(out.stdout, {f.name: f for f in facts})
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.preflight.facts import _DRIVER, parse_framed
+from orchestrator.facts.core import DRIVER, parse_framed
 from orchestrator.setup import facts
 from orchestrator.setup.fabric import PROBE_FACT, parse_probe
 
@@ -129,7 +129,7 @@ def test_the_probe_lines_say_route_device_and_whether_the_address_answered():
 def test_the_probe_script_runs_under_the_driver_and_names_the_route_device():
     """The real driver and probe script in local bash: 127.0.0.1 routes over lo; port 1 refuses."""
     argv = [PROBE_FACT.name, PROBE_FACT.script, "2", "1", "127.0.0.1"]
-    out = subprocess.run(["bash", "-c", _DRIVER, "bash", *argv], capture_output=True, text=True, timeout=30).stdout
+    out = subprocess.run(["bash", "-c", DRIVER, "bash", *argv], capture_output=True, text=True, timeout=30).stdout
     seen = parse_framed(out, {PROBE_FACT.name: PROBE_FACT})
     probe = seen["probe"].value["127.0.0.1"]
     assert probe.dev == "lo" and probe.reached and "refused" in probe.detail

@@ -11,7 +11,7 @@ import paramiko
 import pytest
 
 from orchestrator.config.source import ConfigError
-from orchestrator.preflight.facts import Observed
+from orchestrator.facts.core import Observed
 from orchestrator.setup import document, hostkeys, judge, login, nodekeys
 from orchestrator.setup.fabric import Candidate, Probe, candidates, choose, management_of
 from orchestrator.setup.facts import (Docker, EarlyOom, Gid, HcaPort, HfCache, JitCandidate, Link, MemInfo, Roce,

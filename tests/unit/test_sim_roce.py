@@ -8,8 +8,9 @@ import json
 import pytest
 from test_preflight_host_parse import obs, sim_pair
 
-from orchestrator.preflight.checks_fabric import _mapped, parse_infiniband, roce_gid
-from orchestrator.preflight.registry import Status
+from orchestrator.facts.fabric import parse_infiniband
+from orchestrator.preflight.checks_fabric import _mapped, roce_gid
+from orchestrator.checks.verdict import Status
 from orchestrator.sim import node_roce
 from orchestrator.sim.standin.base import SimError
 from orchestrator.sim.standin.transport import connect, roce

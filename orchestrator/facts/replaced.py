@@ -13,9 +13,10 @@ import json
 import shlex
 from dataclasses import dataclass
 
+from ..config.load import Deployment
 from ..render.labels import Label, MANAGED_FILTER
 from . import engine
-from .facts import fact
+from .core import fact
 
 UTILIZATION_FLAGS = ("--gpu-memory-utilization", "--device-memory-utilization")
 VLLM_DEFAULT_UTILIZATION = 0.92  # vLLM 0.33's default (tests/data/vllm: "default: 0.92")
@@ -69,3 +70,8 @@ def parse_replaced(stdout: str) -> list[Replaced]:
         out.append(Replaced(name.lstrip("/"), _port(labels or {}, Label.SERVE_PORT),
                             _port(labels or {}, Label.MASTER_PORT), utilization_in(args or [])))
     return out
+
+
+def utilization(dep: Deployment) -> float:
+    """The share of memory a vLLM of this recipe takes (the recipe's, else vLLM's default)."""
+    return dep.recipe.vllm.gpu_memory_utilization or VLLM_DEFAULT_UTILIZATION

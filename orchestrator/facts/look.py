@@ -13,14 +13,15 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from ..checks.basics import LISTENERS, CheckResult, Listener, parse_listeners, ports_judged
+from ..checks.basics import LISTENERS, Listener, parse_listeners, ports_judged
+from ..checks.verdict import Verdict
 from ..docker_cli import image_sync
 from ..docker_cli.containers import RECIPE_OR_NAMED, Container, either_args, of_recipe_or_named, parse_inspect
 from ..docker_cli.images import INSPECT_IMAGES, ImageIdentity, parse_identities
 from ..render.plan import Plan
 from ..transport.node import NodeConnection, NodeError
 from . import engine
-from .facts import FactInput, Observed, fact
+from .core import FactInput, Observed, fact
 
 IMAGE_REFS, FOUND, LISTENING = "image_refs", "recipe_or_named", "listeners"
 NAMES = (IMAGE_REFS, FOUND, LISTENING)
@@ -49,7 +50,7 @@ def parse_listening(stdout: str) -> list[Listener]:
 @dataclass
 class Looked:
     found: dict[str, list[Container]]  # node -> ours of this recipe (by label), and any holding the plan's names
-    ports: CheckResult  # the plan's ports on the head
+    ports: Verdict  # the plan's ports on the head
     image: image_sync.SyncPlan
 
 

@@ -30,7 +30,7 @@ SEP = "\x1e"  # record separator: never in the output of the commands we run
 # wait). No process per fact beyond its own `bash -c`: `wait PID` gives each exit code, the headers are
 # written by printf (a builtin), and ONE `cat` prints every file in order (a `$(cat ...)` per file cost
 # three forks per fact: ~0.2 s of a 23-fact gathering on a loaded 2-core node).
-_DRIVER = r'''d=$(mktemp -d) || exit 1
+DRIVER = r'''d=$(mktemp -d) || exit 1
 names=(); pids=(); i=0
 while [ $# -gt 0 ]; do
   name=$1; script=$2; n=$3; shift 3
@@ -49,7 +49,7 @@ for ((k = 0; k < i; k++)); do
 done
 [ "$i" -eq 0 ] || cat -- "${files[@]}"
 rm -rf -- "$d"'''
-_ENGINE_SCRIPT = engine.script(_DRIVER)  # a constant too: the facts with an Engine API op, in one entry
+ENGINE_SCRIPT = engine.script(DRIVER)  # a constant too: the facts with an Engine API op, in one entry
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,9 @@ class Observed:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+Seen = dict[str, dict[str, Observed]]  # node -> fact name -> what it showed
 
 
 FACTS: dict[str, Fact] = {}
@@ -151,14 +154,14 @@ def gather_argv(facts: list[Fact], given: FactInput, engine_api: bool = True) ->
     if api:
         inner = engine.probe_args(api, given)
         rest = [str(len(inner)), *inner, *driver_args(api, given)]
-        argv += [engine.ENGINE, _ENGINE_SCRIPT, str(len(rest)), *rest]
+        argv += [engine.ENGINE, ENGINE_SCRIPT, str(len(rest)), *rest]
     return argv
 
 
 def gather_node(conn: NodeConnection, names: list[str], given: FactInput, timeout: float = 90,
                 engine_api: bool = True) -> dict[str, Observed]:
     facts = [FACTS[n] for n in names]
-    result = conn.run_script(_DRIVER, *gather_argv(facts, given, engine_api), timeout=timeout, check=True)
+    result = conn.run_script(DRIVER, *gather_argv(facts, given, engine_api), timeout=timeout, check=True)
     seen = parse_framed(result.stdout, {f.name: f for f in facts})
     for name in names:
         seen.setdefault(name, Observed(error="the fact printed nothing (the driver stopped early)"))
@@ -187,3 +190,9 @@ def gather(cluster: Cluster, conns: list[NodeConnection], dep: Deployment, plan:
         out.per_node = dict(exc.results)
         out.unreachable = {n: str(e) for n, e in exc.failures.items()}
     return out
+
+
+def in_rank_order(seen: Seen, dep: Deployment) -> list[tuple[str, dict[str, Observed]]]:
+    """Nodes head first, as the inventory ranks them (so fixes list them in a stable order)."""
+    order = [n.name for n in dep.inventory.ranked]
+    return sorted(seen.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))

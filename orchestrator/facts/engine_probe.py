@@ -3,9 +3,9 @@ Docker Engine API over its unix socket, in this one process instead of one `dock
 
 Why: on the nodes each `docker` CLI start costs ~25 ms of CPU before it asks anything, and a gathering made
 nine of them per node; this process costs about one. The answers are the Engine API's JSON, which is what
-the CLI's inspect/info print, so each fact's own parser reads them unchanged (preflight/engine.py).
+the CLI's inspect/info print, so each fact's own parser reads them unchanged (facts/engine.py).
 
-argv: (fact name, op, argc, args...)*. stdout: each fact framed as preflight/facts._DRIVER frames a script's
+argv: (fact name, op, argc, args...)*. stdout: each fact framed as facts/core.DRIVER frames a script's
 output (header `RS F NAME CODE engine-api`), printed only once every answer is in. A socket that is absent
 or refused (or DOCKER_HOST not a unix socket) prints one `@engine` frame with the reason and exits 3
 before any fact is printed: the caller then runs the facts' CLI scripts instead. Any other failure of this
@@ -113,7 +113,7 @@ def op_info():
 
 
 def op_server_version():
-    """checks_basic._RAN of `docker version --format {{.Server.Version}}`: the exit code, then the version."""
+    """facts/basics._RAN of `docker version --format {{.Server.Version}}`: the exit code, then the version."""
     status, body = get("/version")
     if status != 200:
         return "1\n%s" % message(status, body)
@@ -121,7 +121,7 @@ def op_server_version():
 
 
 def op_image_disk(image):
-    """checks_disk._DISK: free bytes under DockerRootDir (df's Available: f_bavail blocks of f_frsize), then
+    """facts/disk._DISK: free bytes under DockerRootDir (df's Available: f_bavail blocks of f_frsize), then
     the image's size or `absent`."""
     root = json.loads(ok_json("/info"))["DockerRootDir"]
     try:
@@ -161,7 +161,7 @@ def op_recipe_or_named(filter1, filter2, *names):
 
 
 def op_inspect_lines(*specs):
-    """preflight/replaced._SCRIPT: per running container matching every filter, its Name, Config.Labels and
+    """facts/replaced._SCRIPT: per running container matching every filter, its Name, Config.Labels and
     Args as JSON, tab-separated."""
     lines = []
     for ref in container_ids(specs, all_states=False):

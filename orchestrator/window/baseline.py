@@ -14,7 +14,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA = 1
-BOOT_SERVING = "comes back and matches the serving release"  # checks_boot.BootMatch.SERVING's text
+BOOT_SERVING = "comes back and matches the serving release"  # facts/boot.BootMatch.SERVING's text
 
 
 def said(reason: str) -> str:
@@ -72,7 +72,7 @@ class ModelSeen(BaseModel):
 
 
 class BootEntry(BaseModel):
-    """One thing that comes back on boot (preflight/checks_boot.BootItem), judged against the release
+    """One thing that comes back on boot (facts/boot.BootItem), judged against the release
     that served at begin."""
 
     model_config = ConfigDict(extra="forbid")
@@ -80,7 +80,7 @@ class BootEntry(BaseModel):
     name: str
     starts: str
     plan_hash: str | None = None
-    match: str  # checks_boot.BootMatch's text
+    match: str  # facts/boot.BootMatch's text
 
     def key(self) -> str:
         return f"{self.kind} {self.name}"

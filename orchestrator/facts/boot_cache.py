@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .facts import FactInput, Observed, fact
+from .core import FactInput, Observed, fact
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .facts import Fact, FactInput
+    from .core import Fact, FactInput
 
 ENGINE = "@engine"
 PROGRAM = (Path(__file__).parent / "engine_probe.py").read_text()
