@@ -13,8 +13,9 @@ import pytest
 from orchestrator.checks.pull_mark import MARK_PREFIX, PULL_MARK_SH, RunningPull, parse_mark
 
 from fakes import deployment
-from orchestrator.preflight.checks_model import FACT, model_files, model_incomplete, model_shards, parse_snapshot
-from orchestrator.preflight.registry import Status
+from orchestrator.checks.verdict import Status
+from orchestrator.facts.model import FACT, parse_snapshot
+from orchestrator.preflight.checks_model import model_files, model_incomplete, model_shards
 from test_preflight_model_parse import _HEADS, PARTIAL, seen
 
 
