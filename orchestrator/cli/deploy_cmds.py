@@ -113,7 +113,7 @@ def _up_and_report(start: Callable[[], UpResult], events: Events, as_json: bool)
                       restored=exc.restored, restore_failed=exc.restore_failed)
         events.close()
         raise Failed(str(exc)) from exc
-    timings = {str(p.phase): round(p.seconds, 3) for p in events.phases}
+    timings = events.timings()
     events.result(True, endpoint=result.endpoint, model=result.model, plan_hash=result.plan_hash,
                   run=result.run_id, already_serving=result.already_serving, phases=timings,
                   release=result.release, replaced=result.replaced,
