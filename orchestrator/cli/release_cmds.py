@@ -141,9 +141,12 @@ def rollback(
 
         opts = UpOptions(restore=not no_restore, ready_timeout=ready_timeout)
 
+        inv, idoc = load_inventory(inventory)  # parsed once: the recorded recipe is bound to it
+
         def start(confirmed: bool) -> None:
-            _up_and_report(lambda: rollback_mod.roll_back(str(inventory), release, events, yes=confirmed,
-                                                          options=opts, announce=announce), events, as_json)
+            _up_and_report(lambda: rollback_mod.rollback(inv, str(inventory), release, events, inventory_doc=idoc,
+                                                         yes=confirmed, options=opts, announce=announce),
+                           events, as_json)
 
         try:
             try:

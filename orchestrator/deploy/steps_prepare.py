@@ -60,7 +60,11 @@ class Connect(NoUndo):
     phase, detail = Phase.CONNECT, "host keys verified"
 
     def run(self, ctx: UpContext) -> None:
-        ctx.cluster.open()
+        if ctx.op is None:
+            ctx.cluster.open()
+        elif ctx.op.unreachable:  # the enclosing operation's connections: every rank must have answered
+            raise StepFailed(self.phase, "; ".join(f"{n} is unreachable ({why})" for n, why in ctx.op.unreachable.items()),
+                             sorted(ctx.op.unreachable))
         ctx.events.note(f"{len(ctx.plan.ranks)} node(s): " + ", ".join(c.name for c in ctx.cluster.nodes))
 
 

@@ -104,8 +104,8 @@ def _bring_back(v: VerifyResult, op: Operation, inventory_path: str, events: Eve
     try:
         with signals_interrupt():
             done = rollback_mod.roll_back(
-                inventory_path, base.release, events, yes=yes, options=UpOptions(ready_timeout=ready_timeout),
-                state=op.state,
+                op, base.release, events, inventory_path=inventory_path, yes=yes,
+                options=UpOptions(ready_timeout=ready_timeout),
                 announce=lambda _: events.note(f"bringing back release {base.release} (plan {base.plan_hash}) by a "
                                                "rollback, every wait and check"))
     except rollback_mod.InventoryChanged as exc:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from functools import partial
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .. import preflight
 from ..config.load import Deployment, load_inventory, load_kept_recipe
@@ -98,7 +97,7 @@ def _begin_locked(dep: Deployment, op: Operation, reason: str, stop: bool, force
     if serving is not None and serving.recipe != dep.recipe.name:
         raise MaintenanceInput(f"release {serving.id} of recipe {serving.recipe!r} serves on {inventory.cluster}, not "
                                f"{dep.recipe.name!r}: name that recipe")
-    fact_dep = recorded_deployment(serving, dep.inventory_path) if serving else dep
+    fact_dep = recorded_deployment(serving, dep.inventory, dep.inventory_path, dep.inventory_doc) if serving else dep
     plan = build_plan(fact_dep)
     # every check runs: the serving release's own ports and memory count as what `up` would free first
     # (preflight/replaced.py), so nothing is skipped while it serves
@@ -121,7 +120,7 @@ def _begin_locked(dep: Deployment, op: Operation, reason: str, stop: bool, force
             _take_boot(facts[node], f)
     now = time.time()
     baseline = Baseline(
-        cluster=inventory.cluster, recipe=fact_dep.recipe.name, recipe_text=Path(fact_dep.recipe_path).read_text(),
+        cluster=inventory.cluster, recipe=fact_dep.recipe.name, recipe_text=fact_dep.text(),
         reason=reason, by=who(), command=audit.command_line(), opened_at=now, updated_at=now,
         release=serving.id if serving else None, plan_hash=serving_plan, image_id=plan.image_id,
         preflight_ok=report.ok(), preflight_failed=_summary(report),

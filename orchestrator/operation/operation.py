@@ -62,6 +62,8 @@ class Outcome(StrEnum):
 
 
 class AuditAction(StrEnum):
+    UP = "up"
+    ROLLBACK = "rollback"
     DOWN = "down"
     PRUNE = "prune"
     PIN = "pin"
@@ -141,9 +143,10 @@ class Operation:
 
     def __init__(self, inventory: Inventory, events: Events, action: AuditAction | str, *,
                  reach: Reach = Reach.ALL, lock: Locking = Locking.REQUIRED, ttl: float = 900.0,
-                 cluster_factory: Callable[[Inventory], Cluster] = Cluster):
+                 cluster_factory: Callable[[Inventory], Cluster] = Cluster, run_id: str | None = None):
         self.inventory, self.events, self.action = inventory, events, str(action)
         self.reach, self.locking, self.ttl = reach, lock, ttl
+        self.run_id = run_id  # written in the lock: a taker of it, stale, removes what this run created
         self.outer = enclosing(inventory)  # set: a part of that operation (its connections, lock and audit line)
         self.cluster = self.outer.cluster if self.outer is not None else cluster_factory(inventory)
         self.alive: list[NodeConnection] = []
@@ -236,7 +239,7 @@ class Operation:
         if reused is not None:
             self.lock = reused
             return
-        lock = DeployLock(self.cluster.head, self.inventory, audit.command_line(), self.ttl)
+        lock = DeployLock(self.cluster.head, self.inventory, audit.command_line(), self.ttl, run_id=self.run_id)
         lock.acquire()
         self.lock, self._own_lock = lock, True
         held = dict(_HELD.get({}))
