@@ -13,7 +13,9 @@ from functools import partial
 from dataclasses import dataclass, field
 
 from .. import preflight
-from ..config.load import Deployment, load_inventory, load_kept_recipe
+from ..config.inventory import Inventory
+from ..config.load import Deployment, bind_recipe_text, load_inventory
+from ..config.source import Document
 from ..deploy.restore import recorded_deployment
 from ..preflight.registry import CheckSpec
 from ..preflight.run import Report
@@ -156,11 +158,13 @@ def _mark_stopped(cluster: Cluster, inventory, release: Release, conns, events: 
         events.warn(f"could not record release {release.id} as stopped: {exc}")
 
 
-def baseline_deployment(baseline: Baseline, inventory_path: str) -> Deployment:
-    """The recipe the baseline judged, bound to today's inventory (a copy kept in this machine's temp dir
-    so that file:line errors can name it)."""
-    return load_kept_recipe(baseline.recipe_text, f"spark-deploy-maintenance/{baseline.cluster}",
-                            f"baseline-{int(baseline.opened_at)}-{baseline.recipe}.yaml", inventory_path)
+def baseline_deployment(baseline: Baseline, inventory: Inventory, inventory_path: str,
+                        inventory_doc: Document | None = None) -> Deployment:
+    """The recipe the baseline judged, bound to an inventory already parsed (from its text: no file
+    written, the inventory not read again)."""
+    return bind_recipe_text(baseline.recipe_text, f"the baseline's recipe {baseline.recipe} (window opened "
+                            f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(baseline.opened_at))})",
+                            inventory, inventory_path, inventory_doc)
 
 
 def open_window(state: ClusterState, recipe: str | None) -> tuple[Baseline, dict[str, str]]:
@@ -177,18 +181,19 @@ def open_window(state: ClusterState, recipe: str | None) -> tuple[Baseline, dict
 
 
 def verify(inventory_path: str, recipe: str | None = None) -> VerifyResult:
-    inventory, _ = load_inventory(inventory_path)
+    inventory, idoc = load_inventory(inventory_path)
     try:
         with Observation(inventory, what="maintenance verify") as seen:
-            return verify_open(seen, inventory_path, recipe)
+            return verify_open(seen, inventory_path, recipe, idoc)
     except OperationRefused as exc:
         raise MaintenanceError(str(exc)) from exc
 
 
-def verify_open(op: Operation, inventory_path: str, recipe: str | None) -> VerifyResult:
-    """Verify on an open operation (its state as read, its connections for the facts)."""
+def verify_open(op: Operation, inventory_path: str, recipe: str | None,
+                inventory_doc: Document | None = None) -> VerifyResult:
+    """Verify on an open operation (its state as read, its connections for the facts, its inventory)."""
     baseline, problems = open_window(op.state, recipe)
-    dep = baseline_deployment(baseline, inventory_path)
+    dep = baseline_deployment(baseline, op.inventory, inventory_path, inventory_doc)
     plan = build_plan(dep)
     now = collect.collect(op.cluster, op.alive, op.unreachable, dep, plan, baseline.plan_hash)
     serving = op.state.serving if op.state.serving_known else None

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import contextvars
+import json
 from enum import StrEnum
 from typing import Callable
 
@@ -136,6 +137,17 @@ def node_reasons(exc: BaseException) -> dict[str, str]:
             return {n: _short(str(exc).splitlines()[0]) for n in exc.nodes}
         exc = exc.__cause__
     return {}
+
+
+def _fit(line: dict) -> dict:
+    """An audit line with many parts (a long `bench --compare`) stays one short write: the parts' details
+    go first, then everything of a part but what it was, its outcome and its release."""
+    for keep in (None, ("action", "outcome", "release", "block", "recipe"), ("action", "outcome", "release")):
+        if len(json.dumps(line, separators=(",", ":")).encode()) <= audit.MAX_LINE - 200 or not line.get("parts"):
+            return line
+        cut = [{k: v for k, v in p.items() if k != "detail" and (keep is None or k in keep)} for p in line["parts"]]
+        line = {**line, "parts": cut}
+    return line
 
 
 class Operation:
@@ -283,7 +295,7 @@ class Operation:
             return
         targets = [c for c in self.alive if c.is_open]
         missed = audit.append(self.cluster, self.inventory,
-                              audit.entry(self.action, outcome, release=release, detail=detail, **said), targets)
+                              _fit(audit.entry(self.action, outcome, release=release, detail=detail, **said)), targets)
         for node, why in missed.items():
             self.events.warn(f"audit line not written: {why}", node)
 

@@ -16,7 +16,6 @@ from orchestrator.maintenance.stop import StopOutcome, stop_release
 from orchestrator.preflight.checks_boot import BootMatch, ItemKind
 from orchestrator.operation.state import read_state
 from orchestrator.releases import audit
-from orchestrator.releases.record import Release
 from orchestrator.releases.lock import lock_path
 from orchestrator.releases.store import releases_dir
 from orchestrator.runner.events import Phase
