@@ -235,8 +235,9 @@ def status(
             for d in report.deployments:
                 verdict = "[green]every rank running one plan[/]" if d.ok else "[red]" + escape("; ".join(d.problems)) + "[/]"
                 if d.ok:
-                    verdict += f" (plan {d.plan_hashes[0]}, " + (f"release {d.release})" if d.release is not None
-                                                                  else "no release record)")
+                    verdict += f" (plan {d.plan_hashes[0]}, " + (
+                        f"release {d.release})" if d.release is not None else
+                        "release unknown: a node was not read)" if not d.release_known else "no release record)")
                 out.print(f"{escape(d.recipe)}: {verdict}")
                 if d.kv_cache:
                     out.print(f"  KV cache tokens: {escape(kv_report.text(d.kv_cache))}")

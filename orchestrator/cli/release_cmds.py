@@ -279,7 +279,8 @@ def prune(
         events.close()
         if not as_json:
             out.print(f"kept releases {', '.join(map(str, result.kept)) or 'none'}"
-                      + (f" (release {result.serving} serves)" if result.serving else ""))
+                      + (f" (release {result.serving} serves)" if result.serving else
+                         " (which release serves is unknown: a node was not read)" if not result.serving_known else ""))
             for node, p in result.nodes.items():
                 out.print(f"{escape(node)}: removed {len(p.containers)} container(s), {len(p.images)} image(s), "
                           f"freed {_bytes(p.freed)}" + (f" — [red]{escape(p.error)}[/]" if p.error else ""))

@@ -95,7 +95,11 @@ def _begin_locked(dep: Deployment, op: Operation, reason: str, stop: bool, force
         raise MaintenanceError("--stop stops every rank, so it needs every node's containers read: "
                                + "; ".join(f"{n}: {why.get(n, 'not read')}" for n in missing)
                                + "; nothing was stopped and no window was opened: whatever served still serves")
-    serving = state.serving
+    serving = state.serving if state.serving_known else None
+    if not state.serving_known:  # never recorded as "nothing served": `end` would then bring nothing back
+        events.warn("which release serves is unknown (" + "; ".join(state.problems()) + "): the baseline records "
+                    "none, so `maintenance end` will not bring one back; `maintenance begin --force` once every "
+                    "node answers records it")
     if serving is not None and serving.recipe != dep.recipe.name:
         raise MaintenanceInput(f"release {serving.id} of recipe {serving.recipe!r} serves on {inventory.cluster}, not "
                                f"{dep.recipe.name!r}: name that recipe")

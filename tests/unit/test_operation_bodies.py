@@ -146,3 +146,42 @@ def test_maintenance_end_writes_one_audit_line_with_its_rollback_as_a_part(mem):
     assert [(p["action"], p["outcome"], p.get("release")) for p in lines[0]["parts"]] == [
         ("rollback", "serving", result.up.release)]
     assert not locked(mem)
+
+
+# ---- a node not read: which release serves is "unknown", never "none" ------------------------------------
+def test_prune_with_a_node_unread_says_unknown_and_keeps_what_may_serve(mem):
+    for seqs in (8, 10):
+        serving = mem.up(mem.deployment(variant(seqs)))
+    mem.node("spark-2").unreachable = "connection refused"
+    result = mem.prune(keep=0)
+    assert result.serving is None and not result.serving_known
+    assert serving.release in result.kept, "the release whose record says serving is kept while it is unknown"
+
+
+def test_down_with_a_node_unread_records_no_release_as_stopped_and_says_why(mem):
+    served = mem.up()
+    mem.node("spark-2").unreachable = "connection refused"
+    mem.down(mem.dep.recipe.name)
+    line = audit_lines(mem)[-1]
+    assert line["action"] == "down" and "which release served is unknown" in line["detail"], line
+    assert "release" not in line
+
+
+def test_boot_status_and_status_with_a_node_unread_say_unknown_not_nothing(mem):
+    from functools import partial
+
+    from orchestrator.deploy import boot, status
+    from orchestrator.operation import Operation, Reach
+    from orchestrator.transport.group import Cluster
+
+    mem.up()
+    mem.node("spark-2").unreachable = "connection refused"
+    # an enclosing operation lends its in-memory connections to the commands' own observations
+    with Operation(mem.inventory, mem.events, "test", reach=Reach.HEAD,
+                   cluster_factory=partial(Cluster, connector=connector(mem.world))) as op:
+        report = boot.status(mem.inventory, None)
+        seen = status.collect(mem.inventory, None, probe=False)
+        op.done("ok")
+    assert report.serving is None and "spark-2" in report.serving_unknown
+    assert report.as_dict()["serving_known"] is False
+    assert seen.deployments and all(not d.release_known for d in seen.deployments)
