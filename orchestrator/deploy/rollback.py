@@ -20,7 +20,8 @@ from ..config.source import Document
 from ..checks.model_cache import revision_on
 from ..docker_cli.containers import Container, list_containers
 from ..http_api.endpoint import Endpoint
-from ..operation import AuditAction, ClusterState, Operation, Outcome, Reach
+from ..operation import AuditAction, ClusterState, Operation, OperationRefused, Outcome, Reach
+from ..releases.lock import LockError
 from ..releases.record import Release
 from ..releases.serving import rollback_target
 from ..render.labels import Label
@@ -82,15 +83,20 @@ def rollback(inventory: Inventory, inventory_path: str, wanted: int | None, even
     operation on this cluster (`bench --compare`'s restore) it is a part of that one. `how`: roll_back's."""
     options = how.get("options") or UpOptions()
     run_id = new_run_id()
-    with Operation(inventory, events, AuditAction.ROLLBACK, reach=Reach.ALL, run_id=run_id,
-                   ttl=max(options.ready_timeout, options.listen_timeout) + 600,
-                   cluster_factory=partial(Cluster, connector=connector)) as op:
-        try:
-            return roll_back(op, wanted, events, inventory_path=inventory_path, inventory_doc=inventory_doc,
-                             run_id=run_id, **how)
-        except RollbackRefused as exc:
-            op.done(Outcome.REFUSED, str(exc).splitlines()[-1])
-            raise
+    try:
+        with Operation(inventory, events, AuditAction.ROLLBACK, reach=Reach.ALL, run_id=run_id,
+                       ttl=max(options.ready_timeout, options.listen_timeout) + 600,
+                       cluster_factory=partial(Cluster, connector=connector)) as op:
+            try:
+                return roll_back(op, wanted, events, inventory_path=inventory_path, inventory_doc=inventory_doc,
+                                 run_id=run_id, **how)
+            except RollbackRefused as exc:
+                op.done(Outcome.REFUSED, str(exc).splitlines()[-1])
+                raise
+    except OperationRefused as exc:  # said as `up` says it: the phase, the nodes
+        raise StepFailed(Phase.CONNECT, str(exc), exc.nodes) from None
+    except LockError as exc:
+        raise StepFailed(Phase.LOCK, str(exc), [inventory.head]) from None
 
 
 def roll_back(op: Operation, wanted: int | None, events: Events, *, inventory_path: str,
