@@ -13,7 +13,6 @@ import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from ..checks.model_cache import revision_on
 from ..docker_cli.containers import list_containers, remove_container
