@@ -201,7 +201,7 @@ def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, leve
     from ..bench import compare as compare_mod
     from ..bench import render, runner
     from ..bench.shot import ShotOptions
-    from ..config.load import load_deployment
+    from ..config.load import load_deployment, load_recipe_on
     from ..runner.events import Events
     from ..runner.sinks import TerminalSink
 
@@ -209,7 +209,8 @@ def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, leve
         order = compare_mod.parse_blocks(blocks_text)
     except ValueError as exc:
         raise BadInput(str(exc)) from exc
-    deps = {"A": load_deployment(paths[0], inventory), "B": load_deployment(paths[1], inventory)}
+    a = load_deployment(paths[0], inventory)
+    deps = {"A": a, "B": load_recipe_on(paths[1], a)}  # one inventory, parsed once
     if deps["A"].recipe.name == deps["B"].recipe.name:
         raise BadInput(f"--compare: {paths[0]} and {paths[1]} are both recipe {deps['A'].recipe.name!r}: "
                        "give the variants different names, so their releases can be told apart")

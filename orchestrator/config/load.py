@@ -197,6 +197,15 @@ def load_deployment(recipe_path: str | Path, inventory_path: str | Path) -> Depl
     return Deployment(recipe, inventory, str(recipe_path), str(inventory_path), rdoc, idoc)
 
 
+def load_recipe_on(recipe_path: str | Path, bound: Deployment) -> Deployment:
+    """A second recipe on the inventory `bound` was loaded with (`bench --compare A B`): parsed once."""
+    recipe, rdoc = load_recipe(recipe_path)
+    issues = pair_problems(recipe, rdoc, bound.inventory, bound.inventory_doc or Document(bound.inventory_path, None))
+    if issues:
+        raise ConfigError(issues)
+    return Deployment(recipe, bound.inventory, str(recipe_path), bound.inventory_path, rdoc, bound.inventory_doc)
+
+
 def bind_recipe_text(text: str, name: str, inventory: Inventory, inventory_path: str | Path,
                      inventory_doc: Document | None = None) -> Deployment:
     """A recipe kept as text (a release record), bound to an inventory already parsed: no file written, the

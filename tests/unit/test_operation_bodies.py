@@ -185,3 +185,9 @@ def test_boot_status_and_status_with_a_node_unread_say_unknown_not_nothing(mem):
     assert report.serving is None and "spark-2" in report.serving_unknown
     assert report.as_dict()["serving_known"] is False
     assert seen.deployments and all(not d.release_known for d in seen.deployments)
+
+
+def test_compare_binds_its_second_recipe_to_the_inventory_parsed_for_the_first(mem, parses):
+    b = config_load.load_recipe_on(mem.dep.recipe_path, mem.dep)
+    assert parses == [str(mem.dep.recipe_path)], "the inventory was parsed again"
+    assert b.inventory is mem.dep.inventory and b.recipe == mem.dep.recipe
