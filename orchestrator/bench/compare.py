@@ -188,9 +188,10 @@ def compare(deps: dict[str, Deployment], inventory_path: str, blocks: str, plan_
                 on_block(tgt, plan, groups)  # e.g. record the block's figures with its release
         except Exception as exc:  # noqa: BLE001 - restore first, then report this
             failure = exc
-            said.append(f"{blocks[len(result.blocks)]}: failed: {str(exc).splitlines()[0] if str(exc) else exc!r}"[:300])
+            words = (str(exc) or repr(exc)).splitlines()[0]
+            said.append(f"{_next(blocks, result)}: failed: {words}"[:300])
         except BaseException as exc:  # an interrupt: no restore, but the line names what was measured
-            said.append(f"{blocks[len(result.blocks)]}: {type(exc).__name__}")
+            said.append(f"{_next(blocks, result)}: {type(exc).__name__}")
             op.done(Outcome.INTERRUPTED, "; ".join(said), blocks=_blocks(result, blocks, deps))
             raise
         try:
@@ -206,6 +207,12 @@ def compare(deps: dict[str, Deployment], inventory_path: str, blocks: str, plan_
             raise CompareError(f"{failure}; {result.restored}") from None
         raise failure
     return result
+
+
+def _next(order: str, result: CompareResult) -> str:
+    """The block that was running when the comparison stopped (its figures were not all taken)."""
+    done = len(result.blocks)
+    return order[done] if done < len(order) else f"after block {order[-1]}"
 
 
 def _blocks(result: CompareResult, order: str, deps: dict[str, Deployment]) -> list[dict]:

@@ -191,3 +191,23 @@ def test_compare_binds_its_second_recipe_to_the_inventory_parsed_for_the_first(m
     b = config_load.load_recipe_on(mem.dep.recipe_path, mem.dep)
     assert parses == [str(mem.dep.recipe_path)], "the inventory was parsed again"
     assert b.inventory is mem.dep.inventory and b.recipe == mem.dep.recipe
+
+
+def test_bench_compare_whose_first_block_fails_writes_one_failed_line_naming_the_blocks(mem):
+    from memnode import Fault
+
+    before = mem.up(mem.deployment(variant(8)))
+    deps = {"A": mem.deployment(variant(8)), "B": mem.deployment(variant(10))}
+    mem.node("spark-1").faults.append(Fault.DIE_AT_START)
+    lines_before = len(audit_lines(mem))
+
+    with pytest.raises(compare_mod.CompareError):
+        compare_mod.compare(deps, str(mem.dep.inventory_path), "BA", lambda target: pytest.fail("no block ran"),
+                            mem.events, seams=mem.seams())
+
+    lines = audit_lines(mem)[lines_before:]
+    assert [(a["action"], a["outcome"]) for a in lines] == [("bench-compare", "failed")], lines
+    assert [(b["block"], b["outcome"]) for b in lines[0]["blocks"]] == [("B", "failed"), ("A", "not run")]
+    assert "B: failed: B (sim-tiny" in lines[0]["detail"] and lines[0]["release"] == before.release
+    assert [(p["action"], p["outcome"]) for p in lines[0]["parts"]] == [("up", "failed")]
+    assert not locked(mem)
