@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 from ..config.load import Deployment
@@ -18,13 +19,14 @@ from ..deploy import rollback as rollback_mod
 from ..deploy.up import DeployFailed, UpOptions
 from ..deploy.up import up as run_up
 from ..http_api.endpoint import Endpoint
-from ..transport.group import Connector
+from ..operation import AuditAction, Operation, Outcome, Reach
+from ..transport.group import Cluster, Connector
 from ..releases.lock import LockError
 from ..runner.events import Events
 from ..transport.cancel import signals_interrupt
 from .client import open_client
 from .runner import Group, Plan, run
-from .target import Target, TargetError, of_recipe, serving_now
+from .target import Target, TargetError, of_recipe
 
 
 class CompareError(Exception):
@@ -89,16 +91,21 @@ class CompareResult:
                 "ratios": self.rows()}
 
 
-def _make_room(inv, recipe: str, events: Events, seams: "Seams"):
+def _serving(op: Operation, what: str):
+    """The release serving now, read again on the operation's connections (the blocks change it)."""
+    state = op.reread()
+    if not state.serving_known:
+        raise CompareError(f"{what}: cannot tell what serves: " + "; ".join(state.problems()))
+    return state.serving
+
+
+def _make_room(op: Operation, recipe: str, events: Events, seams: "Seams"):
     """`up` replaces only its own recipe's containers: another recipe serving on the same ports is taken
     down first (its release is recorded as stopped; the restore at the end rolls back to it)."""
-    try:
-        now = serving_now(inv, seams.connector)
-    except TargetError as exc:
-        raise CompareError(str(exc)) from None
+    now = _serving(op, f"making room for {recipe}")
     if now is not None and now.recipe != recipe:
         try:
-            gone = down_mod.down(inv, now.recipe, events, connector=seams.connector)
+            gone = down_mod.down(op.inventory, now.recipe, events, connector=seams.connector)
         except LockError as exc:
             raise CompareError(f"down {now.recipe}: {exc}") from None
         if not gone.ok:
@@ -106,13 +113,13 @@ def _make_room(inv, recipe: str, events: Events, seams: "Seams"):
     return now
 
 
-def _deploy(label: str, dep: Deployment, events: Events, seams: "Seams") -> Target:
+def _deploy(op: Operation, label: str, dep: Deployment, events: Events, seams: "Seams") -> Target:
     """Deploy one side; a failure names the side (A or B) as well as its recipe: both may share a name."""
     side = f"{label} ({dep.recipe.name}, {dep.recipe_path})"
     try:
-        _make_room(dep.inventory, dep.recipe.name, events, seams)
+        _make_room(op, dep.recipe.name, events, seams)
         with signals_interrupt():
-            run_up(dep, events, seams.options, connector=seams.connector, endpoint_at=seams.endpoint_at)
+            run_up(dep, events, seams.options, endpoint_at=seams.endpoint_at, op=op)
     except (DeployFailed, CompareError) as exc:
         raise CompareError(f"{side}: up failed: {exc}") from None
     try:
@@ -121,22 +128,19 @@ def _deploy(label: str, dep: Deployment, events: Events, seams: "Seams") -> Targ
         raise CompareError(f"{side}: {exc}") from None
 
 
-def _restore(before, inventory_path: str, events: Events, inv, seams: "Seams") -> str:
+def _restore(op: Operation, before, inventory_path: str, events: Events, seams: "Seams") -> str:
     """Bring back the release that served before (`before`: a Release) by a rollback to it, unless its
     plan is the one serving now."""
     if before is None:
         return "nothing served before: the last block's release is left serving"
-    try:
-        now = serving_now(inv, seams.connector)
-    except TargetError as exc:
-        raise CompareError(f"restoring release {before.id}: {exc}") from None
+    now = _serving(op, f"restoring release {before.id}")
     if now is not None and now.plan_hash == before.plan_hash:
         return f"release {before.id}'s plan serves again (release {now.id})"
-    _make_room(inv, before.recipe, events, seams)
+    _make_room(op, before.recipe, events, seams)
     try:  # the one rollback path: an inventory changed since that release is refused here too, never deployed
         with signals_interrupt():
-            rollback_mod.roll_back(inventory_path, before.id, events, options=seams.options,
-                                   connector=seams.connector, endpoint_at=seams.endpoint_at)
+            rollback_mod.roll_back(op, before.id, events, inventory_path=inventory_path, options=seams.options,
+                                   endpoint_at=seams.endpoint_at)
     except (rollback_mod.RollbackRefused, DeployFailed) as exc:
         raise CompareError(f"restoring release {before.id}: {exc}") from None
     return f"release {before.id} serves again (rolled back to it)"
@@ -153,32 +157,67 @@ class Seams:
 
 
 def compare(deps: dict[str, Deployment], inventory_path: str, blocks: str, plan_of: Callable[[Target], Plan],
-            events: Events, before,
+            events: Events,
             on_shot: Callable[[Group, object], None] = lambda g, s: None,
             on_block: Callable[[Target, Plan, list[Group]], None] = lambda t, p, g: None,
             seams: Seams = Seams()) -> CompareResult:
-    """Run the blocks in order; restore `before` at the end whatever happened (errors after the restore)."""
-    result = CompareResult({k: d.recipe.name for k, d in deps.items()},
-                           before=None if before is None else before.id)
-    failure: Exception | None = None
-    try:
-        for label in blocks:
-            tgt = _deploy(label, deps[label], events, seams)
-            plan = plan_of(tgt)
-            with open_client(tgt.url) as http:
-                groups = run(http, tgt.model, plan, on_shot)
-            result.blocks.append(Block(label, tgt.release, groups))
-            on_block(tgt, plan, groups)  # e.g. record the block's figures with its release
-    except Exception as exc:  # noqa: BLE001 - restore first, then report this
-        failure = exc
-    try:
-        result.restored = _restore(before, inventory_path, events, deps["A"].inventory, seams)
-    except CompareError as exc:
-        result.restored = f"RESTORE FAILED: {exc}"
-        if failure is None:
+    """ONE operation: the cluster opened once, the lock taken once, the release that serves read under it;
+    the blocks run in order (each `up` a body of the operation); that release restored at the end whatever
+    happened (errors after the restore); one audit line `bench-compare` naming every block's release and
+    outcome."""
+    inventory = deps["A"].inventory
+    opts = seams.options
+    with Operation(inventory, events, AuditAction.BENCH_COMPARE, reach=Reach.ALL,
+                   ttl=max(opts.ready_timeout, opts.listen_timeout) + 600,
+                   cluster_factory=partial(Cluster, connector=seams.connector)) as op:
+        if not op.state.serving_known:
+            raise CompareError("cannot tell what serves: " + "; ".join(op.state.problems()))
+        before = op.state.serving
+        result = CompareResult({k: d.recipe.name for k, d in deps.items()},
+                               before=None if before is None else before.id)
+        said: list[str] = []  # per block, its release and outcome: the audit line's detail
+        failure: Exception | None = None
+        try:
+            for label in blocks:
+                tgt = _deploy(op, label, deps[label], events, seams)
+                plan = plan_of(tgt)
+                with open_client(tgt.url) as http:
+                    groups = run(http, tgt.model, plan, on_shot)
+                result.blocks.append(Block(label, tgt.release, groups))
+                said.append(f"{label} {deps[label].recipe.name} release {tgt.release}: measured")
+                on_block(tgt, plan, groups)  # e.g. record the block's figures with its release
+        except Exception as exc:  # noqa: BLE001 - restore first, then report this
             failure = exc
+            words = (str(exc) or repr(exc)).splitlines()[0]
+            said.append(f"{_next(blocks, result)}: failed: {words}"[:300])
+        except BaseException as exc:  # an interrupt: no restore, but the line names what was measured
+            said.append(f"{_next(blocks, result)}: {type(exc).__name__}")
+            op.done(Outcome.INTERRUPTED, "; ".join(said), blocks=_blocks(result, blocks, deps))
+            raise
+        try:
+            result.restored = _restore(op, before, inventory_path, events, seams)
+        except CompareError as exc:
+            result.restored = f"RESTORE FAILED: {exc}"
+            if failure is None:
+                failure = exc
+        op.done(Outcome.OK if failure is None else Outcome.FAILED, "; ".join([*said, result.restored]),
+                release=None if before is None else before.id, blocks=_blocks(result, blocks, deps))
     if failure is not None:
         if isinstance(failure, CompareError):
             raise CompareError(f"{failure}; {result.restored}") from None
         raise failure
     return result
+
+
+def _next(order: str, result: CompareResult) -> str:
+    """The block that was running when the comparison stopped (its figures were not all taken)."""
+    done = len(result.blocks)
+    return order[done] if done < len(order) else f"after block {order[-1]}"
+
+
+def _blocks(result: CompareResult, order: str, deps: dict[str, Deployment]) -> list[dict]:
+    """Every block in order: its recipe, the release it measured, and whether it was measured."""
+    done = [{"block": b.label, "recipe": deps[b.label].recipe.name, "release": b.release, "outcome": "measured"}
+            for b in result.blocks]
+    return done + [{"block": label, "recipe": deps[label].recipe.name, "outcome": "failed" if i == 0 else "not run"}
+                   for i, label in enumerate(order[len(result.blocks):])]

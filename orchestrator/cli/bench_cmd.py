@@ -201,8 +201,7 @@ def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, leve
     from ..bench import compare as compare_mod
     from ..bench import render, runner
     from ..bench.shot import ShotOptions
-    from ..bench.target import TargetError, serving_now
-    from ..config.load import load_deployment
+    from ..config.load import load_deployment, load_recipe_on
     from ..runner.events import Events
     from ..runner.sinks import TerminalSink
 
@@ -210,15 +209,11 @@ def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, leve
         order = compare_mod.parse_blocks(blocks_text)
     except ValueError as exc:
         raise BadInput(str(exc)) from exc
-    deps = {"A": load_deployment(paths[0], inventory), "B": load_deployment(paths[1], inventory)}
+    a = load_deployment(paths[0], inventory)
+    deps = {"A": a, "B": load_recipe_on(paths[1], a)}  # one inventory, parsed once
     if deps["A"].recipe.name == deps["B"].recipe.name:
         raise BadInput(f"--compare: {paths[0]} and {paths[1]} are both recipe {deps['A'].recipe.name!r}: "
                        "give the variants different names, so their releases can be told apart")
-    try:
-        before = serving_now(deps["A"].inventory)
-    except TargetError as exc:
-        raise Failed(str(exc)) from exc
-
     def plan_of(tgt):
         return runner.Plan(prompts=sets, shots=shots, warmup=warmup, concurrency=levels, until_stable=width,
                            max_shots=max_shots, draft_budget=tgt.draft_budget,
@@ -238,7 +233,7 @@ def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, leve
             err.print(f"[yellow]warning[/]: {escape(str(exc))}")
 
     try:
-        result = compare_mod.compare(deps, str(inventory), order, plan_of, Events(TerminalSink(err)), before,
+        result = compare_mod.compare(deps, str(inventory), order, plan_of, Events(TerminalSink(err)),
                                      on_block=record_block)
     except compare_mod.CompareError as exc:
         raise Failed(str(exc)) from exc

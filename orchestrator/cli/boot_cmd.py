@@ -131,7 +131,8 @@ def status(recipe: OptionalRecipe = None, inventory: InventoryOpt = None, cluste
         else:
             s = report.serving
             out.print(f"serving on {escape(report.cluster)}: " +
-                      (f"release {s.id} ({escape(s.recipe)}, plan {s.plan_hash})" if s else "nothing"))
+                      (f"release {s.id} ({escape(s.recipe)}, plan {s.plan_hash})" if s else
+                       f"unknown ({escape(report.serving_unknown)})" if report.serving_unknown else "nothing"))
             for n in report.nodes:
                 if not n.boot.systemd:
                     out.print(f"{escape(n.node)}: [bold red]cannot say[/] ({escape(n.systemd_why)})")

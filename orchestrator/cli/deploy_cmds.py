@@ -115,7 +115,7 @@ def _up_and_report(start: Callable[[], UpResult], events: Events, as_json: bool)
                       restored=exc.restored, restore_failed=exc.restore_failed)
         events.close()
         raise Failed(str(exc)) from exc
-    timings = {str(p.phase): round(p.seconds, 3) for p in events.phases}
+    timings = events.timings()
     events.result(True, endpoint=result.endpoint, model=result.model, plan_hash=result.plan_hash,
                   run=result.run_id, already_serving=result.already_serving, phases=timings,
                   release=result.release, replaced=result.replaced,
@@ -237,8 +237,9 @@ def status(
             for d in report.deployments:
                 verdict = "[green]every rank running one plan[/]" if d.ok else "[red]" + escape("; ".join(d.problems)) + "[/]"
                 if d.ok:
-                    verdict += f" (plan {d.plan_hashes[0]}, " + (f"release {d.release})" if d.release is not None
-                                                                  else "no release record)")
+                    verdict += f" (plan {d.plan_hashes[0]}, " + (
+                        f"release {d.release})" if d.release is not None else
+                        "release unknown: a node was not read)" if not d.release_known else "no release record)")
                 out.print(f"{escape(d.recipe)}: {verdict}")
                 if d.kv_cache:
                     out.print(f"  KV cache tokens: {escape(kv_report.text(d.kv_cache))}")

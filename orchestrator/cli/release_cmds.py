@@ -148,9 +148,12 @@ def rollback(
 
         opts = UpOptions(restore=not no_restore, ready_timeout=ready_timeout)
 
+        inv, idoc = load_inventory(inventory)  # parsed once: the recorded recipe is bound to it
+
         def start(confirmed: bool) -> None:
-            _up_and_report(lambda: rollback_mod.roll_back(str(inventory), release, events, yes=confirmed,
-                                                          options=opts, announce=announce), events, as_json)
+            _up_and_report(lambda: rollback_mod.rollback(inv, str(inventory), release, events, inventory_doc=idoc,
+                                                         yes=confirmed, options=opts, announce=announce),
+                           events, as_json)
 
         try:
             try:
@@ -283,7 +286,8 @@ def prune(
         events.close()
         if not as_json:
             out.print(f"kept releases {', '.join(map(str, result.kept)) or 'none'}"
-                      + (f" (release {result.serving} serves)" if result.serving else ""))
+                      + (f" (release {result.serving} serves)" if result.serving else
+                         " (which release serves is unknown: a node was not read)" if not result.serving_known else ""))
             for node, p in result.nodes.items():
                 out.print(f"{escape(node)}: removed {len(p.containers)} container(s), {len(p.images)} image(s), "
                           f"freed {_bytes(p.freed)}" + (f" — [red]{escape(p.error)}[/]" if p.error else ""))

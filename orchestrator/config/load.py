@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from .hints import closest, example_of, fixed, keys_at, pattern_message, type_hint, yaml_line
 from .inventory import Inventory, inventory_problems
 from .recipe import Recipe, recipe_problems
-from .source import ConfigError, ConfigIssue, Document, read_document
+from .source import ConfigError, ConfigIssue, Document, parse_document, read_document
 
 _MESSAGES = {
     "extra_forbidden": "unknown key",
@@ -128,6 +128,11 @@ class Deployment:
     # The parsed files, so checks made later (config/local_checks.py) still name file:line.
     recipe_doc: Document | None = field(default=None, compare=False, repr=False)
     inventory_doc: Document | None = field(default=None, compare=False, repr=False)
+    recipe_text: str | None = field(default=None, compare=False, repr=False)  # a recorded recipe: no file
+
+    def text(self) -> str:
+        """The recipe's text as deployed: the recorded text, or the file's."""
+        return self.recipe_text if self.recipe_text is not None else Path(self.recipe_path).read_text()
 
 
 def pair_problems(recipe: Recipe, rdoc: Document, inventory: Inventory, idoc: Document) -> list[ConfigIssue]:
@@ -195,6 +200,32 @@ def load_deployment(recipe_path: str | Path, inventory_path: str | Path) -> Depl
     if issues:
         raise ConfigError(issues)
     return Deployment(recipe, inventory, str(recipe_path), str(inventory_path), rdoc, idoc)
+
+
+def load_recipe_on(recipe_path: str | Path, bound: Deployment) -> Deployment:
+    """A second recipe on the inventory `bound` was loaded with (`bench --compare A B`): parsed once."""
+    recipe, rdoc = load_recipe(recipe_path)
+    issues = pair_problems(recipe, rdoc, bound.inventory, bound.inventory_doc or Document(bound.inventory_path, None))
+    if issues:
+        raise ConfigError(issues)
+    return Deployment(recipe, bound.inventory, str(recipe_path), bound.inventory_path, rdoc, bound.inventory_doc)
+
+
+def bind_recipe_text(text: str, name: str, inventory: Inventory, inventory_path: str | Path,
+                     inventory_doc: Document | None = None) -> Deployment:
+    """A recipe kept as text (a release record), bound to an inventory already parsed: no file written, the
+    inventory not read again. Errors cite `name` and the line."""
+    rdoc = parse_document(text, name)
+    try:
+        recipe = Recipe.model_validate(rdoc.data())
+    except ValidationError as exc:
+        raise ConfigError(_issues_from(exc, rdoc, Recipe)) from None
+    issues = [rdoc.issue(loc, msg) for loc, msg in recipe_problems(recipe)]
+    if not issues:
+        issues = pair_problems(recipe, rdoc, inventory, inventory_doc or Document(str(inventory_path), None))
+    if issues:
+        raise ConfigError(issues)
+    return Deployment(recipe, inventory, name, str(inventory_path), rdoc, inventory_doc, recipe_text=text)
 
 
 def load_kept_recipe(text: str, folder: str, filename: str, inventory_path: str | Path) -> Deployment:

@@ -153,6 +153,13 @@ def read_document(path: str | Path) -> Document:
         raise _refuse(name, line, fixed(f"file is not UTF-8 text (byte 0x{raw[exc.start]:02x})",
                                         "save it as UTF-8 (your editor's encoding setting, or "
                                         f"`iconv -f latin1 -t utf-8 {shlex.quote(name)}` for a Latin-1 file)")) from None
+    return parse_document(text, name)
+
+
+def parse_document(text: str, name: str) -> Document:
+    """Parse YAML text held in memory (a recipe recorded with a release); `name` is what its errors cite."""
+    if len(text.encode()) > MAX_FILE_BYTES:
+        raise _refuse(name, None, _TOO_LARGE)
     lines = text.splitlines()
     try:
         with warnings.catch_warnings():

@@ -55,6 +55,7 @@ class Looked:
     containers: dict[str, list[Container]]
     facts: dict[str, dict[str, Observed]]
     unreachable: dict[str, str] = field(default_factory=dict)
+    serving_unknown: str = ""  # why which release serves cannot be said (a node not read); "" when it can
 
     def boot(self, node: str, plans: set[str]) -> NodeBoot:
         return node_boot(self.facts.get(node, {}), plans)
@@ -90,7 +91,8 @@ def look(op: Operation) -> Looked:
     except GroupError as exc:
         failures.update({n: str(e) for n, e in exc.failures.items()})
         facts = dict(exc.results)
-    return Looked(state.serving if state.serving_known else None, dict(state.containers), facts, failures)
+    return Looked(state.serving if state.serving_known else None, dict(state.containers), facts, failures,
+                  "" if state.serving_known else "; ".join(state.problems()) or "a node's containers were not read")
 
 
 def _no_systemd(looked: Looked) -> None:
@@ -188,6 +190,8 @@ def _serving_matches(looked: Looked, plan: Plan) -> tuple[Release, dict[str, str
     """The serving release, and per node the name of the container that serves its rank (found by its
     labels: the unit starts it by that name, which never changes)."""
     serving = looked.serving
+    if looked.serving_unknown:
+        raise BootRefused(f"cannot tell what serves on {plan.cluster}: {looked.serving_unknown}")
     if serving is None:
         raise BootRefused(f"nothing serves on {plan.cluster}: `boot enable` makes the serving release come back "
                           "on boot; deploy it first (`spark-deploy up`)")
@@ -357,6 +361,7 @@ class StatusReport:
     serving: Release | None
     nodes: list[NodeStatus]
     unreachable: dict[str, str]
+    serving_unknown: str = ""  # why which release serves cannot be said; "" when it can
 
     @property
     def ok(self) -> bool:
@@ -366,6 +371,7 @@ class StatusReport:
         s = self.serving
         return {"cluster": self.cluster, "ok": self.ok,
                 "serving": {"release": s.id, "recipe": s.recipe, "plan_hash": s.plan_hash} if s else None,
+                "serving_known": not self.serving_unknown,
                 "nodes": [n.as_dict() for n in self.nodes], "unreachable": self.unreachable}
 
 
@@ -388,4 +394,4 @@ def status(inventory: Inventory, recipe: str | None) -> StatusReport:
                                                     if info else ())))
         nodes.append(NodeStatus(n.name, looked.boot(n.name, plans), files,
                                 looked.without_systemd().get(n.name, "")))
-    return StatusReport(inventory.cluster, looked.serving, nodes, dict(looked.unreachable))
+    return StatusReport(inventory.cluster, looked.serving, nodes, dict(looked.unreachable), looked.serving_unknown)

@@ -16,6 +16,7 @@ from .current import Decision
 from .watch import Monitor
 
 if TYPE_CHECKING:  # the steps import this module: their types are named here, not imported at run time
+    from ..operation import Operation
     from ..releases.lock import DeployLock
     from ..releases.record import Release
     from ..releases.store import History
@@ -81,6 +82,7 @@ class UpContext:
     stop_step: StopPrevious | None = None  # once planned: what it stopped is what a restore starts
     failure: StepFailed | None = None  # once the run failed: its nodes and causes go into the audit line
     endpoint_at: Callable[[str, int], Endpoint] = Endpoint  # (host, port) -> an API; the restore's too (tests: in memory)
+    op: Operation | None = None  # the operation this `up` is a body of: its connections, lock and audit line
 
     def conn(self, node: str):
         return self.cluster[node]

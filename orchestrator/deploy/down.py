@@ -130,16 +130,18 @@ def _down_locked(op: Operation, recipe: str | None, events: Events, result: Down
 
 def _record_stopped(op: Operation, recipe: str | None, found: dict, result: DownResult) -> None:
     """The release that served is now "stopped" in the history; the operation's audit line either way."""
-    stopped = op.state.serving
+    stopped = op.state.serving if op.state.serving_known else None
     if stopped is not None and recipe is not None and stopped.recipe != recipe:
         stopped = None  # another recipe serves: this `down` did not touch it
+    unknown = "" if op.state.serving_known else "; which release served is unknown (a node was not read): none is " \
+                                                "recorded as stopped"
     if stopped is not None and result.ok:
         try:
             store.write_release(op.cluster, op.inventory, stopped.touch(outcome=ReleaseOutcome.STOPPED),
                                 [c for c in op.alive if c.name in found])
         except Exception as exc:  # noqa: BLE001 - the containers are gone either way; the record is named
             op.events.warn(f"could not record the stopped release: {exc}")
-    op.done(Outcome.OK if result.ok else Outcome.INCOMPLETE, f"removed {len(result.removed)} container(s)",
+    op.done(Outcome.OK if result.ok else Outcome.INCOMPLETE, f"removed {len(result.removed)} container(s){unknown}",
             release=stopped.id if stopped else None, nodes=dict(result.failed))
 
 

@@ -17,7 +17,7 @@ from ..docker_cli.disk import disk_usage
 from ..docker_cli.images import inspect_image
 from ..operation import AuditAction, Operation, Outcome, Reach
 from ..releases.keys import cluster_key
-from ..releases.record import Release
+from ..releases.record import Release, ReleaseOutcome
 from ..runner.events import Events, Kind
 from ..transport.group import Cluster, Connector, GroupError
 from ..transport.node import NodeConnection
@@ -35,6 +35,7 @@ class NodePruned:
 class PruneResult:
     kept: list[int]
     serving: int | None
+    serving_known: bool = True  # False: a node was not read, so which release serves is unknown (not "none")
     nodes: dict[str, NodePruned] = field(default_factory=dict)
     unreachable: dict[str, str] = field(default_factory=dict)
 
@@ -61,9 +62,13 @@ def prune(inventory: Inventory, keep: int, events: Events, *, connector: Connect
     with Operation(inventory, events, AuditAction.PRUNE, reach=Reach.HEAD,
                    cluster_factory=partial(Cluster, connector=connector)) as op:
         state = op.state
-        serving = state.serving
+        serving = state.serving if state.serving_known else None
         kept = state.kept(keep)
-        result = PruneResult([r.id for r in kept], serving.id if serving else None, unreachable=dict(op.unreachable))
+        if not state.serving_known:  # whichever serves is kept: every release whose record says it may serve
+            kept += [r for r in state.releases if r.outcome in (ReleaseOutcome.SERVING, ReleaseOutcome.DEPLOYING)
+                     and r not in kept]
+        result = PruneResult([r.id for r in kept], serving.id if serving else None, state.serving_known,
+                             unreachable=dict(op.unreachable))
         kept_images = {r.image_id for r in kept}
         old_images = {r.image_id for r in state.releases} - kept_images
         readable = [c for c in op.alive if c.name in state.containers]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config.load import Deployment, load_kept_recipe
+from ..config.inventory import Inventory
+from ..config.load import Deployment, bind_recipe_text
+from ..config.source import Document
 from ..docker_cli.containers import Container, inspect_container, start_container, stop_container
 from ..releases.record import Release
 from ..render.plan import build_plan
@@ -82,11 +84,12 @@ def kept_steps(ctx: UpContext, kept: dict[str, Kept], undo_stops: bool) -> list:
     return steps + [Ready(ctx.endpoint.url), LogChecks()]
 
 
-def recorded_deployment(record: Release, inventory_path: str) -> Deployment:
-    """The recipe exactly as the release deployed it, bound to today's inventory (file:line errors name
-    the copy, which is kept in this machine's cache for reading)."""
-    return load_kept_recipe(record.recipe_text, f"spark-deploy-releases/{record.cluster}",
-                            f"release-{record.id:06d}-{record.recipe}.yaml", inventory_path)
+def recorded_deployment(record: Release, inventory: Inventory, inventory_path: str,
+                        inventory_doc: Document | None = None) -> Deployment:
+    """The recipe exactly as the release deployed it, bound to an inventory already parsed (no file
+    written, the inventory not read again); errors name the release and the line."""
+    return bind_recipe_text(record.recipe_text, f"release {record.id} ({record.recipe}, as recorded)",
+                            inventory, inventory_path, inventory_doc)
 
 
 @dataclass
@@ -104,7 +107,8 @@ def restore_previous(ctx: UpContext, ran: list[tuple[str, Container]]) -> Restor
         return RestoreResult(True, record, "nothing was serving before")
     ctx.cluster.renew_cancel()
     try:
-        prev_dep = recorded_deployment(record, ctx.dep.inventory_path) if record else None
+        prev_dep = recorded_deployment(record, ctx.dep.inventory, ctx.dep.inventory_path,
+                                       ctx.dep.inventory_doc) if record else None
     except Exception as exc:  # noqa: BLE001 - the record's recipe no longer loads: restart without its checks
         ctx.events.warn(f"release {record.id}'s recipe does not load with today's inventory ({exc}): restarting its "
                         "containers without its log checks")

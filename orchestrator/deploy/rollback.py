@@ -14,13 +14,17 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable
 
-from ..config.load import Deployment, load_inventory
+from ..config.inventory import Inventory
+from ..config.load import Deployment
+from ..config.source import Document
 from ..http_api.endpoint import Endpoint
-from ..operation import ClusterState, Observation, Reach
+from ..operation import AuditAction, ClusterState, Operation, OperationRefused, Outcome, Reach
+from ..releases.lock import LockError
 from ..releases.record import Release
 from ..releases.serving import rollback_target
-from ..render.plan import Plan, build_plan
-from ..runner.events import Events
+from ..render.plan import Plan, build_plan, new_run_id
+from ..runner.events import Events, Phase
+from ..runner.runner import StepFailed
 from ..transport.group import Cluster, Connector
 from .context import UpOptions
 from .up import UpResult
@@ -51,15 +55,10 @@ class RollbackPlan:
     changes: list[str]  # side-by-side differences when today's inventory changes the plan; [] = identical
 
 
-def prepare(inventory_path: str, wanted: int | None, state: ClusterState | None = None, *,
-            connector: Connector | None = None) -> RollbackPlan:
-    """Choose the target from the cluster's state (read now, every node, unless an enclosing operation
-    passes the one it read) and rebuild its plan. Read only."""
-    if state is None:
-        inventory, _ = load_inventory(inventory_path)
-        with Observation(inventory, reach=Reach.ALL, what="rollback (choosing the release)",
-                         cluster_factory=partial(Cluster, connector=connector)) as seen:
-            state = seen.state
+def prepare(state: ClusterState, wanted: int | None, inventory_path: str, inventory_doc: Document | None = None,
+            run_id: str | None = None) -> RollbackPlan:
+    """Choose the target from the cluster's state (read under the lock by the operation this runs in) and
+    rebuild its plan on the inventory that state was read with. Read only."""
     if not state.serving_known:
         raise RollbackRefused("cannot tell what serves: " + "; ".join(state.problems()))
     current = state.serving
@@ -67,30 +66,54 @@ def prepare(inventory_path: str, wanted: int | None, state: ClusterState | None 
         target = rollback_target(state.releases, current, wanted)
     except ValueError as exc:
         raise RollbackRefused(str(exc)) from None
-    dep = recorded_deployment(target, inventory_path)
-    plan = build_plan(dep)
+    dep = recorded_deployment(target, state.inventory, inventory_path, inventory_doc)
+    plan = build_plan(dep, run_id)
     changes = [] if plan.plan_hash == target.plan_hash else compare(target, plan)
     return RollbackPlan(target, current, dep, plan, changes)
 
 
-def roll_back(inventory_path: str, wanted: int | None, events: Events, *, yes: bool = False,
-              options: UpOptions | None = None, state: ClusterState | None = None,
-              announce: Callable[[RollbackPlan], None] | None = None, connector: Connector | None = None,
+def rollback(inventory: Inventory, inventory_path: str, wanted: int | None, events: Events, *,
+             inventory_doc: Document | None = None, connector: Connector | None = None, **how) -> UpResult:
+    """`rollback` as one operation: the cluster opened once, the lock taken, the state read under it, the
+    target chosen from that state, the release started (roll_back), one audit line. Inside another
+    operation on this cluster (`bench --compare`'s restore) it is a part of that one. `how`: roll_back's."""
+    options = how.get("options") or UpOptions()
+    run_id = new_run_id()
+    try:
+        with Operation(inventory, events, AuditAction.ROLLBACK, reach=Reach.ALL, run_id=run_id,
+                       ttl=max(options.ready_timeout, options.listen_timeout) + 600,
+                       cluster_factory=partial(Cluster, connector=connector)) as op:
+            try:
+                return roll_back(op, wanted, events, inventory_path=inventory_path, inventory_doc=inventory_doc,
+                                 run_id=run_id, **how)
+            except RollbackRefused as exc:
+                op.done(Outcome.REFUSED, str(exc).splitlines()[-1])
+                raise
+    except OperationRefused as exc:  # said as `up` says it: the phase, the nodes
+        raise StepFailed(Phase.CONNECT, str(exc), exc.nodes) from None
+    except LockError as exc:
+        raise StepFailed(Phase.LOCK, str(exc), [inventory.head]) from None
+
+
+def roll_back(op: Operation, wanted: int | None, events: Events, *, inventory_path: str,
+              inventory_doc: Document | None = None, run_id: str | None = None, yes: bool = False,
+              options: UpOptions | None = None, announce: Callable[[RollbackPlan], None] | None = None,
               endpoint_at: Callable[[str, int], Endpoint] = Endpoint) -> UpResult:
     """THE way a recorded release is started again (`rollback`, `maintenance end`, `bench --compare`'s
-    restore): the target chosen from the state, the same refusals before anything is touched (an inventory
-    that changes the plan needs `yes`; `up` itself checks this machine's SSH files and secrets, the image ID
-    and the model revision on every node), then `up` with `rollback_of`: kept containers started again,
-    every wait and check, a release of its own, the automatic restore if it fails (`options.restore`).
-    `announce` sees the prepared rollback before anything is started (the CLI prints it); `connector` and
-    `endpoint_at` as in `up`; `options`: the up's other options (bounds, restore, skipped checks)."""
-    prepared = prepare(inventory_path, wanted, state, connector=connector)
+    restore), as a body of the open operation `op` (the lock held, its state read): the target chosen
+    from that state, the same refusals before anything is touched (an inventory that changes the plan
+    needs `yes`; `up` itself checks this machine's SSH files and secrets, the image ID and the model
+    revision on every node), then `up` with `rollback_of` on the operation's connections: kept containers
+    started again, every wait and check, a release of its own, the automatic restore if it fails
+    (`options.restore`). `announce` sees the prepared rollback before anything is started (the CLI prints
+    it); `endpoint_at` as in `up`; `options`: the up's other options (bounds, restore, skipped checks)."""
+    prepared = prepare(op.state, wanted, inventory_path, inventory_doc, run_id)
     if prepared.changes and not yes:
         raise InventoryChanged(prepared)
     if announce is not None:
         announce(prepared)
     opts = replace(options or UpOptions(), rollback_of=prepared.target)
-    return run_up(prepared.dep, events, opts, prepared.plan, connector=connector, endpoint_at=endpoint_at)
+    return run_up(prepared.dep, events, opts, prepared.plan, endpoint_at=endpoint_at, op=op)
 
 
 def compare(record: Release, plan: Plan) -> list[str]:

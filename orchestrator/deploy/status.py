@@ -50,6 +50,7 @@ class DeploymentState:
     plan_hashes: list[str] = field(default_factory=list)
     release: int | None = None  # the serving release, from the records on the nodes (None: no record)
     release_outcome: str = ""
+    release_known: bool = True  # False: a node was not read, so which release serves is unknown
     kv_cache: dict | None = None  # the serving release's predicted vs logged KV tokens (deploy/kv_report)
 
 
@@ -123,8 +124,9 @@ def collect(inventory: Inventory, recipe: str | None = None, probe: bool = True,
     endpoints = [_endpoint(inventory, row, probe, probe_timeout) for row in rows
                  if row.rank == "0" and row.state == "running"]
     deployments = judge(rows, unreachable)
-    serving = state.serving
+    serving = state.serving if state.serving_known else None
     for d in deployments:
+        d.release_known = state.serving_known
         if d.ok and serving is not None and d.plan_hashes == [serving.plan_hash]:
             d.release, d.release_outcome = serving.id, serving.outcome_text()
             d.kv_cache = serving.kv_cache

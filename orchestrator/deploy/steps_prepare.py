@@ -18,6 +18,7 @@ from ..checks.verdict import Verdict
 from ..docker_cli import image_sync
 from ..docker_cli.containers import Container, stop_container
 from ..releases import identity
+from ..releases.keys import cluster_key
 from ..runner.events import Kind, Phase
 from ..runner.runner import StepFailed
 from ..transport.group import GroupError
@@ -59,10 +60,16 @@ class Connect(NoUndo):
     phase, detail = Phase.CONNECT, "host keys verified"
 
     def run(self, ctx: UpContext) -> None:
-        ctx.cluster.open()
-        # the identity the head holds keys the lock, the records and the labels (refused when the nodes hold two)
-        ctx.plan = ctx.plan.for_cluster(identity.resolve(ctx.cluster, ctx.dep.inventory, ctx.cluster.nodes,
-                                                         write=True))
+        if ctx.op is None:
+            ctx.cluster.open()
+            # the identity the head holds keys the lock, the records and the labels (refused when the nodes hold two)
+            key = identity.resolve(ctx.cluster, ctx.dep.inventory, ctx.cluster.nodes, write=True)
+        elif ctx.op.unreachable:  # the enclosing operation's connections: every rank must have answered
+            raise StepFailed(self.phase, "; ".join(f"{n} is unreachable ({why})" for n, why in ctx.op.unreachable.items()),
+                             sorted(ctx.op.unreachable))
+        else:
+            key = cluster_key(ctx.dep.inventory)  # the enclosing operation resolved it as it opened
+        ctx.plan = ctx.plan.for_cluster(key)
         ctx.events.note(f"{len(ctx.plan.ranks)} node(s): " + ", ".join(c.name for c in ctx.cluster.nodes))
 
 

@@ -11,8 +11,8 @@ import hashlib
 import json
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from ..checks.model_cache import revision_on
 from ..docker_cli.containers import list_containers, remove_container
@@ -29,13 +29,20 @@ from .context import UpContext
 from .steps_prepare import NoUndo
 
 
+_SWEPT: "weakref.WeakSet[DeployLock]" = weakref.WeakSet()  # stale locks taken over whose dead run was swept
+
+
 class TakeLock(NoUndo):
     phase, detail = Phase.LOCK, "the deploy lock on the head node"
 
     def run(self, ctx: UpContext) -> None:
         held = held_lock(ctx.dep.inventory)
-        if held is not None:  # an enclosing operation holds it (`maintenance end` bringing a release back)
+        if held is not None:  # an enclosing operation holds it (`rollback`, `maintenance end`, `bench --compare`)
             ctx.lock, ctx.lock_owned = held, False
+            stale = held.taken_over[0] if held.taken_over else None
+            if stale is not None and stale.run_id and held not in _SWEPT:  # once per lock taken over
+                _SWEPT.add(held)
+                clean_orphans(ctx, stale.run_id, stale.release)
             ctx.history = read_and_repair(ctx)
             return
         ttl = max(ctx.opts.ready_timeout, ctx.opts.listen_timeout) + 600
@@ -119,7 +126,7 @@ class OpenRelease(NoUndo):
         now = time.time()
         record = Release(
             id=history.next_id, cluster=ctx.plan.cluster, recipe=dep.recipe.name,
-            recipe_text=Path(dep.recipe_path).read_text(), recipe_digest=plan.recipe_digest,
+            recipe_text=dep.text(), recipe_digest=plan.recipe_digest,
             inventory_digest=inventory_digest(dep), plan_hash=plan.plan_hash, run_id=plan.run_id,
             container_run=_container_run(ctx), image_id=plan.image_id, image_ref=plan.image_ref,
             diff_ids=list(source.pinned.diff_ids) if source and source.pinned else [],
@@ -232,8 +239,18 @@ def _finish(ctx: UpContext, outcome: ReleaseOutcome | str, **fields) -> None:
     said = {}
     if ctx.failure is not None:  # per node why, and the causes behind it (as an Operation's line carries them)
         said = {"nodes": node_reasons(ctx.failure), "causes": cause_chain(ctx.failure)}
-    line = audit.entry("rollback" if ctx.opts.rollback_of else "up", str(outcome),
-                       release=ctx.release.id if ctx.release else None, detail=detail,
+    action = "rollback" if ctx.opts.rollback_of else "up"
+    release = ctx.release.id if ctx.release else None
+    if ctx.op is not None:  # a body of an operation: its one audit line says it (as itself, or as a part)
+        for record in records:
+            _write(ctx, record, targets)
+        if ctx.op.action == action:
+            ctx.op.done(str(outcome), detail, release=release, plan_hash=ctx.plan.plan_hash,
+                        recipe=ctx.dep.recipe.name, **said)
+        else:
+            ctx.op.part(action, str(outcome), detail, release=release, recipe=ctx.dep.recipe.name)
+        return
+    line = audit.entry(action, str(outcome), release=release, detail=detail,
                        plan_hash=ctx.plan.plan_hash, recipe=ctx.dep.recipe.name, **said)
     # the records and the audit line are separate files: written at once, each to every answering node
     with ThreadPoolExecutor(len(records) + 1, thread_name_prefix="finish") as pool:

@@ -25,6 +25,7 @@ from ..config.local_checks import local_problems
 from ..config.source import ConfigError, Document
 from ..config.vllm_flags import flag_issues
 from ..http_api.endpoint import Endpoint
+from ..operation.operation import Operation, enclosing
 from ..render.plan import Plan, build_plan
 from ..runner.events import Events, Phase
 from ..runner.runner import Runner, StepFailed
@@ -109,12 +110,15 @@ def plan_steps(ctx: UpContext) -> list:
 
 
 def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Plan | None = None, *,
-       connector: Connector | None = None, endpoint_at: Callable[[str, int], Endpoint] = Endpoint) -> UpResult:
+       connector: Connector | None = None, endpoint_at: Callable[[str, int], Endpoint] = Endpoint,
+       op: Operation | None = None) -> UpResult:
     """Every release starts here — `up`, `rollback`, `maintenance end`, `bench --compare`, `demo` — so its
     preconditions hold wherever a release is started: this machine's SSH files and the recipe's secrets
     (ConfigError, exit 2, before any connection), `vllm.extra` against vLLM's table (the verdict
-    `validate` and `render` give; `--skip-check vllm-flags` leaves it out), a pinned image (UnpinnedImage). `connector` and `endpoint_at` make the
-    nodes' connections and the head's API (default: SSH and HTTP)."""
+    `validate` and `render` give; `--skip-check vllm-flags` leaves it out), a pinned image (UnpinnedImage).
+    `connector` and `endpoint_at` make the nodes' connections and the head's API (default: SSH and HTTP). Run
+    as the body of an operation (`op`, or the one open on this cluster), it uses that operation's open
+    connections and held lock, and its outcome goes into that operation's one audit line."""
     recipe = dep.recipe
     problems = local_problems(dep, os.environ) + acceptance_problems(dep)
     if "vllm-flags" not in opts.skip_checks:  # the one override: the node's own parser is then the judge
@@ -125,8 +129,10 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
         raise UnpinnedImage(f"{dep.recipe_path}: image.id is not set: pin the verified image ID "
                             "(`spark-deploy pin RECIPE --node NODE`)")
     plan = plan or build_plan(dep)
-    ctx = UpContext(dep, plan, Cluster(dep.inventory, connector=connector), events, opts,
-                    endpoint_at(dep.inventory.ranked[0].address, recipe.serve.port), endpoint_at=endpoint_at)
+    op = op or enclosing(dep.inventory)
+    cluster = op.cluster if op is not None else Cluster(dep.inventory, connector=connector)
+    ctx = UpContext(dep, plan, cluster, events, opts, endpoint_at(dep.inventory.ranked[0].address, recipe.serve.port),
+                    endpoint_at=endpoint_at, op=op)
     runner: Runner[UpContext] = Runner(events, before_undo=ctx.cluster.renew_cancel)
     behind: dict[str, str] = {}
     try:
@@ -250,7 +256,8 @@ def _close(ctx: UpContext) -> None:
     run's outcome: each part is retried once past it."""
     unlock = threading.Thread(target=_release_lock, args=(ctx,), name="unlock", daemon=True)
     unlock.start()
-    for part in (ctx.monitor.stop, lambda: unlock.join(UNLOCK_BOUND), ctx.cluster.close):
+    close = ctx.cluster.close if ctx.op is None else (lambda: None)  # an operation's connections are its own
+    for part in (ctx.monitor.stop, lambda: unlock.join(UNLOCK_BOUND), close):
         for _attempt in range(2):
             try:
                 part()

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from enum import StrEnum
 
 from ..config.load import load_inventory
 from ..deploy import rollback as rollback_mod
 from ..deploy.up import DeployFailed, UpOptions, UpResult
+from ..http_api.endpoint import Endpoint
+from ..transport.group import Cluster, Connector
 from ..operation import AuditAction, Operation, Outcome, Reach
 from ..runner.events import Events
 from ..transport.cancel import signals_interrupt
@@ -67,14 +70,18 @@ def refusal(v: VerifyResult) -> str | None:
 
 def end(inventory_path: str, recipe: str | None, events: Events, yes: bool = False,
         ready_timeout: float = 5400.0, on_verified: Callable[[VerifyResult], None] | None = None, *,
-        force: bool = False) -> EndResult:
+        force: bool = False, connector: Connector | None = None,
+        endpoint_at: Callable[[str, int], Endpoint] = Endpoint, options: UpOptions | None = None) -> EndResult:
     """One operation from the verify to the window closed: the lock is held throughout (the rollback inside
     reuses it), so nothing can replace the window or the release between the look and the close.
     `on_verified` sees the drift before anything is started (the CLI prints it there). `force` overrides
-    the 'blocking-changes' refusal; `yes` confirms a rollback whose plan today's inventory changes."""
-    inventory, _ = load_inventory(inventory_path)
-    with Operation(inventory, events, AuditAction.MAINTENANCE_END, reach=Reach.HEAD) as op:
-        v = verify_open(op, inventory_path, recipe)
+    the 'blocking-changes' refusal; `yes` confirms a rollback whose plan today's inventory changes.
+    `connector`, `endpoint_at` and `options` (the rollback's up's) are the seams the in-memory tests use."""
+    inventory, idoc = load_inventory(inventory_path)
+    opts = replace(options or UpOptions(), ready_timeout=ready_timeout)
+    with Operation(inventory, events, AuditAction.MAINTENANCE_END, reach=Reach.HEAD,
+                   cluster_factory=partial(Cluster, connector=connector)) as op:
+        v = verify_open(op, inventory_path, recipe, idoc)
         if on_verified is not None:
             on_verified(v)
         why = refusal(v)
@@ -89,7 +96,7 @@ def end(inventory_path: str, recipe: str | None, events: Events, yes: bool = Fal
             result = EndResult(v, EndOutcome.STILL_SERVING, f"release {v.serving_now.id} serves the baseline's plan "
                                                             f"{base.plan_hash}: nothing to bring back")
         else:
-            result = _bring_back(v, op, inventory_path, events, yes, ready_timeout)
+            result = _bring_back(v, op, inventory_path, idoc, events, yes, opts, endpoint_at)
         if result.ok:
             result.closed = _close(op, base, result)
         else:
@@ -98,14 +105,14 @@ def end(inventory_path: str, recipe: str | None, events: Events, yes: bool = Fal
         return result
 
 
-def _bring_back(v: VerifyResult, op: Operation, inventory_path: str, events: Events, yes: bool,
-                ready_timeout: float) -> EndResult:
+def _bring_back(v: VerifyResult, op: Operation, inventory_path: str, idoc, events: Events, yes: bool,
+                options: UpOptions, endpoint_at: Callable[[str, int], Endpoint]) -> EndResult:
     base = v.baseline
     try:
         with signals_interrupt():
             done = rollback_mod.roll_back(
-                inventory_path, base.release, events, yes=yes, options=UpOptions(ready_timeout=ready_timeout),
-                state=op.state,
+                op, base.release, events, inventory_path=inventory_path, inventory_doc=idoc, yes=yes,
+                options=options, endpoint_at=endpoint_at,
                 announce=lambda _: events.note(f"bringing back release {base.release} (plan {base.plan_hash}) by a "
                                                "rollback, every wait and check"))
     except rollback_mod.InventoryChanged as exc:

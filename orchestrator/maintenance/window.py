@@ -11,10 +11,11 @@ from __future__ import annotations
 import time
 from functools import partial
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .. import preflight
-from ..config.load import Deployment, load_inventory, load_kept_recipe
+from ..config.inventory import Inventory
+from ..config.load import Deployment, bind_recipe_text, load_inventory
+from ..config.source import Document
 from ..deploy.restore import recorded_deployment
 from ..preflight.registry import CheckSpec
 from ..preflight.run import Report
@@ -95,11 +96,15 @@ def _begin_locked(dep: Deployment, op: Operation, reason: str, stop: bool, force
         raise MaintenanceError("--stop stops every rank, so it needs every node's containers read: "
                                + "; ".join(f"{n}: {why.get(n, 'not read')}" for n in missing)
                                + "; nothing was stopped and no window was opened: whatever served still serves")
-    serving = state.serving
+    serving = state.serving if state.serving_known else None
+    if not state.serving_known:  # never recorded as "nothing served": `end` would then bring nothing back
+        events.warn("which release serves is unknown (" + "; ".join(state.problems()) + "): the baseline records "
+                    "none, so `maintenance end` will not bring one back; `maintenance begin --force` once every "
+                    "node answers records it")
     if serving is not None and serving.recipe != dep.recipe.name:
         raise MaintenanceInput(f"release {serving.id} of recipe {serving.recipe!r} serves on {inventory.cluster}, not "
                                f"{dep.recipe.name!r}: name that recipe")
-    fact_dep = recorded_deployment(serving, dep.inventory_path) if serving else dep
+    fact_dep = recorded_deployment(serving, dep.inventory, dep.inventory_path, dep.inventory_doc) if serving else dep
     plan = build_plan(fact_dep)
     # every check runs: the serving release's own ports and memory count as what `up` would free first
     # (facts/replaced.py), so nothing is skipped while it serves
@@ -122,7 +127,7 @@ def _begin_locked(dep: Deployment, op: Operation, reason: str, stop: bool, force
             _take_boot(facts[node], f)
     now = time.time()
     baseline = Baseline(
-        cluster=inventory.cluster, recipe=fact_dep.recipe.name, recipe_text=Path(fact_dep.recipe_path).read_text(),
+        cluster=inventory.cluster, recipe=fact_dep.recipe.name, recipe_text=fact_dep.text(),
         reason=reason, by=who(), command=audit.command_line(), opened_at=now, updated_at=now,
         release=serving.id if serving else None, plan_hash=serving_plan, image_id=plan.image_id,
         preflight_ok=report.ok(), preflight_failed=_summary(report),
@@ -158,11 +163,13 @@ def _mark_stopped(cluster: Cluster, inventory, release: Release, conns, events: 
         events.warn(f"could not record release {release.id} as stopped: {exc}")
 
 
-def baseline_deployment(baseline: Baseline, inventory_path: str) -> Deployment:
-    """The recipe the baseline judged, bound to today's inventory (a copy kept in this machine's temp dir
-    so that file:line errors can name it)."""
-    return load_kept_recipe(baseline.recipe_text, f"spark-deploy-maintenance/{baseline.cluster}",
-                            f"baseline-{int(baseline.opened_at)}-{baseline.recipe}.yaml", inventory_path)
+def baseline_deployment(baseline: Baseline, inventory: Inventory, inventory_path: str,
+                        inventory_doc: Document | None = None) -> Deployment:
+    """The recipe the baseline judged, bound to an inventory already parsed (from its text: no file
+    written, the inventory not read again)."""
+    return bind_recipe_text(baseline.recipe_text, f"the baseline's recipe {baseline.recipe} (window opened "
+                            f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(baseline.opened_at))})",
+                            inventory, inventory_path, inventory_doc)
 
 
 def open_window(state: ClusterState, recipe: str | None) -> tuple[Baseline, dict[str, str]]:
@@ -179,18 +186,19 @@ def open_window(state: ClusterState, recipe: str | None) -> tuple[Baseline, dict
 
 
 def verify(inventory_path: str, recipe: str | None = None) -> VerifyResult:
-    inventory, _ = load_inventory(inventory_path)
+    inventory, idoc = load_inventory(inventory_path)
     try:
         with Observation(inventory, what="maintenance verify") as seen:
-            return verify_open(seen, inventory_path, recipe)
+            return verify_open(seen, inventory_path, recipe, idoc)
     except OperationRefused as exc:
         raise MaintenanceError(str(exc)) from exc
 
 
-def verify_open(op: Operation, inventory_path: str, recipe: str | None) -> VerifyResult:
-    """Verify on an open operation (its state as read, its connections for the facts)."""
+def verify_open(op: Operation, inventory_path: str, recipe: str | None,
+                inventory_doc: Document | None = None) -> VerifyResult:
+    """Verify on an open operation (its state as read, its connections for the facts, its inventory)."""
     baseline, problems = open_window(op.state, recipe)
-    dep = baseline_deployment(baseline, inventory_path)
+    dep = baseline_deployment(baseline, op.inventory, inventory_path, inventory_doc)
     plan = build_plan(dep)
     now = collect.collect(op.cluster, op.alive, op.unreachable, dep, plan, baseline.plan_hash)
     serving = op.state.serving if op.state.serving_known else None

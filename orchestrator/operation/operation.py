@@ -11,6 +11,9 @@
 - **lock**: the deploy lock on the head, re-entrant for this process (a command that runs another inside
   it — `maintenance end` bringing a release back — holds it once; the inner one reuses it); a stale lock
   is taken over loudly; a lost lock cancels the operation's connections (releases/lock.py);
+- **nesting**: an operation begun inside another on the same cluster (`bench --compare` running `down`,
+  `up` and `rollback` per block) is a part of it: it reuses the outer one's open connections and lock,
+  reads the state afresh, and its outcome becomes one of the `parts` of the outer one's audit line;
 - **state**: one round trip per node (operation/state.py), read after the lock is held, and the history
   copies that lag are repaired from it;
 - **audit**: exactly one entry per operation, written on the way out from its outcome — the body's word
@@ -20,6 +23,7 @@
 from __future__ import annotations
 
 import contextvars
+import json
 from enum import StrEnum
 from typing import Callable
 
@@ -61,6 +65,8 @@ class Outcome(StrEnum):
 
 
 class AuditAction(StrEnum):
+    UP = "up"
+    ROLLBACK = "rollback"
     DOWN = "down"
     PRUNE = "prune"
     PIN = "pin"
@@ -84,10 +90,17 @@ class OperationRefused(Exception):
 
 # The deploy locks this process holds, by lock file and head: what makes the lock re-entrant.
 _HELD: contextvars.ContextVar[dict[tuple[str, str], DeployLock]] = contextvars.ContextVar("spark_deploy_locks")
+# The outermost open operation per cluster (same key): what an operation begun inside it becomes a part of.
+_OPEN: contextvars.ContextVar[dict[tuple[str, str], "Operation"]] = contextvars.ContextVar("spark_deploy_operations")
 
 
 def _key(inventory: Inventory) -> tuple[str, str]:
     return (inventory.node(inventory.head).address, lock_path(inventory))
+
+
+def enclosing(inventory: Inventory) -> "Operation | None":
+    """The open operation on the inventory's cluster this one runs inside, if any."""
+    return _OPEN.get({}).get(_key(inventory))
 
 
 def held_lock(inventory: Inventory) -> DeployLock | None:
@@ -97,6 +110,7 @@ def held_lock(inventory: Inventory) -> DeployLock | None:
 
 
 SAID_MAX = 300  # characters of one cause or one node's reason in an audit line (a line stays < PIPE_BUF)
+PART_MAX = 160  # characters of one part's detail in the outer audit line
 
 
 def _short(text: str) -> str:
@@ -127,21 +141,36 @@ def node_reasons(exc: BaseException) -> dict[str, str]:
     return {}
 
 
+def _fit(line: dict) -> dict:
+    """An audit line with many parts (a long `bench --compare`) stays one short write: the parts' details
+    go first, then everything of a part but what it was, its outcome and its release."""
+    for keep in (None, ("action", "outcome", "release", "block", "recipe"), ("action", "outcome", "release")):
+        if len(json.dumps(line, separators=(",", ":")).encode()) <= audit.MAX_LINE - 200 or not line.get("parts"):
+            return line
+        cut = [{k: v for k, v in p.items() if k != "detail" and (keep is None or k in keep)} for p in line["parts"]]
+        line = {**line, "parts": cut}
+    return line
+
+
 class Operation:
     """One mutating command's lifecycle; see the module docstring."""
 
     def __init__(self, inventory: Inventory, events: Events, action: AuditAction | str, *,
                  reach: Reach = Reach.ALL, lock: Locking = Locking.REQUIRED, ttl: float = 900.0,
-                 cluster_factory: Callable[[Inventory], Cluster] = Cluster):
+                 cluster_factory: Callable[[Inventory], Cluster] = Cluster, run_id: str | None = None):
         self.inventory, self.events, self.action = inventory, events, str(action)
         self.reach, self.locking, self.ttl = reach, lock, ttl
-        self.cluster = cluster_factory(inventory)
+        self.run_id = run_id  # written in the lock: a taker of it, stale, removes what this run created
+        self.outer = enclosing(inventory)  # set: a part of that operation (its connections, lock and audit line)
+        self.cluster = self.outer.cluster if self.outer is not None else cluster_factory(inventory)
         self.alive: list[NodeConnection] = []
         self.unreachable: dict[str, str] = {}
         self.state: ClusterState | None = None
         self.lock: DeployLock | None = None
+        self.parts: list[dict] = []  # the outcomes of the operations run inside this one, in order
         self._own_lock = False
         self._token: contextvars.Token | None = None
+        self._open_token: contextvars.Token | None = None
         self._said: dict | None = None  # what `done` recorded
 
     # ---- the body's word ------------------------------------------------------------------------
@@ -149,6 +178,18 @@ class Operation:
              nodes: dict[str, str] | None = None, **extra) -> None:
         """The outcome the audit entry records (the last call wins)."""
         self._said = {"outcome": str(outcome), "detail": detail, "release": release, "nodes": nodes or {}, **extra}
+
+    def part(self, action: str, outcome: str, detail: str = "", *, release: int | None = None, **extra) -> None:
+        """One outcome of a body run inside this operation (an `up` of a block, a restore): a part of the
+        one audit line, in order."""
+        said = {"action": str(action), "outcome": str(outcome), "release": release,
+                "detail": _short(detail)[:PART_MAX], **extra}
+        self.parts.append({k: v for k, v in said.items() if v not in (None, "", {}, [])})
+
+    def reread(self) -> ClusterState:
+        """The state read again (after a body this operation ran changed the cluster); no new connection."""
+        self.state = read_state(self.cluster, [c for c in self.alive if c.is_open], self.unreachable)
+        return self.state
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def __enter__(self) -> "Operation":
@@ -162,6 +203,8 @@ class Operation:
             self.state = read_state(self.cluster, self.alive, self.unreachable)
             if self._own_lock:
                 self._repair()
+            if self.outer is None and self.locking is not Locking.NONE:
+                self._open_token = _OPEN.set({**_OPEN.get({}), _key(self.inventory): self})
         except BaseException:
             self._close()
             raise
@@ -170,15 +213,21 @@ class Operation:
     def __exit__(self, exc_type, exc, tb) -> bool:
         try:
             self.cluster.renew_cancel()  # after Ctrl-C (or a lost lock) the audit line and the unlock are new work
-            if exc is not None or self._said is not None:
+            if exc is not None or self._said is not None or self.parts:
                 self._audit(exc)
         finally:
             self._close()
         return False
 
     def _open(self) -> None:
-        alive, failures = self.cluster.open_reachable()
-        self.alive, self.unreachable = alive, {n: str(e) for n, e in failures.items()}
+        if self.outer is not None:  # its connections: those that answered it, still open
+            self.alive = [c for c in self.outer.alive if c.is_open]
+            self.unreachable = {**self.outer.unreachable,
+                                **{c.name: "its connection was closed" for c in self.outer.alive if not c.is_open}}
+        else:
+            alive, failures = self.cluster.open_reachable()
+            self.alive, self.unreachable = alive, {n: str(e) for n, e in failures.items()}
+        alive = self.alive
         head = self.inventory.head
         missing = []
         if self.reach is Reach.ALL:
@@ -194,6 +243,8 @@ class Operation:
             if not alive:  # said first: nothing at all answered (a wrong inventory, the network, a VPN)
                 needs = f"a node that answers, and no node of {self.inventory.cluster} does"
             raise OperationRefused(f"{self.action} needs {needs}: {why}; nothing was changed", missing)
+        if self.outer is not None:
+            return  # the outer operation named them
         for node, why in self.unreachable.items():
             self.events.warn(f"unreachable, left as it is: {why}", node)
         # which cluster the nodes say they are (refused when they say two), before any lock or state is read;
@@ -205,7 +256,7 @@ class Operation:
         if reused is not None:
             self.lock = reused
             return
-        lock = DeployLock(self.cluster.head, self.inventory, audit.command_line(), self.ttl)
+        lock = DeployLock(self.cluster.head, self.inventory, audit.command_line(), self.ttl, run_id=self.run_id)
         lock.acquire()
         self.lock, self._own_lock = lock, True
         held = dict(_HELD.get({}))
@@ -237,14 +288,26 @@ class Operation:
             said["nodes"] = {**{n: f"unreachable: {w}" for n, w in self.unreachable.items()}, **(said.get("nodes") or {})}
         if not said.get("nodes"):
             said.pop("nodes", None)
+        if self.parts:
+            said["parts"] = self.parts
         outcome, detail, release = said.pop("outcome"), said.pop("detail", ""), said.pop("release", None)
+        if self.outer is not None:  # one line per command: the outer operation's
+            for part in said.pop("parts", []):
+                self.outer.parts.append(part)
+            said.pop("causes", None)
+            self.outer.part(self.action, outcome, detail, release=release,
+                            nodes=sorted(said.get("nodes") or {}) or None)
+            return
         targets = [c for c in self.alive if c.is_open]
         missed = audit.append(self.cluster, self.inventory,
-                              audit.entry(self.action, outcome, release=release, detail=detail, **said), targets)
+                              _fit(audit.entry(self.action, outcome, release=release, detail=detail, **said)), targets)
         for node, why in missed.items():
             self.events.warn(f"audit line not written: {why}", node)
 
     def _close(self) -> None:
+        if self._open_token is not None:
+            _OPEN.reset(self._open_token)
+            self._open_token = None
         try:
             if self._own_lock and self.lock is not None:
                 try:
@@ -256,7 +319,8 @@ class Operation:
                     _HELD.reset(self._token)
                     self._token = None
         finally:
-            self.cluster.close()
+            if self.outer is None:  # a part leaves the outer operation's connections open
+                self.cluster.close()
 
 
 class Observation:

@@ -128,6 +128,18 @@ class Events:
             self._open.pop()
             self.current = self._open[-1] if self._open else phase  # never an earlier phase that already ended
 
+    def timings(self) -> dict[str, float]:
+        """Seconds per phase that ran, in order; a phase that ran again (`rendezvous`: the head listening,
+        then the peers joined) keeps every run, the later ones numbered (`rendezvous #2`)."""
+        out: dict[str, float] = {}
+        for record in self.phases:
+            name, n = str(record.phase), 1
+            while name in out:
+                n += 1
+                name = f"{record.phase} #{n}"
+            out[name] = round(record.seconds, 3)
+        return out
+
     def note(self, message: str, node: str | None = None) -> None:
         self._make(Kind.NOTE, message, node)
 

@@ -16,7 +16,7 @@ from orchestrator.config.load import Deployment
 from orchestrator.deploy import down as down_mod
 from orchestrator.deploy import prune as prune_mod
 from orchestrator.deploy.context import UpOptions
-from orchestrator.deploy.rollback import roll_back
+from orchestrator.deploy.rollback import rollback
 from orchestrator.deploy.up import up
 from orchestrator.runner.events import Events
 
@@ -82,8 +82,9 @@ class MemCluster:
 
     def rollback(self, release: int | None = None, **kwargs):
         restore = kwargs.pop("restore", True)
-        return roll_back(str(self.dep.inventory_path), release, self.events, options=quick(restore=restore),
-                         connector=connector(self.world), endpoint_at=endpoint_at(self.world), **kwargs)
+        made = kwargs.pop("connector", None) or connector(self.world)
+        return rollback(self.inventory, str(self.dep.inventory_path), release, self.events,
+                        options=quick(restore=restore), connector=made, endpoint_at=endpoint_at(self.world), **kwargs)
 
     def seams(self, **opts):
         """bench --compare's way of deploying, in memory."""

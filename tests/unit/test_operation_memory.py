@@ -49,20 +49,24 @@ def audit_lines(mem: MemCluster, node: str = "spark-1") -> list[dict]:
     return [json.loads(line) for line in text.splitlines()]
 
 
-def test_a_nested_operation_reuses_the_outer_lock_released_once_when_the_outer_ends(mem):
+def test_a_nested_operation_is_a_part_of_the_outer_one_its_lock_its_connections_its_audit_line(mem):
     made = connector(mem.world)
     with operation(mem, made, AuditAction.MAINTENANCE_END) as outer:
         taken = lock_file(mem)
+        opened = len(made.made)
         assert taken is not None and held_lock(mem.inventory) is outer.lock
         with operation(mem, made, AuditAction.PRUNE) as inner:
-            assert inner.lock is outer.lock
-            inner.done("ok", "inner")
+            assert inner.lock is outer.lock and inner.cluster is outer.cluster and inner.state is not outer.state
+            inner.done("ok", "inner", release=3)
         assert lock_file(mem) == taken, "the inner operation left the outer's lock in place"
+        assert len(made.made) == opened and all(c.is_open for c in outer.alive), "no connection made or closed"
         outer.done("ok", "outer")
     assert lock_file(mem) is None
     assert sent(made, lock._CREATE) == 1 and sent(made, lock._RELEASE) == 1
     assert held_lock(mem.inventory) is None
-    assert [(a["action"], a["detail"]) for a in audit_lines(mem)] == [("prune", "inner"), ("maintenance-end", "outer")]
+    lines = audit_lines(mem)
+    assert [(a["action"], a["detail"]) for a in lines] == [("maintenance-end", "outer")]
+    assert lines[0]["parts"] == [{"action": "prune", "outcome": "ok", "detail": "inner", "release": 3}]
 
 
 def test_reach_all_refuses_naming_the_unreachable_node_before_taking_the_lock(mem):
