@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 
 from ..config.load import load_inventory, load_recipe
-from ..preflight.overlay_hash import HashRefused, image_hashes
+from ..facts.overlay_hash import HashRefused, image_hashes
 from ..transport.node import NodeError
 from .common import BadInput, ClusterOpt, Failed, InventoryOpt, JsonOpt, RecipeArg, emit_json, exit_codes, out
 from .conventions import sub_app

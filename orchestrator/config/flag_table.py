@@ -26,7 +26,7 @@ REFRESH = ("`spark-deploy preflight RECIPE --only vllm-flags` reads the pinned i
 
 
 def help_cache_file(image_id: str) -> Path:
-    """Where preflight's vllm-flags check caches an image's parser (preflight/checks_vllm.cache_file)."""
+    """Where preflight's vllm-flags check caches an image's parser (facts/vllm.cache_file)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "spark-deploy" / "vllm-help" / (image_id.replace(":", "-") + ".json")
 

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..checks.model_cache import revision_on
 from ..docker_cli.containers import list_containers, remove_container
-from ..preflight.checks_draft import record as draft_record
+from ..facts.draft import record as draft_record
 from ..releases import audit, store
 from ..releases.guard import report_takeover
 from ..releases.lock import DeployLock, LockError

@@ -22,11 +22,12 @@ from ..config.edit import set_image
 from ..config.load import Deployment, load_deployment, load_recipe
 from ..docker_cli.containers import ours
 from ..docker_cli.images import ImageIdentity, inspect_image
-from ..preflight.checks_overlays import PROBE_SH, parse_probe, probe_spec
-from ..preflight.checks_vllm import judge_flags, rendered_flags
+from ..checks.flags import judge_flags, rendered_flags
+from ..checks.help_defaults import changed_defaults, parse_defaults
+from ..checks.help_parse import canonical
+from ..facts import vllm as _vllm_facts  # noqa: F401  (registers image_help, read through FACTS)
 from ..facts.core import FACTS
-from ..preflight.help_defaults import changed_defaults, parse_defaults
-from ..preflight.help_parse import canonical
+from ..facts.overlays import PROBE_SH, parse_probe, probe_spec
 from ..render.plan import build_plan
 from ..transport.node import NodeConnection, NodeError, SSHTarget
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..config.recipe import Recipe
 from ..config.vllm_flags import OPTIONS, VLLM_VERSION
-from .help_parse import Options
+from ..checks.help_parse import Options
 
 
 def disagreements(recipe: Recipe, options: Options) -> list[str]:

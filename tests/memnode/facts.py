@@ -1,7 +1,7 @@
 """The facts driver (facts/core.DRIVER) on an in-memory node, and each fact it runs.
 
 The driver and every fact's script are recognised by IDENTITY with the registry's constants
-(`script is FACTS[name].script`, the module constants of preflight/*.py); each answer is what that script
+(`script is FACTS[name].script`, the module constants of facts/*.py); each answer is what that script
 prints on a simulated node: from the node's model (containers, images, boot id, systemd) or, for the
 host's fixed hardware and OS, the outputs captured on a simulated node in tests/unit/samples that the
 parsers' own unit tests read. A fact the model does not answer is an AssertionError naming it.

@@ -14,8 +14,9 @@ import pytest
 from fakes import IMAGE_ID, deployment
 
 from orchestrator.config.source import ConfigError
+from orchestrator.facts import overlay_probe as probe
+from orchestrator.facts import overlays as fo
 from orchestrator.preflight import checks_overlays as co
-from orchestrator.preflight import overlay_probe as probe
 from orchestrator.facts.core import DRIVER, FACTS, FactInput, Observed, driver_args, parse_framed
 from orchestrator.preflight.registry import Status
 from orchestrator.render.plan import build_plan
@@ -180,9 +181,9 @@ def test_sources_script_hashes_overlays_and_kinds_extras(tmp_path):
                [{"source": str(d), "target": "/v"}, {"source": str(tmp_path / "gone.txt"), "target": "/g", "kind": "file"}])
     got = run_facts(["mount_sources"], FactInput(dep.inventory.node("spark-1"), dep, build_plan(dep)))["mount_sources"]
     assert got.ok, got.error
-    assert got.value["o"] == {str(f): co.Source("file", probe.sha256(str(f))),
-                              str(tmp_path / "no.py"): co.Source("missing", None)}
-    assert got.value["e"] == {str(d): co.Source("directory", None), str(tmp_path / "gone.txt"): co.Source("missing", None)}
+    assert got.value["o"] == {str(f): fo.Source("file", probe.sha256(str(f))),
+                              str(tmp_path / "no.py"): fo.Source("missing", None)}
+    assert got.value["e"] == {str(d): fo.Source("directory", None), str(tmp_path / "gone.txt"): fo.Source("missing", None)}
 
 
 # --- the node judges -----------------------------------------------------------------------------------
@@ -193,33 +194,33 @@ def _sources(o=None, e=None) -> Observed:
 
 def test_overlay_parity_names_the_odd_node_with_its_hash(tmp_path):
     dep = _dep(tmp_path, [{"source": "/opt/a.py", "target": "/usr/a.py"}])
-    seen = {"spark-1": {"mount_sources": _sources({"/opt/a.py": co.Source("file", OLD)})},
-            "spark-2": {"mount_sources": _sources({"/opt/a.py": co.Source("file", NEW)})}}
+    seen = {"spark-1": {"mount_sources": _sources({"/opt/a.py": fo.Source("file", OLD)})},
+            "spark-2": {"mount_sources": _sources({"/opt/a.py": fo.Source("file", NEW)})}}
     verdict = co.overlay_parity(seen, dep)
     assert verdict.cells["spark-1"].status is Status.OK
     assert verdict.cells["spark-2"].status is Status.FAIL
     assert f"spark-2: /opt/a.py differs: sha256 {NEW} here, {OLD} on spark-1" in verdict.fix
-    seen["spark-2"]["mount_sources"] = _sources({"/opt/a.py": co.Source("missing", None)})
+    seen["spark-2"]["mount_sources"] = _sources({"/opt/a.py": fo.Source("missing", None)})
     verdict = co.overlay_parity(seen, dep)
     assert verdict.cells["spark-2"].value == "/opt/a.py is missing" and verdict.cells["spark-1"].status is Status.OK
-    seen["spark-2"]["mount_sources"] = _sources({"/opt/a.py": co.Source("file", OLD)})
+    seen["spark-2"]["mount_sources"] = _sources({"/opt/a.py": fo.Source("file", OLD)})
     assert co.overlay_parity(seen, dep).status is Status.OK
 
 
 def test_extra_mounts_missing_and_wrong_kind(tmp_path):
     dep = _dep(tmp_path, extra=[{"source": "/srv/vocab.txt", "target": "/etc/vocab.txt", "kind": "file"},
                                 {"source": "/srv/data", "target": "/data"}])
-    seen = {"spark-1": {"mount_sources": _sources(e={"/srv/vocab.txt": co.Source("file", None),
-                                                     "/srv/data": co.Source("directory", None)})},
-            "spark-2": {"mount_sources": _sources(e={"/srv/vocab.txt": co.Source("missing", None),
-                                                     "/srv/data": co.Source("file", None)})}}
+    seen = {"spark-1": {"mount_sources": _sources(e={"/srv/vocab.txt": fo.Source("file", None),
+                                                     "/srv/data": fo.Source("directory", None)})},
+            "spark-2": {"mount_sources": _sources(e={"/srv/vocab.txt": fo.Source("missing", None),
+                                                     "/srv/data": fo.Source("file", None)})}}
     verdict = co.extra_mounts(seen, dep)
     assert verdict.cells["spark-1"].status is Status.FAIL  # /srv/data: the kinds differ, no declared kind
     assert "spark-2: /srv/vocab.txt missing (docker would mount an empty directory it creates at " \
            "/etc/vocab.txt)" in verdict.fix
     assert "/srv/data is a file here, not the same kind on every node" in verdict.cells["spark-2"].value
-    seen["spark-2"]["mount_sources"] = _sources(e={"/srv/vocab.txt": co.Source("directory", None),
-                                                   "/srv/data": co.Source("directory", None)})
+    seen["spark-2"]["mount_sources"] = _sources(e={"/srv/vocab.txt": fo.Source("directory", None),
+                                                   "/srv/data": fo.Source("directory", None)})
     verdict = co.extra_mounts(seen, dep)
     assert verdict.cells["spark-1"].status is Status.OK
     assert verdict.cells["spark-2"].value == "/srv/vocab.txt is a directory, the recipe needs a file"

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from fakes import IMAGE_ID, deployment
 
+from orchestrator.checks import flags as cf
+from orchestrator.facts import vllm as fv
 from orchestrator.preflight import checks_vllm as cv
 from orchestrator.facts.core import (
     DRIVER,
@@ -24,7 +26,7 @@ from orchestrator.facts.core import (
     driver_args,
     parse_framed,
 )
-from orchestrator.preflight.help_parse import Layout, canonical, layout, parse_help
+from orchestrator.checks.help_parse import Layout, canonical, layout, parse_help
 from orchestrator.checks.verdict import Status
 from orchestrator.render.plan import build_plan
 from orchestrator.sim import fake_model
@@ -119,7 +121,7 @@ def test_canonical_follows_the_flexible_parser():
 
 def test_judge_flags_unknown_and_bad_choice_name_the_closest():
     opts = parse_help(HELP_ALL)
-    fails, warns = cv.judge_flags([("--max-model", "4096"), ("--moe-backend", "flashinfer_b13x"),
+    fails, warns = cf.judge_flags([("--max-model", "4096"), ("--moe-backend", "flashinfer_b13x"),
                                    ("--max_num_seqs", "8"), ("--no-enable-prefix-caching", None),
                                    ("--moe-backend", "FLASHINFER_B12X")], opts)
     assert len(fails) == 2, fails
@@ -130,17 +132,17 @@ def test_judge_flags_unknown_and_bad_choice_name_the_closest():
 
 def test_rendered_flags_are_every_ranks_serve_options(tmp_path):
     dep = deployment(tmp_path)
-    flags = dict(cv.rendered_flags(build_plan(dep)))
+    flags = dict(cf.rendered_flags(build_plan(dep)))
     assert flags["--moe-backend"] == "flashinfer_b12x"
     assert json.loads(flags["--speculative-config"])["num_speculative_tokens"] == 5
     assert "--headless" in flags and flags["--headless"] is None  # from the peer's argv
     assert not any(f.startswith(("--volume", "--env", "--label", "--name")) for f in flags)  # docker's own
     dep2 = deployment(tmp_path, lambda r: r["image"].__setitem__("serve_entrypoint", False))
-    assert dict(cv.rendered_flags(build_plan(dep2))) == flags
+    assert dict(cf.rendered_flags(build_plan(dep2))) == flags
 
 
 def _seen_help(dep, value) -> dict:
-    return {dep.inventory.head: {"image_help": value}, "spark-2": {"image_help": Observed(value=cv.parse_image_help(
+    return {dep.inventory.head: {"image_help": value}, "spark-2": {"image_help": Observed(value=fv.parse_image_help(
         "@peer\n"))}}
 
 
@@ -148,15 +150,15 @@ def test_vllm_flags_judge_writes_then_reads_the_cache(tmp_path, cache_home):
     dep = deployment(tmp_path, lambda r: r["vllm"]["extra"].__setitem__("max-num-seqz", 4))
     head_in = FactInput(dep.inventory.node("spark-1"), dep, build_plan(dep))
     peer_in = FactInput(dep.inventory.node("spark-2"), dep, build_plan(dep))
-    assert cv._help_args(peer_in) == []
-    assert cv._help_args(head_in) == [IMAGE_ID]
-    fresh = Observed(value=cv.parse_image_help("@via --help=all\n" + HELP_ALL))
+    assert fv._help_args(peer_in) == []
+    assert fv._help_args(head_in) == [IMAGE_ID]
+    fresh = Observed(value=fv.parse_image_help("@via --help=all\n" + HELP_ALL))
     verdict = cv.vllm_flags(_seen_help(dep, fresh), dep)
     assert verdict.status is Status.FAIL and list(verdict.cells) == ["spark-1"]
     assert "unknown flag --max-num-seqz (closest: --max-num-seqs" in verdict.cells["spark-1"].value
-    assert cv.cache_file("vllm-help", IMAGE_ID).is_file()
-    assert cv._help_args(head_in) == [cv.CACHED]
-    cached = Observed(value=cv.parse_image_help("@cached\n"))
+    assert fv.cache_file("vllm-help", IMAGE_ID).is_file()
+    assert fv._help_args(head_in) == [fv.CACHED]
+    cached = Observed(value=fv.parse_image_help("@cached\n"))
     again = cv.vllm_flags(_seen_help(dep, cached), dep)
     assert again.cells["spark-1"].value == verdict.cells["spark-1"].value
     ok = cv.vllm_flags(_seen_help(deployment(tmp_path), cached), deployment(tmp_path))
@@ -173,13 +175,13 @@ def test_vllm_flags_skips_when_the_image_is_not_on_the_head_and_fails_when_it_br
 
 def test_group_list_from_help_all_is_refused_not_read_as_no_flags():
     with pytest.raises(ValueError, match="only the list of config groups"):
-        cv.parse_image_help("@via --help=all\n" + HELP_GROUPS)
+        fv.parse_image_help("@via --help=all\n" + HELP_GROUPS)
 
 
 def test_unpinned_images_are_never_cached(tmp_path):
-    cv.write_cache("vllm-help", "vllm-sim:latest", {"via": "--help=all", "options": {}})
-    assert cv.read_cache("vllm-help", "vllm-sim:latest") is None
-    assert not (cv.cache_root() / "vllm-help").exists()
+    fv.write_cache("vllm-help", "vllm-sim:latest", {"via": "--help=all", "options": {}})
+    assert fv.read_cache("vllm-help", "vllm-sim:latest") is None
+    assert not (fv.cache_root() / "vllm-help").exists()
 
 
 # --- speculative tokens ---------------------------------------------------------------------------------
@@ -200,7 +202,7 @@ def _spec_dep(tmp_path, k: int | None, method: str = "mtp"):
     (3, {"n_predict": 5}, Status.OK, "mtp"), (7, {"n_predict": 5}, Status.OK, "dspark")])
 def test_speculative_tokens(tmp_path, k, config, status, method):
     dep = _spec_dep(tmp_path, k, method)
-    value = cv.parse_spec_model_config(json.dumps({"model_type": "x", **config}))
+    value = fv.parse_spec_model_config(json.dumps({"model_type": "x", **config}))
     verdict = cv.speculative_tokens({"spark-1": {"spec_model_config": Observed(value=value)},
                                      "spark-2": {"spec_model_config": Observed(value=value)}}, dep)
     assert verdict.status is status
@@ -214,7 +216,7 @@ def test_speculative_tokens(tmp_path, k, config, status, method):
 def test_speculative_tokens_skip_without_a_speculative_config(tmp_path):
     dep = _spec_dep(tmp_path, None)
     node = FactInput(dep.inventory.node("spark-1"), dep, build_plan(dep))
-    assert cv._spec_args(node) == []
+    assert fv._spec_args(node) == []
     verdict = cv.speculative_tokens({"spark-1": {"spec_model_config": Observed(value=None)}}, dep)
     assert verdict.cells["spark-1"].status is Status.SKIP and "no vllm.speculative_config" in \
         verdict.cells["spark-1"].value
@@ -230,18 +232,18 @@ def _overlay_dep(tmp_path):
 def test_overlay_targets_and_sources(tmp_path):
     dep = _overlay_dep(tmp_path)
     head_in = FactInput(dep.inventory.node("spark-1"), dep, build_plan(dep))
-    assert cv._targets_args(head_in) == [IMAGE_ID, "/usr/lib/x/a.py", "/usr/lib/x/b.py"]
-    seen = {"spark-1": {"overlay_targets": Observed(value=cv.parse_overlay_targets(
+    assert fv._targets_args(head_in) == [IMAGE_ID, "/usr/lib/x/a.py", "/usr/lib/x/b.py"]
+    seen = {"spark-1": {"overlay_targets": Observed(value=fv.parse_overlay_targets(
                 "@fresh\nyes /usr/lib/x/a.py\nno /usr/lib/x/b.py\n")),
-                        "overlay_sources": Observed(value=cv.parse_overlay_sources("yes /opt/a.py\nyes /opt/b.py\n"))},
-            "spark-2": {"overlay_targets": Observed(value=cv.parse_overlay_targets("@none\n")),
-                        "overlay_sources": Observed(value=cv.parse_overlay_sources("yes /opt/a.py\nno /opt/b.py\n"))}}
+                        "overlay_sources": Observed(value=fv.parse_overlay_sources("yes /opt/a.py\nyes /opt/b.py\n"))},
+            "spark-2": {"overlay_targets": Observed(value=fv.parse_overlay_targets("@none\n")),
+                        "overlay_sources": Observed(value=fv.parse_overlay_sources("yes /opt/a.py\nno /opt/b.py\n"))}}
     verdict = cv.overlay_targets(seen, dep)
     assert verdict.cells["spark-1"].status is Status.FAIL and "/usr/lib/x/b.py" in verdict.cells["spark-1"].value
     assert verdict.cells["spark-2"].status is Status.FAIL and "/opt/b.py" in verdict.cells["spark-2"].value
     assert "target /usr/lib/x/b.py not in the image" in verdict.fix and "/opt/b.py missing on spark-2" in verdict.fix
-    assert cv._targets_args(head_in) == [cv.CACHED]  # both answers are now known for this image
-    seen["spark-1"]["overlay_targets"] = Observed(value=cv.parse_overlay_targets("@cached\n"))
+    assert fv._targets_args(head_in) == [fv.CACHED]  # both answers are now known for this image
+    seen["spark-1"]["overlay_targets"] = Observed(value=fv.parse_overlay_targets("@cached\n"))
     assert cv.overlay_targets(seen, dep).cells["spark-1"].value == verdict.cells["spark-1"].value
 
 
@@ -319,12 +321,12 @@ def test_image_help_script_on_a_peer_and_when_cached_runs_nothing(tmp_path, fake
     monkeypatch.setenv("FAKE_DOCKER_MODE", "new")
     dep = deployment(tmp_path)
     peer = run_facts(["image_help"], FactInput(dep.inventory.node("spark-2"), dep, build_plan(dep)))
-    assert peer["image_help"].value == {"source": cv.Source.PEER}
-    cv.write_cache("vllm-help", IMAGE_ID, {"via": "--help=all", "options": {}})  # an older spark-deploy's:
-    assert cv._help_args(FactInput(dep.inventory.node("spark-1"), dep, build_plan(dep))) == [IMAGE_ID]  # read again
-    cv.write_cache("vllm-help", IMAGE_ID, {"via": "--help=all", "options": {}, "listed": {}})
+    assert peer["image_help"].value == {"source": fv.Source.PEER}
+    fv.write_cache("vllm-help", IMAGE_ID, {"via": "--help=all", "options": {}})  # an older spark-deploy's:
+    assert fv._help_args(FactInput(dep.inventory.node("spark-1"), dep, build_plan(dep))) == [IMAGE_ID]  # read again
+    fv.write_cache("vllm-help", IMAGE_ID, {"via": "--help=all", "options": {}, "listed": {}})
     head = run_facts(["image_help"], FactInput(dep.inventory.node("spark-1"), dep, build_plan(dep)))
-    assert head["image_help"].value == {"source": cv.Source.CACHED}
+    assert head["image_help"].value == {"source": fv.Source.CACHED}
     assert not fake_docker.exists()
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from orchestrator.cli.main import app
 from orchestrator.config.flag_table import BUNDLED, help_cache_file, table_for
 from orchestrator.config.source import ConfigError
-from orchestrator.preflight import checks_vllm
+from orchestrator.facts import vllm as vllm_facts
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -57,7 +57,7 @@ def test_a_value_outside_the_table_is_refused_at_its_line_with_the_value_meant(t
 
 
 def _cache_image_parser(listed_kv: list[str]) -> None:
-    checks_vllm.write_cache("vllm-help", IMAGE_ID, {
+    vllm_facts.write_cache("vllm-help", IMAGE_ID, {
         "via": "--help=all", "options": {"--kv-cache-dtype": None, "--moe-backend": ["b12x", "flashinfer_b12x"],
                                          "--distributed-executor-backend": None, "--max-num-seqs": None,
                                          "--block-size": None},
@@ -78,13 +78,13 @@ def test_the_cached_image_parser_is_the_authority(tmp_path):
 
 
 def test_a_cache_without_the_listed_values_or_of_a_tag_is_not_used():
-    checks_vllm.write_cache("vllm-help", IMAGE_ID, {"via": "--help=all", "options": {"--kv-cache-dtype": None}})
+    vllm_facts.write_cache("vllm-help", IMAGE_ID, {"via": "--help=all", "options": {"--kv-cache-dtype": None}})
     assert table_for(IMAGE_ID) is BUNDLED  # an older spark-deploy's cache: preflight reads the image again
     assert table_for("vllm-sim:latest") is BUNDLED and table_for(None) is BUNDLED
 
 
 def test_the_table_reads_the_file_preflight_writes():
-    assert help_cache_file(IMAGE_ID) == checks_vllm.cache_file("vllm-help", IMAGE_ID)
+    assert help_cache_file(IMAGE_ID) == vllm_facts.cache_file("vllm-help", IMAGE_ID)
 
 
 def test_ray_across_nodes_is_refused_as_vllm_refuses_it(tmp_path):

@@ -34,7 +34,7 @@ from orchestrator.config.load import load_deployment
 from orchestrator.config.flag_table import BUNDLED
 from orchestrator.config.source import ConfigError
 from orchestrator.config.vllm_flags import flag_issues
-from orchestrator.preflight.checks_vllm import write_cache
+from orchestrator.facts.vllm import write_cache
 from orchestrator.render.plan import render_plan
 
 BASE_RECIPE = {

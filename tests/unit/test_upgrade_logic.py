@@ -89,7 +89,7 @@ HELP = Path(__file__).resolve().parents[1] / "data" / "vllm"
 def test_defaults_read_from_the_real_help_match_the_parsers_own_table():
     """vLLM 0.33.0's `--help=all` against its action table (options.json): the printed default is
     str(default) for all but a few whose text argparse wrapped inside a word or printed as a repr."""
-    from orchestrator.preflight.help_defaults import parse_defaults
+    from orchestrator.checks.help_defaults import parse_defaults
 
     printed = parse_defaults((HELP / "serve-help-all.txt").read_text())
     table = json.loads((HELP / "options.json").read_text())["options"]
@@ -101,7 +101,7 @@ def test_defaults_read_from_the_real_help_match_the_parsers_own_table():
 
 
 def test_changed_defaults_leave_out_the_flags_the_recipe_sets():
-    from orchestrator.preflight.help_defaults import changed_defaults
+    from orchestrator.checks.help_defaults import changed_defaults
 
     old = {"--a": "1", "--b": "x", "--c": "None", "--gone": "1"}
     new = {"--a": "2", "--b": "x", "--c": "auto", "--added": "3"}

@@ -1,8 +1,8 @@
 """`overlay hash`: each overlay target's sha256 in the pinned image, to write into `base_sha256`.
 
-The same probe and script as the `overlay-base` check (checks_overlays.py), without sources: one throwaway
-container of the pinned image on the head (`--rm --pull never --network none`, no GPU, nothing mounted),
-so what `overlay hash` prints is exactly what preflight compares.
+The same probe and script (overlays.py) as the `overlay-base` check (preflight's checks_overlays.py), without
+sources: one throwaway container of the pinned image on the head (`--rm --pull never --network none`, no GPU,
+nothing mounted), so what `overlay hash` prints is exactly what preflight compares.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..config.inventory import Inventory
 from ..config.recipe import Recipe
 from ..transport.node import NodeConnection, NodeError, SSHTarget
-from .checks_overlays import PROBE_SH, InImage, parse_probe, probe_spec
+from .overlays import PROBE_SH, InImage, parse_probe, probe_spec
 
 
 class HashRefused(Exception):
