@@ -140,7 +140,7 @@ def test_30_s_after_a_signal_during_the_copy_no_process_the_tool_started_runs_on
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 1, stderr
+    assert proc.returncode == 128 + sig, stderr
     said = [e for e in map(json.loads, stdout.splitlines()) if e.get("event") == "warning" and e.get("node") == "spark-2"]
     assert any("the image copy was ended on both nodes" in e["message"] or "a remover there (`sdlate`)" in e["message"]
                for e in said), f"what was ended or left on spark-2 is not said: {stdout[-2000:]}"
