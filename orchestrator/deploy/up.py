@@ -211,7 +211,7 @@ def _announce(ctx: UpContext, error: StepFailed) -> None:
     if stop is None or not stop.touched:
         then = f"; {previous} was not stopped: nothing to restore" if ctx.replaces is not None else ""
         ctx.events.warn(f"interrupted: undoing {new}{then}")
-    elif not stop.ran:
+    elif not any(c.running for cs in ctx.decision.previous.values() for c in cs):  # what the undo's `ran` will be
         ctx.events.warn(f"interrupted: undoing {new}; nothing ran before it: nothing to restore")
     elif not ctx.opts.restore:
         ctx.events.warn(f"interrupted: undoing {new}; {previous} is left stopped (--no-restore)")
