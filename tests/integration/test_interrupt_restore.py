@@ -38,7 +38,7 @@ def test_second_ctrl_c_during_the_restore_leaves_a_truthful_state_and_one_repair
     cluster = pair
     forget_releases(cluster)
     # release 1 loads for a few seconds: its restore is still loading when the second interrupt lands
-    a = recipe_variant(cluster, tmp_path / "a.yaml", env={"SIM_LOAD_SECONDS": "6"})
+    a = recipe_variant(cluster, tmp_path / "a.yaml", env={"SIM_LOAD_SECONDS": "4"})
     first = spark_deploy("up", a, "-i", cluster.inventory_path, timeout=240)
     assert first.returncode == 0, first.stderr + first.stdout
     b = recipe_variant(cluster, tmp_path / "b.yaml", env={"SIM_LOAD_SECONDS": "60"}, vllm={"max_model_len": 2048})
