@@ -245,6 +245,20 @@ def _restore_interrupted(ctx: UpContext, failure: StepFailed, ran: list, fields:
     else:
         failure.undo_notes.append(f"RESTORE INTERRUPTED: {previous}'s containers are stopped again (kept): "
                                   "nothing serves now")
+    _left_stopped(ctx, failure, previous, fields)
+
+
+def _not_restored(ctx: UpContext, failure: StepFailed, fields: dict) -> None:
+    """A second interrupt stopped the undo itself: no restore is started (what the undo left is listed above)."""
+    previous = f"release {ctx.replaces.id}" if ctx.replaces is not None else "the previous deployment"
+    failure.restore_failed = "interrupted"
+    failure.undo_notes.append(f"NOT RESTORED (interrupted again during the undo): {previous} is left stopped "
+                              "(kept); nothing serves")
+    _left_stopped(ctx, failure, previous, fields)
+
+
+def _left_stopped(ctx: UpContext, failure: StepFailed, previous: str, fields: dict) -> None:
+    """The one repair command, and the records: this release failed, the previous one is stopped (not serving)."""
     failure.repair = _repair(ctx)
     failure.undo_notes.append(f"to serve {previous} again: {failure.repair}")
     replaced = {"outcome": ReleaseOutcome.STOPPED, "cause": f"its restore after release "
@@ -265,13 +279,16 @@ def _after_failure(ctx: UpContext, failure: StepFailed) -> None:
             failure.undo_notes.append("nothing was stopped: whatever served before still serves")
         finish(ctx, ReleaseOutcome.FAILED, **fields)
         return
+    if any(note.startswith("undo interrupted") for note in failure.undo_notes):  # a second Ctrl-C, in the undo
+        _not_restored(ctx, failure, fields)
+        return
     if not stop.ran:
         failure.undo_notes.append("nothing of the previous deployment was running before this up: nothing to restore")
         finish(ctx, ReleaseOutcome.FAILED, **fields)
         return
     if not ctx.opts.restore:
         failure.undo_notes.append("--no-restore: the previous release is left stopped (its containers are kept; "
-                                  "`spark-deploy rollback` starts it again)")
+                                  f"`{_repair(ctx)}` starts it again)")
         finish(ctx, ReleaseOutcome.FAILED, **fields)
         return
     try:
