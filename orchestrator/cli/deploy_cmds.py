@@ -112,7 +112,7 @@ def _up_and_report(start: Callable[[], UpResult], events: Events, as_json: bool)
         raise BadInput(str(exc)) from exc
     except DeployFailed as exc:
         events.result(False, phase=str(exc.phase) if exc.phase else None, nodes=exc.nodes, error=str(exc),
-                      restored=exc.restored, restore_failed=exc.restore_failed)
+                      restored=exc.restored, restore_failed=exc.restore_failed, repair=exc.repair)
         events.close()
         raise Failed(str(exc)) from exc
     timings = events.timings()

@@ -17,6 +17,7 @@ from ..releases.record import Release
 from ..render.plan import build_plan
 from ..runner.events import Kind, Phase
 from ..runner.runner import Runner, StepFailed
+from ..transport.group import GroupError
 from .context import UpContext
 from .liveness import NodeLiveness
 from .steps_launch import LogChecks, PeersJoined, Ready, Rendezvous
@@ -97,6 +98,7 @@ class RestoreResult:
     ok: bool
     release: Release | None
     detail: str  # what was restored, or why restoring failed
+    interrupted: bool = False  # a second Ctrl-C (or SIGTERM) stopped the restore
 
 
 def restore_previous(ctx: UpContext, ran: list[tuple[str, Container]]) -> RestoreResult:
@@ -129,11 +131,36 @@ def restore_previous(ctx: UpContext, ran: list[tuple[str, Container]]) -> Restor
         with ctx.events.phase(Phase.RESTORE, f"release {record.id} ({record.recipe}, plan {record.plan_hash})"):
             runner.run(steps, restore_ctx)
     except StepFailed as exc:
-        return RestoreResult(False, record, f"restoring release {record.id} failed {exc}")
+        return RestoreResult(False, record, f"restoring release {record.id} failed {exc}", interrupted=exc.interrupted)
     finally:
         restore_ctx.monitor.stop()
     return RestoreResult(True, record, f"release {record.id} serves again at {restore_ctx.endpoint.url} "
                                        f"(ready, log checks passed)")
+
+
+STOP_BOUND = 5  # seconds a restore's partial start gets to stop (SIGTERM), before SIGKILL
+
+
+def stop_again(ctx: UpContext, ran: list[tuple[str, Container]]) -> list[str]:
+    """After an interrupted restore: stop the previous deployment's containers again (by ID, kept under
+    their names, every node at once, bounded), so that what the restore had started half-way is not left
+    running as a release that does not generate. Returns the nodes where that did not succeed."""
+    ctx.cluster.renew_cancel()  # stopping is new work after the interrupt
+    by_node: dict[str, list[str]] = {}
+    for node, container in ran:
+        by_node.setdefault(node, []).append(container.id)
+
+    def stop(conn) -> None:
+        conn.run(["docker", "stop", "--time", str(STOP_BOUND), *by_node[conn.name]], timeout=STOP_BOUND + 15,
+                 check=True)
+
+    try:
+        ctx.cluster.each(stop, [ctx.conn(node) for node in by_node])
+    except GroupError as exc:
+        return sorted(exc.failures)
+    except Exception:  # noqa: BLE001 - whatever else: none is known to be stopped
+        return sorted(by_node)
+    return []
 
 
 def _restart_only(ctx: UpContext, ran: list[tuple[str, Container]], record: Release | None) -> RestoreResult:

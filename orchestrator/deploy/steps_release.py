@@ -177,9 +177,11 @@ def inventory_digest(dep) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
-def finish(ctx: UpContext, outcome: ReleaseOutcome | str, **fields) -> None:
+def finish(ctx: UpContext, outcome: ReleaseOutcome | str, *, replaced: dict | None = None, **fields) -> None:
     """Write the release's final state to every node it can reach, the replaced release's new state, and
     one audit line. With no release (failed before one was opened, or already serving): the audit line.
+    `replaced`: changes to the replaced release's record when this one did not serve (its restore was
+    interrupted: it is stopped, not serving).
 
     Best effort by design: the deployment's outcome stands whatever the record write says, and a node
     that missed it is named (and repaired by the next mutating command). A late Ctrl-C here must not
@@ -189,7 +191,7 @@ def finish(ctx: UpContext, outcome: ReleaseOutcome | str, **fields) -> None:
     for attempt in range(2):
         try:
             ctx.cluster.renew_cancel()  # after an interrupt: recording what happened is new work
-            _finish(ctx, outcome, **fields)
+            _finish(ctx, outcome, replaced, **fields)
             return
         except KeyboardInterrupt:
             if attempt:
@@ -223,7 +225,7 @@ def _answering(ctx: UpContext, within: float = 3.0) -> list:
     return [c for c in conns if answered.get(c.name)]
 
 
-def _finish(ctx: UpContext, outcome: ReleaseOutcome | str, **fields) -> None:
+def _finish(ctx: UpContext, outcome: ReleaseOutcome | str, replaced: dict | None, **fields) -> None:
     targets = _answering(ctx)
     detail = str(outcome)
     records: list[Release] = []
@@ -233,6 +235,8 @@ def _finish(ctx: UpContext, outcome: ReleaseOutcome | str, **fields) -> None:
         if outcome is ReleaseOutcome.SERVING and ctx.replaces is not None:
             ended = ReleaseOutcome.ROLLED_BACK if ctx.opts.rollback_of else ReleaseOutcome.SUPERSEDED
             records.append(ctx.replaces.touch(outcome=ended, replaced_by=ctx.release.id))
+        elif replaced and ctx.replaces is not None:
+            records.append(ctx.replaces.touch(**replaced))
         detail = ctx.release.outcome_text()
     elif fields.get("failed_phase"):
         detail = f"failed in {fields['failed_phase']} before a release was recorded: {fields.get('cause', '')}"

@@ -16,6 +16,7 @@ to every node, and one audit line.
 from __future__ import annotations
 
 import os
+import shlex
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
@@ -34,7 +35,7 @@ from ..releases.record import ReleaseOutcome
 from . import boot, kv_report
 from .context import UpContext, UpOptions
 from .current import Action
-from .restore import StartKept, restore_previous
+from .restore import RestoreResult, StartKept, restore_previous, stop_again
 from .rollback_check import CheckRollback
 from ..acceptance.problems import acceptance_problems
 from .steps_accept import accept_steps
@@ -133,7 +134,8 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
     cluster = op.cluster if op is not None else Cluster(dep.inventory, connector=connector)
     ctx = UpContext(dep, plan, cluster, events, opts, endpoint_at(dep.inventory.ranked[0].address, recipe.serve.port),
                     endpoint_at=endpoint_at, op=op)
-    runner: Runner[UpContext] = Runner(events, before_undo=ctx.cluster.renew_cancel)
+    runner: Runner[UpContext] = Runner(events, before_undo=ctx.cluster.renew_cancel,
+                                       announce=lambda error: _announce(ctx, error))
     behind: dict[str, str] = {}
     try:
         runner.run(plan_steps(ctx), ctx)
@@ -198,6 +200,73 @@ def _facts(ctx: UpContext) -> dict:
     return out
 
 
+def _announce(ctx: UpContext, error: StepFailed) -> None:
+    """On an interrupt, before the undo: one line saying what happens next (the undo, then the restore,
+    takes seconds), and that a second Ctrl-C stops the restore."""
+    if not error.interrupted:
+        return
+    new = f"release {ctx.release.id}" if ctx.release is not None else "this run"
+    previous = f"release {ctx.replaces.id}" if ctx.replaces is not None else "what ran before"
+    stop = ctx.stop_step
+    if stop is None or not stop.touched:
+        then = f"; {previous} was not stopped: nothing to restore" if ctx.replaces is not None else ""
+        ctx.events.warn(f"interrupted: undoing {new}{then}")
+    elif not any(c.running for cs in ctx.decision.previous.values() for c in cs):  # what the undo's `ran` will be
+        ctx.events.warn(f"interrupted: undoing {new}; nothing ran before it: nothing to restore")
+    elif not ctx.opts.restore:
+        ctx.events.warn(f"interrupted: undoing {new}; {previous} is left stopped (--no-restore)")
+    else:
+        ctx.events.warn(f"interrupted: undoing {new}, then starting {previous} again — Ctrl-C again to stop "
+                        "the restore")
+
+
+def _repair(ctx: UpContext) -> str:
+    """The one command that serves the previous release again from the state an interrupted restore leaves."""
+    inventory = shlex.quote(str(ctx.dep.inventory_path))
+    if ctx.replaces is not None:
+        return f"spark-deploy rollback {ctx.replaces.id} -i {inventory}"
+    return f"spark-deploy up {shlex.quote(str(ctx.dep.recipe_path))} -i {inventory}"
+
+
+def _restore_interrupted(ctx: UpContext, failure: StepFailed, ran: list, fields: dict) -> None:
+    """A second interrupt stopped the restore: stop again what it had started (bounded), so that nothing is
+    left running half-way, record the previous release as stopped (not serving), and name one command that
+    serves it again."""
+    previous = f"release {ctx.replaces.id}" if ctx.replaces is not None else "the previous deployment"
+    ctx.events.warn(f"interrupted again: stopping {previous}'s containers (kept) — the restore is abandoned")
+    try:
+        missed = stop_again(ctx, ran)
+    except KeyboardInterrupt:
+        missed = sorted({node for node, _c in ran})
+    failure.restore_failed = "interrupted"
+    if missed:
+        failure.undo_notes.append(f"RESTORE INTERRUPTED: {previous}'s containers may still run half-started on "
+                                  f"{', '.join(missed)}; nothing serves (`spark-deploy status` shows what runs)")
+    else:
+        failure.undo_notes.append(f"RESTORE INTERRUPTED: {previous}'s containers are stopped again (kept): "
+                                  "nothing serves now")
+    _left_stopped(ctx, failure, previous, fields)
+
+
+def _not_restored(ctx: UpContext, failure: StepFailed, fields: dict) -> None:
+    """A second interrupt stopped the undo itself: no restore is started (what the undo left is listed above)."""
+    previous = f"release {ctx.replaces.id}" if ctx.replaces is not None else "the previous deployment"
+    failure.restore_failed = "interrupted"
+    failure.undo_notes.append(f"NOT RESTORED (interrupted again during the undo): {previous} is left stopped "
+                              "(kept); nothing serves")
+    _left_stopped(ctx, failure, previous, fields)
+
+
+def _left_stopped(ctx: UpContext, failure: StepFailed, previous: str, fields: dict) -> None:
+    """The one repair command, and the records: this release failed, the previous one is stopped (not serving)."""
+    failure.repair = _repair(ctx)
+    failure.undo_notes.append(f"to serve {previous} again: {failure.repair}")
+    replaced = {"outcome": ReleaseOutcome.STOPPED, "cause": f"its restore after release "
+                f"{ctx.release.id if ctx.release else '?'} failed was interrupted: stopped, kept"} \
+        if ctx.replaces is not None and ctx.replaces.outcome is ReleaseOutcome.SERVING else None
+    finish(ctx, ReleaseOutcome.FAILED, replaced=replaced, restore_failed="interrupted", **fields)
+
+
 def _after_failure(ctx: UpContext, failure: StepFailed) -> None:
     """The new release is undone; start the previous one again (unless --no-restore) and record both."""
     ctx.failure = failure
@@ -210,22 +279,24 @@ def _after_failure(ctx: UpContext, failure: StepFailed) -> None:
             failure.undo_notes.append("nothing was stopped: whatever served before still serves")
         finish(ctx, ReleaseOutcome.FAILED, **fields)
         return
+    if any(note.startswith("undo interrupted") for note in failure.undo_notes):  # a second Ctrl-C, in the undo
+        _not_restored(ctx, failure, fields)
+        return
     if not stop.ran:
         failure.undo_notes.append("nothing of the previous deployment was running before this up: nothing to restore")
         finish(ctx, ReleaseOutcome.FAILED, **fields)
         return
     if not ctx.opts.restore:
         failure.undo_notes.append("--no-restore: the previous release is left stopped (its containers are kept; "
-                                  "`spark-deploy rollback` starts it again)")
+                                  f"`{_repair(ctx)}` starts it again)")
         finish(ctx, ReleaseOutcome.FAILED, **fields)
         return
     try:
         result = restore_previous(ctx, stop.ran)
-    except KeyboardInterrupt:
-        result = None
-        failure.undo_notes.append("RESTORE INTERRUPTED: the previous release may be stopped; "
-                                  "`spark-deploy status`, then `spark-deploy rollback`")
-        finish(ctx, ReleaseOutcome.FAILED, restore_failed="interrupted", **fields)
+    except KeyboardInterrupt:  # between the restore's steps
+        result = RestoreResult(False, ctx.replaces, "interrupted", interrupted=True)
+    if result.interrupted:
+        _restore_interrupted(ctx, failure, stop.ran, fields)
         return
     if result.ok:
         failure.restored = result.release.id if result.release else None

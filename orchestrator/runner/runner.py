@@ -40,6 +40,7 @@ class StepFailed(Exception):
         self.undo_notes: list[str] = []
         self.restored: int | None = None  # `up`: the release that serves again after this failure
         self.restore_failed: str | None = None  # ... or why it could not be restored
+        self.repair: str | None = None  # the one command that repairs what is left (an interrupted restore)
         super().__init__(cause)
 
     def __str__(self) -> str:
@@ -73,6 +74,7 @@ def classify(phase: Phase | None, exc: BaseException) -> StepFailed:
 class Runner(Generic[C]):
     events: Events
     before_undo: Callable[[], object] | None = None  # e.g. a fresh cancel token: undo is new work
+    announce: Callable[[StepFailed], object] | None = None  # before the undo: say what happens next
     done: list = field(default_factory=list)
 
     def run(self, steps: list, ctx: C) -> None:
@@ -101,6 +103,8 @@ class Runner(Generic[C]):
         try:
             if self.before_undo is not None:
                 self.before_undo()
+            if self.announce is not None:
+                self.announce(error)
             with self.events.phase(Phase.UNDO, f"undoing {len(pending)} step(s) after: {error.cause.splitlines()[0]}"):
                 if not self._undo_all(ctx, error, pending):
                     raise _UndoIncomplete()

@@ -183,6 +183,63 @@ def test_interrupt_during_rollback_restores_the_serving_release(mem):
     assert lock_free(mem)
 
 
+def test_second_interrupt_during_the_restore_leaves_nothing_half_started_and_names_the_repair(mem):
+    """Issue 35: Ctrl-C while the new release's peer starts, then again while the restore starts the previous
+    release's peer: the first says what happens next; the second stops the previous release's containers again
+    (kept), records it stopped (nothing is called serving), and names one command, which serves it again."""
+    before = mem.up(mem.deployment(variant(8)))
+    mem.node("spark-2").traps.append((matches_argv("docker", "run"), interrupt))  # the new release's peer
+    mem.node("spark-2").traps.append((matches_argv("docker", "start"), interrupt))  # the restore's peer
+
+    with pytest.raises(StepFailed) as caught:
+        mem.up(mem.deployment(variant(10)))
+
+    failure = caught.value
+    assert failure.interrupted and failure.phase is Phase.PEERS
+    assert "interrupted: undoing release 2, then starting release 1 again — Ctrl-C again to stop the restore" \
+        in mem.said(), mem.said()
+    assert failure.restored is None and failure.restore_failed == "interrupted", failure.undo_notes
+    assert failure.repair.startswith("spark-deploy rollback 1 -i "), failure.repair
+    assert sum(failure.repair in note for note in failure.undo_notes) == 1, failure.undo_notes
+    assert mem.running() == {"spark-1": [], "spark-2": []}, "nothing is left half-started"
+    history = records(mem)
+    assert history[2]["outcome"] == "failed" and history[2]["restore_failed"] == "interrupted"
+    assert history[1]["outcome"] == "stopped", history[1]
+    cluster = Cluster(mem.inventory, connector=connector(mem.world)).open()
+    try:
+        assert read_state(cluster).serving is None
+    finally:
+        cluster.close()
+    assert lock_free(mem)
+
+    again = mem.rollback(1)  # the printed command
+    assert again.release == 3 and mem.serving_plan() == before.plan_hash
+
+
+def test_second_interrupt_during_the_undo_starts_no_restore_and_names_the_repair(mem):
+    """Ctrl-C while the new release's peer starts, then again while its head is being removed: the undo stops
+    (what it left is listed), no restore starts, the previous release is recorded stopped, and the one
+    printed command serves it again."""
+    before = mem.up(mem.deployment(variant(8)))
+    mem.node("spark-2").traps.append((matches_argv("docker", "run"), interrupt))
+    mem.node("spark-1").traps.append((matches_script(docker_containers._REMOVE), interrupt))
+
+    with pytest.raises(StepFailed) as caught:
+        mem.up(mem.deployment(variant(10)))
+
+    failure = caught.value
+    assert failure.interrupted and failure.restore_failed == "interrupted", failure.undo_notes
+    assert any(note.startswith("undo interrupted") for note in failure.undo_notes), failure.undo_notes
+    assert any(note.startswith("NOT RESTORED") for note in failure.undo_notes), failure.undo_notes
+    assert failure.repair.startswith("spark-deploy rollback 1 -i "), failure.repair
+    assert not [c for cs in mem.running().values() for c in cs if c.ours.plan_hash == before.plan_hash]
+    assert records(mem)[1]["outcome"] == "stopped"
+    assert lock_free(mem)
+
+    assert mem.rollback(1).release == 3  # the printed command
+    assert mem.serving_plan() == before.plan_hash
+
+
 # ---- down --------------------------------------------------------------------------------------------
 def test_interrupt_during_down_is_audited_and_releases_the_lock(mem):
     """Ctrl-C while the peer's container is being removed: the head (removed after the peers) is untouched,
