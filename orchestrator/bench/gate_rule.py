@@ -5,7 +5,10 @@ A single run's absolute tok/s moves between sittings; the ratio of interleaved A
 the same shots is the stable number (field notes 16 and 21). So the gate judges B/A, not B, and its bound is
 the larger of the measured spread (what the two releases' own shots say the noise is) and the user's
 tolerance (the smallest loss worth refusing an upgrade for): B is kept only when every gated profile's
-B/A >= 1 - max(spread, tolerance).
+B/A >= 1 - max(spread, tolerance). B/A is made of block medians, so the spread is how far a side's block
+medians move between blocks (the drift, note 21) — one late shot on a busy machine moves a median of
+shots little, and the max-min of shots a lot; with one block on a side there is no drift yet, and the
+spread of that side's shots stands in.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class Judgment:
     ratio: float | None  # b / a
     interval: tuple[float, float] | None  # the ratio's interval (see ratio_interval)
     interval_kind: str  # "95% CI" or "min-max"
-    spread: float  # the larger of A's and B's shot spreads ((max - min) / median, every block's shots)
+    spread: float  # the larger of A's and B's (see spread_of)
     tolerance: float  # --tolerance
     bound: float  # 1 - max(spread, tolerance)
     verdict: ProfileVerdict
@@ -56,6 +59,14 @@ class Judgment:
         word = "below" if self.verdict is ProfileVerdict.BELOW else "within"
         return (f"{self.profile} B/A {self.ratio:.3f}{span} {word} the bound {self.bound:.3f} "
                 f"(1 - max(spread {self.spread:.1%}, tolerance {self.tolerance:.1%}))")
+
+
+def spread_of(blocks: list[float], shots: list[float]) -> float:
+    """One side's noise: (max - min) / mean of its block medians with two blocks or more, else the
+    (max - min) / median of its shots (field note 16)."""
+    if len(blocks) > 1:
+        return (max(blocks) - min(blocks)) / statistics.mean(blocks)
+    return stats.summarize(shots).spread
 
 
 def ratio_interval(a: list[float], b: list[float]) -> tuple[tuple[float, float], str] | None:
@@ -78,7 +89,7 @@ def judge(profile: str, a_blocks: list[float], b_blocks: list[float], a_shots: l
                         ProfileVerdict.UNMEASURED)
     a, b = statistics.median(a_blocks), statistics.median(b_blocks)
     ratio = b / a
-    spread = max(stats.summarize(a_shots).spread, stats.summarize(b_shots).spread)
+    spread = max(spread_of(a_blocks, a_shots), spread_of(b_blocks, b_shots))
     bound = 1 - max(spread, tolerance)
     interval = ratio_interval(a_shots, b_shots)
     verdict = ProfileVerdict.BELOW if ratio < bound else ProfileVerdict.WITHIN
