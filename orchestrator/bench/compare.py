@@ -91,7 +91,7 @@ class CompareResult:
                 "ratios": self.rows()}
 
 
-def _serving(op: Operation, what: str):
+def read_serving(op: Operation, what: str):
     """The release serving now, read again on the operation's connections (the blocks change it)."""
     state = op.reread()
     if not state.serving_known:
@@ -99,10 +99,10 @@ def _serving(op: Operation, what: str):
     return state.serving
 
 
-def _make_room(op: Operation, recipe: str, events: Events, seams: "Seams"):
+def make_room(op: Operation, recipe: str, events: Events, seams: "Seams"):
     """`up` replaces only its own recipe's containers: another recipe serving on the same ports is taken
     down first (its release is recorded as stopped; the restore at the end rolls back to it)."""
-    now = _serving(op, f"making room for {recipe}")
+    now = read_serving(op, f"making room for {recipe}")
     if now is not None and now.recipe != recipe:
         try:
             gone = down_mod.down(op.inventory, now.recipe, events, connector=seams.connector)
@@ -113,11 +113,11 @@ def _make_room(op: Operation, recipe: str, events: Events, seams: "Seams"):
     return now
 
 
-def _deploy(op: Operation, label: str, dep: Deployment, events: Events, seams: "Seams") -> Target:
+def deploy_side(op: Operation, label: str, dep: Deployment, events: Events, seams: "Seams") -> Target:
     """Deploy one side; a failure names the side (A or B) as well as its recipe: both may share a name."""
     side = f"{label} ({dep.recipe.name}, {dep.recipe_path})"
     try:
-        _make_room(op, dep.recipe.name, events, seams)
+        make_room(op, dep.recipe.name, events, seams)
         with signals_interrupt():
             run_up(dep, events, seams.options, endpoint_at=seams.endpoint_at, op=op)
     except (DeployFailed, CompareError) as exc:
@@ -128,15 +128,15 @@ def _deploy(op: Operation, label: str, dep: Deployment, events: Events, seams: "
         raise CompareError(f"{side}: {exc}") from None
 
 
-def _restore(op: Operation, before, inventory_path: str, events: Events, seams: "Seams") -> str:
+def bring_back(op: Operation, before, inventory_path: str, events: Events, seams: "Seams") -> str:
     """Bring back the release that served before (`before`: a Release) by a rollback to it, unless its
     plan is the one serving now."""
     if before is None:
         return "nothing served before: the last block's release is left serving"
-    now = _serving(op, f"restoring release {before.id}")
+    now = read_serving(op, f"restoring release {before.id}")
     if now is not None and now.plan_hash == before.plan_hash:
         return f"release {before.id}'s plan serves again (release {now.id})"
-    _make_room(op, before.recipe, events, seams)
+    make_room(op, before.recipe, events, seams)
     try:  # the one rollback path: an inventory changed since that release is refused here too, never deployed
         with signals_interrupt():
             rollback_mod.roll_back(op, before.id, events, inventory_path=inventory_path, options=seams.options,
@@ -179,7 +179,7 @@ def compare(deps: dict[str, Deployment], inventory_path: str, blocks: str, plan_
         failure: Exception | None = None
         try:
             for label in blocks:
-                tgt = _deploy(op, label, deps[label], events, seams)
+                tgt = deploy_side(op, label, deps[label], events, seams)
                 plan = plan_of(tgt)
                 with open_client(tgt.url) as http:
                     groups = run(http, tgt.model, plan, on_shot)
@@ -195,7 +195,7 @@ def compare(deps: dict[str, Deployment], inventory_path: str, blocks: str, plan_
             op.done(Outcome.INTERRUPTED, "; ".join(said), blocks=_blocks(result, blocks, deps))
             raise
         try:
-            result.restored = _restore(op, before, inventory_path, events, seams)
+            result.restored = bring_back(op, before, inventory_path, events, seams)
         except CompareError as exc:
             result.restored = f"RESTORE FAILED: {exc}"
             if failure is None:

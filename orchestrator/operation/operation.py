@@ -77,6 +77,7 @@ class AuditAction(StrEnum):
     MAINTENANCE_END = "maintenance-end"
     BENCH_RECORD = "bench-record"
     BENCH_COMPARE = "bench-compare"
+    UP_GATE = "up-gate"  # `up RECIPE --gate`: the blocks' ups and rollbacks are its parts
     MODEL_PULL = "model-pull"
 
 

@@ -187,7 +187,8 @@ def test_truth_line_round_trips_and_bad_knobs_are_named():
     for env, word in (({"SIM_DECODE_TPS": "0"}, "SIM_DECODE_TPS"), ({"SIM_ACCEPT": "code=1"}, "SIM_ACCEPT"),
                       ({"SIM_BATCH_ALPHA": "-1"}, "SIM_BATCH_ALPHA"), ({"SIM_PREFILL_TPS": "x"}, "SIM_PREFILL_TPS"),
                       ({"SIM_STEP_JITTER": "0.5"}, "SIM_STEP_JITTER"), ({"SIM_PACE_SD": "-0.1"}, "SIM_PACE_SD"),
-                      ({"SIM_FIRST_CHUNK_P": "2"}, "SIM_FIRST_CHUNK_P"), ({"SIM_METRICS_LAG": "-1"}, "SIM_METRICS_LAG")):
+                      ({"SIM_FIRST_CHUNK_P": "2"}, "SIM_FIRST_CHUNK_P"), ({"SIM_METRICS_LAG": "-1"}, "SIM_METRICS_LAG"),
+                      ({"SIM_PROFILE_SLOW": "zh=1.5"}, "SIM_PROFILE_SLOW"), ({"SIM_PROFILE_SLOW": "zh"}, "SIM_PROFILE_SLOW")):
         with pytest.raises(SimError, match=word):
             Truth.from_env(env)
 
@@ -199,6 +200,20 @@ def test_server_prints_its_truth(plain, spec):
 
 
 # ----------------------------------------------------------------------------- rates
+def test_profile_slow_slows_that_profile_only():
+    """SIM_PROFILE_SLOW zh=0.8 (the image variant an upgrade gate must catch): zh decodes at 0.8x its
+    formula rate, prose at the full rate; the truth line carries the factor and expected() applies it."""
+    env = {"SIM_DECODE_TPS": "400", "SIM_TTFT": "0.005", "SIM_PROFILE_SLOW": "zh=0.8"}
+    with LocalStandin(env=env) as srv:
+        assert srv.truth.profile_speed == {"zh": 0.8}
+        zh_want, prose_want = expected(srv.truth, "zh", k=0).decode_tps, expected(srv.truth, "prose", k=0).decode_tps
+        assert zh_want == pytest.approx(0.8 * prose_want)
+        _, zh = shot_decode(srv.port, "请介绍一下大海和山上的风", 300, "u-slow-zh")
+        _, prose = shot_decode(srv.port, PROSE, 300, "u-slow-prose")
+    assert zh.pace_tps() == pytest.approx(zh_want, rel=0.03)
+    assert prose.pace_tps() == pytest.approx(prose_want, rel=0.03)
+
+
 def test_plain_decode_rate_is_the_formula(plain):
     rate, shot = shot_decode(plain.port, PROSE, 300, "u-plain-1")
     assert all(count_tokens(plain.port, t) == 1 for _, t in shot.content[:20])  # one token per chunk

@@ -211,3 +211,81 @@ def test_bench_compare_whose_first_block_fails_writes_one_failed_line_naming_the
     assert "B: failed: B (sim-tiny" in lines[0]["detail"] and lines[0]["release"] == before.release
     assert [(p["action"], p["outcome"]) for p in lines[0]["parts"]] == [("up", "failed")]
     assert not locked(mem)
+
+
+class _Group:
+    """A measured group as the gate reads it (runner.Group's shape, fixed values)."""
+
+    def __init__(self, profile: str, values: list[float]):
+        self.profile, self.concurrency, self.values = profile, 1, values
+
+    def decode_values(self) -> list[float]:
+        return self.values
+
+    def headline(self):
+        from orchestrator.bench import stats
+        return stats.headline(self.values)
+
+    def as_dict(self) -> dict:
+        return {"profile": self.profile, "values": self.values}
+
+
+def _record(mem, release: int):
+    """The release's record as the head holds it."""
+    from orchestrator.releases import store
+    from orchestrator.releases.record import Release
+
+    head = mem.inventory.head
+    return Release.model_validate_json(mem.node(head).files[store.record_path(mem.inventory, head, release)])
+
+
+def _gate(mem, monkeypatch, b_zh: float):
+    """`up --gate` of variant(10) against variant(8) serving, B's zh at `b_zh` x A's (code equal)."""
+    from orchestrator.bench import gate as gate_mod
+    from orchestrator.render.plan import build_plan
+
+    before = mem.up(mem.deployment(variant(8)))
+    dep_b = mem.deployment(variant(10))
+    b_plan = build_plan(dep_b).plan_hash
+    shots = [100.0, 101.0, 99.0]
+
+    def measure(tgt, plan_of, on_shot):
+        factor = b_zh if mem.serving_plan() == b_plan else 1.0
+        return [_Group("code", shots), _Group("zh", [v * factor for v in shots])]
+    monkeypatch.setattr(gate_mod, "_measure", measure)
+    lines_before = len(audit_lines(mem))
+    seams = mem.seams()
+    result = gate_mod.gate(dep_b, str(mem.dep.inventory_path), "ABAB", lambda t: None, 0.03, mem.events, seams=seams)
+    made = seams.connector
+    assert sent(made, lock._CREATE) == 1 and sent(made, lock._RELEASE) == 1, "the lock was taken more than once"
+    assert len(made.made) == len(mem.inventory.nodes), "the cluster was opened more than once"
+    lines = audit_lines(mem)[lines_before:]
+    assert [a["action"] for a in lines] == ["up-gate"], lines
+    return before, b_plan, result, lines[0]
+
+
+def test_up_gate_rejects_a_slower_profile_in_one_operation_and_a_serves_again(mem, monkeypatch):
+    before, b_plan, result, line = _gate(mem, monkeypatch, 0.8)
+    assert str(result.verdict) == "rejected" and "zh B/A 0.800" in result.reason
+    assert mem.serving_plan() == before.plan_hash
+    assert [b.label for b in result.blocks.blocks] == list("ABAB") and result.against == before.release
+    assert line["outcome"] == "failed" and line["release"] == result.release and line["gate"]["verdict"] == "rejected"
+    record = _record(mem, result.release)
+    assert record.plan_hash == b_plan and record.gate["profiles"]["zh"]["verdict"] == "below"
+
+
+def test_up_gate_keeps_an_equal_candidate_serving(mem, monkeypatch):
+    before, b_plan, result, line = _gate(mem, monkeypatch, 1.0)
+    assert str(result.verdict) == "kept" and mem.serving_plan() == b_plan
+    assert line["outcome"] == "ok" and _record(mem, result.release).gate["verdict"] == "kept"
+
+
+def test_up_gate_with_nothing_serving_is_refused_with_one_line(mem):
+    from orchestrator.bench import gate as gate_mod
+
+    with pytest.raises(gate_mod.GateRefused, match="nothing to gate against; run `up` without --gate"):
+        gate_mod.gate(mem.deployment(variant(10)), str(mem.dep.inventory_path), "ABAB", lambda t: None, 0.03,
+                      mem.events, seams=mem.seams())
+    line = audit_lines(mem)[-1]
+    assert (line["action"], line["outcome"]) == ("up-gate", "refused"), line
+    assert not locked(mem)

@@ -24,6 +24,8 @@ Speed (environment, defaults in brackets; the model and its exact expectation ar
   SIM_PACE_SD [0.003]        relative sd of each sitting's pace (idle to idle): plain shots spread ~0.9%
   SIM_METRICS_LAG [1]        /metrics shows the counters as they were up to this many steps ago (0: live)
   SIM_FIRST_CHUNK_P [0.2]    without speculation, chance the first chunk also carries the first decode step
+  SIM_PROFILE_SLOW []        profile=factor[,...]: that profile decodes at factor x the rate (zh=0.8: 20%
+                             slower on zh only; a step shared with it is as slow): a slower image variant
   SIM_QUICKACK [0]           1: ACK request headers at once (uvicorn does not; a Nagle client waits ~40 ms)
 The head prints `SIM truth: {json}` (speed.Truth.line) before it serves; speed.Truth.from_line reads it
 back and speed.expected(truth, profile, k, batch) gives the expected tok/s and tokens per step.

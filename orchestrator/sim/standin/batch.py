@@ -1,7 +1,7 @@
 """The running batch: every decoding request advances in one shared verification step at a time.
 
 A scheduler thread (vLLM's engine core loop) runs steps back to back while any request is decoding;
-a step of n requests lasts Truth.step_seconds(n) x the sitting's pace x its own jitter (speed.py),
+a step of n requests lasts Truth.step_seconds(n) / the slowest member's profile speed x the sitting's pace x its own jitter (speed.py),
 scheduled against absolute deadlines so the rate does not drift with thread wake-up latency; a request
 joining mid-step waits for the next step, as in vLLM.
 Each request gets its own group of 1 + accepted tokens per step; the HTTP thread serving it picks the
@@ -101,7 +101,8 @@ class Batch:
             # behind by a little (thread wake-up): catch up so the rate stays exact; by a lot (the
             # process was paused): carry on from now, as an engine would, instead of a burst of steps
             start = now if deadline is None or now - deadline > MAX_CATCH_UP else deadline
-            deadline = start + self.truth.step_seconds(len(batch)) * self.pace * self.truth.jitter(self.rng)
+            step = self.truth.step_seconds(len(batch)) / self.truth.speed(m.req["profile"] for m in batch)
+            deadline = start + step * self.pace * self.truth.jitter(self.rng)
             self.life.sleep(deadline - time.monotonic())
             self._step(batch)
 

@@ -6,6 +6,9 @@ The model (field notes 14-19, the seeds' numbers):
   speculation k = 0, so SIM_DECODE_TPS stays the plain single-request decode rate, and concurrency
   grows aggregate throughput sublinearly (n / (1 + alpha (n - 1)); 0.19 gives the seeds' 67.6 -> ~260
   at 12);
+- a profile's steps can be made slower (SIM_PROFILE_SLOW 'zh=0.8': a zh request decodes at 0.8x, every
+  step it shares lasting `step_seconds / 0.8`): an image variant slower on one workload only, the truth
+  an upgrade gate (`up --gate`) has to find;
 - a step emits 1 + accepted tokens; accepted = clip(floor(x + 0.5), 0, k), x ~ N(level, step_sd), the
   request's level ~ N(mean, request_sd) drawn once per request (so speculative runs spread across
   requests while plain runs do not);
@@ -31,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
 from .base import SimError, env_float
@@ -75,6 +78,7 @@ class Truth:
     metrics_lag: float = 0.0
     first_chunk_p: float = 0.0
     quickack: bool = False  # ACK request headers at once (uvicorn does not: a two-writes client waits ~40 ms)
+    profile_speed: dict[str, float] = field(default_factory=dict)  # profile -> rate factor (SIM_PROFILE_SLOW)
 
     @classmethod
     def from_env(cls, env, spec_k: int = 0) -> Truth:
@@ -90,7 +94,8 @@ class Truth:
                     pace_sd=env_float(env, "SIM_PACE_SD", DEFAULT_PACE_SD),
                     metrics_lag=env_float(env, "SIM_METRICS_LAG", 1.0),
                     first_chunk_p=env_float(env, "SIM_FIRST_CHUNK_P", DEFAULT_FIRST_CHUNK_P),
-                    quickack=env.get("SIM_QUICKACK", "0") == "1")
+                    quickack=env.get("SIM_QUICKACK", "0") == "1",
+                    profile_speed=parse_profile_slow(env.get("SIM_PROFILE_SLOW", "")))
         for name, value in (("SIM_DECODE_TPS", truth.decode_tps), ("SIM_PREFILL_TPS", truth.prefill_tps)):
             if value <= 0:
                 raise SimError(f"ValueError: {name} must be > 0, got {value}")
@@ -127,6 +132,11 @@ class Truth:
     def step_seconds(self, batch: int = 1, k: int | None = None) -> float:
         k = self.spec_k if k is None else k
         return (1 + self.draft_cost * k) / self.decode_tps * (1 + self.batch_alpha * (max(batch, 1) - 1))
+
+    def speed(self, profiles) -> float:
+        """The rate factor of a step shared by requests of these profiles: the slowest one's (a batch steps
+        together, so one slow request holds every other one back)."""
+        return min((self.profile_speed.get(p, 1.0) for p in profiles), default=1.0)
 
     def prefill_seconds(self, prompt_tokens: int, cached_tokens: int = 0) -> float:
         """Arrival to the first token (without the merged first verification step)."""
@@ -167,7 +177,7 @@ def expected(truth: Truth, profile: str, k: int | None = None, batch: int = 1) -
     total_sd = math.hypot(sd, request_sd)
     rates = tuple(position_rate(mean, total_sd, i) for i in range(k))
     accepted = sum(rates)
-    step = truth.step_seconds(batch, k)
+    step = truth.step_seconds(batch, k) / truth.speed([profile])
     per_request = (1 + accepted) / step
     return Expected(accepted, 1 + accepted, rates, step, per_request, per_request * max(batch, 1))
 
@@ -185,4 +195,20 @@ def parse_accept(spec: str) -> dict[str, tuple[float, float, float]]:
             raise SimError(f"ValueError: bad SIM_ACCEPT entry {part!r} "
                            "(want profile=mean:step_sd[:request_sd], sds >= 0)") from None
         out[name.strip()] = (nums[0], nums[1], nums[2] if len(nums) == 3 else DEFAULT_REQUEST_SD)
+    return out
+
+
+def parse_profile_slow(spec: str) -> dict[str, float]:
+    """SIM_PROFILE_SLOW 'zh=0.8,code=0.9' -> {profile: rate factor in (0, 1]}: that profile decodes slower."""
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        try:
+            name, value = part.split("=")
+            factor = float(value)
+            if not 0 < factor <= 1:
+                raise ValueError
+        except ValueError:
+            raise SimError(f"ValueError: bad SIM_PROFILE_SLOW entry {part!r} (want profile=factor, 0 < factor <= 1)"
+                           ) from None
+        out[name.strip()] = factor
     return out
