@@ -77,6 +77,7 @@ class AuditAction(StrEnum):
     MAINTENANCE_END = "maintenance-end"
     BENCH_RECORD = "bench-record"
     BENCH_COMPARE = "bench-compare"
+    BENCH_REPLICATES = "bench-replicates"
     MODEL_PULL = "model-pull"
 
 
