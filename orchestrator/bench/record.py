@@ -23,8 +23,9 @@ class NotRecorded(Exception):
     """The run could not be written to its release (lock held, release gone, node error)."""
 
 
-def summary(result: BenchResult) -> dict:
-    """What the release keeps: the headline, each group's figures without shots, the ceiling's verdict."""
+def summary(result: BenchResult, replicates: dict | None = None) -> dict:
+    """What the release keeps: the headline, each group's figures without shots, the ceiling's verdict, and
+    with `bench --replicates` the capacity figure per profile (bench/replicates.py)."""
     groups = []
     for g in result.groups:
         d = g.as_dict()
@@ -34,30 +35,42 @@ def summary(result: BenchResult) -> dict:
     if ceiling and "error" not in ceiling:
         ceiling = {k: ceiling[k] for k in ("bytes_per_token", "ceiling_tps", "of_ceiling", "nodes", "bandwidth",
                                            "bytes_read", "hypotheses")}
-    return {"at": result.finished_at or time.time(), "headline": result.headline(), "groups": groups,
-            "ceiling": ceiling, "plan": result.as_dict()["plan"], "target": result.target}
+    out = {"at": result.finished_at or time.time(), "headline": result.headline(), "groups": groups,
+           "ceiling": ceiling, "plan": result.as_dict()["plan"], "target": result.target}
+    if replicates is not None:
+        out["replicates"] = replicates
+    return out
 
 
 def headline_text(bench: dict | None) -> str:
-    """One line for `history`: decode tok/s per profile at c=1 (a `?` marks a provisional figure)."""
+    """One line for `history`: decode tok/s per profile at c=1 (a `?` marks a provisional figure), and
+    after `bench --replicates` the capacity figure (`cap 35.0 (3 of 4 runs)`: 1 replicate left out)."""
     if not bench or not bench.get("headline"):
         return "-"
     parts = []
+    caps = (bench.get("replicates") or {}).get("profiles", {})
+    n = (bench.get("replicates") or {}).get("n")
     for profile, h in bench["headline"].items():
         mark = "?" if h.get("provisional") else ""
         steps = f" x{h['tokens_per_step']:.2f}" if h.get("tokens_per_step") else ""
+        cap = caps.get(profile)
+        if cap is not None:
+            out = len(cap.get("left_out") or [])
+            figure = f"{cap['capacity']:.1f}" if cap.get("capacity") is not None else "?"
+            steps += f" cap {figure} ({n - out} of {n} runs)"
         parts.append(f"{profile} {h['decode_tps']:.1f}{mark}{steps}")
     return ", ".join(parts)
 
 
-def record(result: BenchResult, inventory: Inventory, release_id: int, console) -> None:
-    """The results written into the release's record on every node, under the deploy lock."""
+def record(result: BenchResult, inventory: Inventory, release_id: int, console, replicates: dict | None = None) -> None:
+    """The results written into the release's record on every node, under the deploy lock (inside an
+    enclosing operation, e.g. `bench --replicates`, a part of it)."""
     try:
         with Operation(inventory, Events(TerminalSink(console)), AuditAction.BENCH_RECORD, ttl=120) as op:
             release = op.state.history.get(release_id)
             if release is None:
                 raise NotRecorded(f"release {release_id} is no longer in the history")
-            store.write_release(op.cluster, inventory, release.touch(bench=summary(result)))
+            store.write_release(op.cluster, inventory, release.touch(bench=summary(result, replicates)))
             op.done(Outcome.OK, f"bench results recorded with release {release_id}", release=release_id)
     except LockError as exc:
         raise NotRecorded(f"the deploy lock is held ({exc}): results not recorded with release {release_id}") from None

@@ -67,6 +67,9 @@ def bench(
     compare: Annotated[Optional[tuple[Path, Path]], typer.Option("--compare", help="A.yaml B.yaml: deploy each in "
                                                                  "turn, interleaved blocks, B/A and drift.")] = None,
     blocks: Annotated[str, typer.Option("--blocks", help="Block order with --compare.")] = "ABAB",
+    replicates: Annotated[Optional[int], typer.Option("--replicates", help="With a recipe: N >= 2 sittings, the "
+                                                      "release restarted between them; a capacity figure per "
+                                                      "profile.")] = None,
     no_record: Annotated[bool, typer.Option("--no-record", help="With a recipe: do not record the results "
                                                                 "with the serving release.")] = False,
     as_json: JsonOpt = False,
@@ -77,6 +80,7 @@ def bench(
     Example: spark-deploy bench recipes/dspark-0731-b12x.yaml --profile code,zh --shots 10 --concurrency 1,12
     Example: spark-deploy bench --url http://127.0.0.1:8000 --profile prose --until-stable 5% --json
     Example: spark-deploy bench --compare baseline.yaml spec.yaml --blocks ABAB -i inventory.yaml
+    Example: spark-deploy bench recipes/dspark-0731-b12x.yaml --replicates 4 --profile code --shots 5
     """
     from ..bench import prompts as prompt_sets
     from ..bench import render, report, runner
@@ -97,6 +101,9 @@ def bench(
             the_api = Api(api)
         except ValueError:
             raise BadInput(f"--api {api!r}: choose chat or completions") from None
+        if replicates is not None and (recipe is None or replicates < 2):
+            raise BadInput("--replicates N needs a RECIPE (its serving release is restarted between replicates) "
+                           "and N >= 2")
         levels = _ints(concurrency, "--concurrency")
         width = _width(until_stable) if until_stable is not None else None
         names = [p.strip() for p in profile.split(",") if p.strip()]
@@ -115,6 +122,10 @@ def bench(
             from ..config.load import load_deployment
 
             dep = load_deployment(recipe, inventory)
+            if replicates is not None:
+                _replicates(dep, replicates, sets, shots, warmup, levels, width, max_shots, the_api, max_tokens,
+                            idle_bound, as_json, report_dir, no_record)
+                return
             try:
                 tgt = target_mod.of_recipe(dep)
             except target_mod.TargetError as exc:
@@ -244,5 +255,50 @@ def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, leve
     if report_dir is not None:
         report_dir.mkdir(parents=True, exist_ok=True)
         path = report_dir / "compare.json"
+        path.write_text(json.dumps(result.as_dict(), indent=2, default=str) + "\n")
+        (err if as_json else out).print(f"report: {escape(str(path))}")
+
+
+def _replicates(dep, n: int, sets, shots, warmup, levels, width, max_shots, the_api, max_tokens, idle_bound,
+                as_json: bool, report_dir, no_record: bool) -> None:
+    """--replicates N: N sittings of the serving release, restarted between them, in one operation."""
+    import json
+
+    from ..bench import render_replicates, runner
+    from ..bench import replicates as replicates_mod
+    from ..bench.record import NotRecorded, record
+    from ..bench.report import BenchResult
+    from ..bench.shot import ShotOptions
+    from ..runner.events import Events
+    from ..runner.sinks import TerminalSink
+
+    def plan_of(tgt):
+        return runner.Plan(prompts=sets, shots=shots, warmup=warmup, concurrency=levels, until_stable=width,
+                           max_shots=max_shots, draft_budget=tgt.draft_budget,
+                           shot=ShotOptions(api=the_api, max_tokens=max_tokens, idle_bound_s=idle_bound))
+
+    def record_it(tgt, plan, result) -> str:
+        if no_record:
+            return ""
+        last = BenchResult(target={**tgt.as_dict(), "api": str(the_api)}, plan=plan,
+                           groups=result.replicates[-1].groups, finished_at=time.time())
+        try:
+            record(last, dep.inventory, tgt.release, err, replicates=result.recorded())
+        except NotRecorded as exc:
+            err.print(f"[yellow]warning[/]: {escape(str(exc))}")
+            return f"not recorded: {exc}"
+        return f"recorded with release {tgt.release}"
+
+    try:
+        result = replicates_mod.measure(dep, n, plan_of, Events(TerminalSink(err)), on_done=record_it)
+    except replicates_mod.ReplicatesError as exc:
+        raise Failed(str(exc)) from exc
+    if as_json:
+        emit_json(result.as_dict())
+    else:
+        render_replicates.show(out, result)
+    if report_dir is not None:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        path = report_dir / "replicates.json"
         path.write_text(json.dumps(result.as_dict(), indent=2, default=str) + "\n")
         (err if as_json else out).print(f"report: {escape(str(path))}")

@@ -78,6 +78,7 @@ class AuditAction(StrEnum):
     BENCH_RECORD = "bench-record"
     BENCH_COMPARE = "bench-compare"
     UP_GATE = "up-gate"  # `up RECIPE --gate`: the blocks' ups and rollbacks are its parts
+    BENCH_REPLICATES = "bench-replicates"
     MODEL_PULL = "model-pull"
 
 

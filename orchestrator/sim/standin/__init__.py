@@ -38,6 +38,11 @@ Other knobs:
   SIM_AUTO_BACKEND [DEEPGEMM_MXFP4]  what `--moe-backend auto` picks
 Faults: SIM_FAULT_JIT_ASSERT, SIM_FAULT_CRASH_AT_START, SIM_FAULT_HANG_LOAD, SIM_FAULT_OOM,
 SIM_FAULT_COMPLETIONS_HANG (=1), SIM_FAULT_CUDA_GRAPH_RANK (=<rank>).
+SIM_FAULT_FIRST_RUN_FAST=<factor>: the first SIM_FAULT_FIRST_RUN_REQUESTS [20] fixed-length (ignore_eos)
+requests a deployment serves decode factor x faster, then normal (readiness and acceptance requests do not
+count); the count is kept in SIM_FAULT_FIRST_RUN_STATE [/tmp/sim-first-run.count], in the container's own
+filesystem, so `docker start` of the same container goes on counting (a GPU still warm after a restart) and
+a new container starts afresh. speed.FirstRunFast; `bench --replicates` finds it.
 Answers for the acceptance checks (answers.py, docs/acceptance.md) and their faults: SIM_FAULT_LOGPROBS_NAN,
 SIM_FAULT_FORGET_BEYOND (=<tokens>), SIM_FAULT_TOOL_PLAIN, SIM_FAULT_SIMPLIFIED, SIM_FAULT_REASONING_INLINE,
 SIM_FAULT_PERTURB (=1 each).

@@ -35,7 +35,8 @@ class Member:
 
 
 class Batch:
-    def __init__(self, truth: Truth, metrics: Metrics, life: Life, stalled: threading.Event):
+    def __init__(self, truth: Truth, metrics: Metrics, life: Life, stalled: threading.Event, fast: float = 1.0):
+        self.fast = fast  # SIM_FAULT_FIRST_RUN_FAST: a step with a member marked "fast" runs this many times faster
         self.truth, self.metrics, self.life, self.stalled = truth, metrics, life, stalled
         self.cond = threading.Condition()
         self.members: list[Member] = []
@@ -101,7 +102,8 @@ class Batch:
             # behind by a little (thread wake-up): catch up so the rate stays exact; by a lot (the
             # process was paused): carry on from now, as an engine would, instead of a burst of steps
             start = now if deadline is None or now - deadline > MAX_CATCH_UP else deadline
-            step = self.truth.step_seconds(len(batch)) / self.truth.speed(m.req["profile"] for m in batch)
+            fast = self.fast if any(m.req.get("fast") for m in batch) else 1.0
+            step = self.truth.step_seconds(len(batch)) / (self.truth.speed(m.req["profile"] for m in batch) * fast)
             deadline = start + step * self.pace * self.truth.jitter(self.rng)
             self.life.sleep(deadline - time.monotonic())
             self._step(batch)

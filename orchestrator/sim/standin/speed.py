@@ -46,6 +46,7 @@ DEFAULT_ACCEPT = {"code": (3.2, 0.8, 0.25), "prose": (1.25, 1.0, 0.1), "zh": (0.
 DEFAULT_REQUEST_SD = 0.2  # for a SIM_ACCEPT entry given as mean:sd only
 DEFAULT_STEP_JITTER = 0.04  # sd of one step's duration, relative (not measured: a scheduler's noise)
 DEFAULT_PACE_SD = 0.003  # sd of a sitting's pace: ~0.9% max-min over ten plain shots (field note 16)
+DEFAULT_FIRST_RUN_STATE = "/tmp/sim-first-run.count"  # in the container's own filesystem (see FirstRunFast)
 DEFAULT_FIRST_CHUNK_P = 0.2  # plain first chunk carrying two tokens (not measured: a held-back token)
 
 
@@ -160,6 +161,52 @@ class Truth:
         sd = self.accept.get(profile, (0.0, 0.0, 0.0))[1]
         x = rng.gauss(level, sd) if sd > 0 else level
         return min(k, max(0, math.floor(x + 0.5)))
+
+
+@dataclass
+class FirstRunFast:
+    """The fault SIM_FAULT_FIRST_RUN_FAST=<factor>: the first SIM_FAULT_FIRST_RUN_REQUESTS fixed-length
+    (ignore_eos) requests a deployment serves decode `factor` x faster, then normal (field note 16: a first
+    run said 69.3 tok/s, four re-runs 38-42). Like a GPU that boosts while cold and is still warm after a
+    restart, the count lives in a file in the container's own filesystem (SIM_FAULT_FIRST_RUN_STATE), so a
+    `docker start` of the same container goes on counting and only a new container starts afresh.
+    Readiness probes and acceptance checks are not fixed-length, so they do not use it up. Not part of the
+    Truth: it is the lie a measurement must catch."""
+
+    factor: float = 1.0
+    requests: int = 0
+    state: str = ""  # the count's file ("" = in memory only)
+    taken: int = 0
+
+    @classmethod
+    def from_env(cls, env) -> FirstRunFast:
+        factor = env_float(env, "SIM_FAULT_FIRST_RUN_FAST", 1.0)
+        requests = int(env_float(env, "SIM_FAULT_FIRST_RUN_REQUESTS", 20))
+        if factor <= 0 or requests < 0:
+            raise SimError(f"ValueError: SIM_FAULT_FIRST_RUN_FAST must be > 0 and SIM_FAULT_FIRST_RUN_REQUESTS >= 0, "
+                           f"got {factor} and {requests}")
+        if factor == 1.0:
+            return cls()
+        state = env.get("SIM_FAULT_FIRST_RUN_STATE", DEFAULT_FIRST_RUN_STATE)
+        try:
+            with open(state) as f:
+                taken = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            taken = 0
+        return cls(factor, requests, state, taken)
+
+    def take(self) -> bool:
+        """Count one fixed-length request (call under a lock): True while the first run lasts."""
+        if self.taken >= self.requests:
+            return False
+        self.taken += 1
+        if self.state:
+            try:
+                with open(self.state, "w") as f:
+                    f.write(str(self.taken))
+            except OSError:
+                pass  # an unwritable state: the count lives in memory only (a restart starts afresh)
+        return True
 
 
 def position_rate(mean: float, sd: float, i: int) -> float:
