@@ -24,6 +24,12 @@ from huggingface_hub.utils import disable_progress_bars
 
 from .safetensors_headers import Headers
 
+try:  # huggingface_hub 2.x talks over httpx2, 1.x over httpx: both transports' errors mean "no answer"
+    from httpx2 import HTTPError as _Http2Error
+    TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (httpx.HTTPError, _Http2Error)
+except ImportError:
+    TRANSPORT_ERRORS = (httpx.HTTPError,)
+
 HUB_TIMEOUT = 15.0  # seconds to wait for each answer (model pull's download waits as long for the Hub)
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
@@ -80,7 +86,7 @@ def read_from_hub(repo: str, revision: str, timeout: float = HUB_TIMEOUT) -> Hub
         raise HubError(f"{repo}@{revision}: not safetensors: {exc}") from None
     except ValueError as exc:
         raise HubError(f"{repo}@{revision}: config.json is not JSON: {exc}") from None
-    except (HfHubHTTPError, httpx.HTTPError, OSError) as exc:
+    except (HfHubHTTPError, *TRANSPORT_ERRORS, OSError) as exc:
         raise HubError(f"the Hub at {where} did not give the headers of {repo}@{revision} "
                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else 'no answer'}; "
                        f"waited at most {timeout:g} s per answer)") from None

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import typer
-from click.core import ParameterSource
 from rich.markup import escape
 from rich.table import Table
 
@@ -44,7 +43,7 @@ def fit(
             raise BadInput("--nodes is for --memory (without an inventory): give --memory SIZE too")
         try:
             if memory is not None:
-                if ctx.get_parameter_source("inventory") is ParameterSource.COMMANDLINE or cluster:
+                if getattr(ctx.get_parameter_source("inventory"), "name", "") == "COMMANDLINE" or cluster:
                     raise BadInput("--memory replaces the inventory: give --memory SIZE or -i/-c, not both")
                 try:
                     total = parse_memory(memory)

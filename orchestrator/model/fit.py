@@ -136,9 +136,11 @@ def fit_given(recipe: Recipe, mem_total: int, nodes: int, said: str) -> FitAnswe
                  recipe_settings(recipe))
 
 
-def fit_on(cluster: Cluster, conns: list[NodeConnection], dep: Deployment, revision: str | None = None) -> FitAnswer:
+def fit_on(cluster: Cluster, conns: list[NodeConnection], dep: Deployment, revision: str | None = None,
+           hub: bool = True) -> FitAnswer:
     """Each node's MemTotal read over SSH, the headers from the head's cache (when it holds
-    repo@revision) or else the Hub. Every node must answer (FitUnknown names the ones that did not)."""
+    repo@revision) or else the Hub (unless `hub` is false: FitUnknown). Every node must answer (FitUnknown
+    names the ones that did not)."""
     if revision:
         dep = replace(dep, recipe=dep.recipe.model_copy(
             update={"model": dep.recipe.model.model_copy(update={"revision": revision})}))
@@ -156,6 +158,9 @@ def fit_on(cluster: Cluster, conns: list[NodeConnection], dep: Deployment, revis
     headers, why = head_headers(gathered.per_node, dep)
     if headers is not None and headers.config:
         source, commit = f"{dep.inventory.head}'s cache ({headers.snapshot})", headers.snapshot.rstrip("/").rsplit("/", 1)[-1]
+    elif not hub:
+        raise FitUnknown(f"not from {dep.inventory.head}'s cache ({why or 'no config.json there'}), and the Hub is "
+                         "not asked (--offline)")
     else:
         headers, commit, source = from_hub(model.repo, model.revision)
         source += f"; not from {dep.inventory.head}'s cache: {why or 'no config.json there'}"
