@@ -42,6 +42,18 @@ class FitError(ValueError):
     """config.json or the headers do not say what the arithmetic needs (named)."""
 
 
+class FitState(StrEnum):
+    """One node's answer, the same for preflight's model-fit and `fit`."""
+    FITS = "fits"
+    WEIGHTS_SHORT = "weights-do-not-fit"  # no room left for any KV cache: the load fails after the whole load
+    KV_SHORT = "kv-tokens-below-max-model-len"  # vLLM refuses to start: not one full-length request fits
+    KV_UNJUDGED = "kv-not-judged"  # a KV layout model-fit does not know: the weights are judged, the KV is not
+
+    @property
+    def fails(self) -> bool:
+        return self in (FitState.WEIGHTS_SHORT, FitState.KV_SHORT)
+
+
 class KvKind(StrEnum):
     ATTENTION = "attention"  # K and V per KV head per layer, the KV heads split across TP ranks
     MLA = "mla"  # one compressed latent (kv_lora_rank + rope dims) per layer, whole on every rank
@@ -212,6 +224,14 @@ class Fit:
     def concurrency(self) -> float:
         return self.tokens / self.max_model_len
 
+    @property
+    def state(self) -> FitState:
+        if not self.weights_fit:
+            return FitState.WEIGHTS_SHORT
+        if self.kv is None:  # never a number computed for another layout, so never a KV failure
+            return FitState.KV_UNJUDGED
+        return FitState.KV_SHORT if self.tokens < self.max_model_len else FitState.FITS
+
     def as_dict(self) -> dict:
         out = {k: v for k, v in asdict(self).items() if k != "kv"}
         if self.kv is None:
@@ -239,6 +259,25 @@ def fit(headers: dict[str, dict], config: dict, mem_total: int, s: Settings, kv_
     return Fit(mem_total, s.utilization, weights_per_rank(headers, config, s.tp, s.draft), activation,
                NON_TORCH_BYTES, 0 if s.enforce_eager else CUDA_GRAPH_BYTES, kv,
                s.block_size or DEFAULT_BLOCK_SIZE, max_len, s.max_num_seqs, unknown)
+
+
+def fixes(short: list[str], tight: list[str], unjudged: list[str], tp: int) -> list[str]:
+    """What to change, for the nodes in each failing state (preflight's model-fit and `fit` say the same)."""
+    out = []
+    if short:
+        out.append(f"{', '.join(short)}: the weights do not fit vLLM's share (loading would fail after the "
+                   f"whole load): raise vllm.tensor_parallel_size (now {tp}) over more nodes, pick a smaller "
+                   "quantization, or raise vllm.gpu_memory_utilization within the memory-headroom check")
+    if tight:
+        out.append(f"{', '.join(tight)}: rule kv-tokens-below-max-model-len: fewer KV tokens fit than "
+                   "max_model_len, so vLLM refuses to start (\"To serve at least one request with the model's "
+                   "max seq len (...), (... GiB KV cache is needed, which is larger than the available KV cache "
+                   "memory\"): lower vllm.max_model_len, use a smaller vllm.kv_cache_dtype (fp8), or raise "
+                   "vllm.gpu_memory_utilization")
+    if unjudged:
+        out.append(f"{', '.join(unjudged)}: model-fit cannot predict this KV cache; `up` records the engine's "
+                   "own `GPU KV cache size` line, and vLLM itself refuses a max_model_len that does not fit")
+    return out
 
 
 def gib(n: float) -> str:

@@ -14,6 +14,7 @@ COMMANDS = lazy_group([
     Lazy("render", "config_cmds:render"),
     Lazy("pin", "pin_cmd:pin"),
     Lazy("preflight", "preflight_cmd:preflight"),
+    Lazy("fit", "fit_cmd:fit"),
     Lazy("up", "deploy_cmds:up"),
     Lazy("upgrade", "upgrade_cmd:upgrade"),
     Lazy("down", "deploy_cmds:down"),

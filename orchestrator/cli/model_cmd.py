@@ -10,7 +10,7 @@ from rich.markup import escape
 from ..config.load import load_inventory, load_recipe
 from ..model.copy import CopyFailed
 from ..model.download import DownloadFailed
-from ..model.pull import PullRefused, pull as pull_model
+from ..model.pull import DoesNotFit, PullRefused, pull as pull_model
 from ..runner.events import Events
 from ..runner.sinks import TerminalSink
 from ..transport.cancel import Cancelled, interrupt_reason, signals_interrupt
@@ -34,6 +34,9 @@ def pull(
     offline: Annotated[bool, typer.Option(
         "--offline", help="Do not ask the Hub: take the commit the source node's cache names for --revision, "
                           "and download nothing.")] = False,
+    no_fit: Annotated[bool, typer.Option(
+        "--no-fit", help="Do not run `fit` first (it refuses, before any download, a model that cannot fit the "
+                         "nodes' memory): for a model meant for other nodes.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Download the recipe's model.repo@revision once (huggingface_hub in the pinned image; HF_TOKEN from the
@@ -42,6 +45,9 @@ def pull(
 
     A branch or tag is resolved by the Hub (HF_ENDPOINT, its answer waited for at most 15 s): when the Hub
     does not answer, nothing is downloaded and the recipe is left as it was.
+
+    First `fit` sizes the model from its headers (the head's cache, else the Hub: no weights) with each node's
+    MemTotal, and a model that cannot fit is refused (exit 1) before a byte moves; --no-fit skips it.
 
     Example: spark-deploy model pull recipes/dspark-0731-b12x.yaml --revision main
     Example: spark-deploy model pull recipes/dspark-0731-b12x.yaml --revision main --offline
@@ -54,14 +60,15 @@ def pull(
         try:
             with signals_interrupt():  # SIGTERM as Ctrl-C: the remote copies are killed, what arrived is kept
                 result = pull_model(recipe, spec, inv, node=node, revision=revision, streams=streams,
-                                    events=Events(TerminalSink(err if as_json else out)), offline=offline)
+                                    events=Events(TerminalSink(err if as_json else out)), offline=offline,
+                                    fit=not no_fit)
         except (KeyboardInterrupt, Cancelled) as exc:
             why = interrupt_reason(exc) if isinstance(exc, KeyboardInterrupt) else str(exc)
             raise Failed(f"{why}: what had arrived stays as .incomplete blobs (never linked); run the same "
                          "command again to resume") from exc
         except PullRefused as exc:
             raise BadInput(str(exc)) from exc
-        except (DownloadFailed, CopyFailed, NodeError, GroupError) as exc:
+        except (DoesNotFit, DownloadFailed, CopyFailed, NodeError, GroupError) as exc:
             raise Failed(str(exc)) from exc
         if as_json:
             emit_json({"ok": True, "repo": spec.model.repo, "commit": result.commit, "source": result.source,

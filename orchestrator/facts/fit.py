@@ -10,9 +10,10 @@ from __future__ import annotations
 from ..checks.model_fit import FitError, Fit, Settings, fit
 from ..checks.safetensors_headers import SCRIPT, HeaderError, Headers, parse
 from ..config.load import Deployment
+from ..config.recipe import Recipe
 from . import memory  # noqa: F401  (registers meminfo, which predict reads)
 from .core import FactInput, Seen, fact, in_rank_order
-from .replaced import utilization
+from .replaced import VLLM_DEFAULT_UTILIZATION
 
 FACT = "model_headers"
 
@@ -37,19 +38,24 @@ def parse_model_headers(stdout: str) -> Headers | None:
         raise ValueError(str(exc).removeprefix(": ")) from None
 
 
-def _extra_int(dep: Deployment, flag: str) -> int | None:
-    value = dep.recipe.vllm.extra.get(flag)
+def _extra_int(recipe: Recipe, flag: str) -> int | None:
+    value = recipe.vllm.extra.get(flag)
     return int(value) if isinstance(value, (int, str)) and str(value).isdigit() else None
 
 
 def settings(dep: Deployment) -> Settings:
     """The recipe's numbers vLLM sizes its budget from (its defaults where the recipe is silent)."""
-    v = dep.recipe.vllm
+    return recipe_settings(dep.recipe)
+
+
+def recipe_settings(recipe: Recipe) -> Settings:
+    """settings() from the recipe alone (`fit --memory` has no inventory)."""
+    v = recipe.vllm
     spec = v.speculative_config
     in_checkpoint = spec is not None and "model" not in (spec.model_extra or {})
-    return Settings(v.tensor_parallel_size, utilization(dep), v.kv_cache_dtype, v.max_model_len,
-                    _extra_int(dep, "max-num-seqs"), _extra_int(dep, "max-num-batched-tokens"),
-                    _extra_int(dep, "block-size"), v.enforce_eager, in_checkpoint)
+    return Settings(v.tensor_parallel_size, v.gpu_memory_utilization or VLLM_DEFAULT_UTILIZATION, v.kv_cache_dtype,
+                    v.max_model_len, _extra_int(recipe, "max-num-seqs"), _extra_int(recipe, "max-num-batched-tokens"),
+                    _extra_int(recipe, "block-size"), v.enforce_eager, in_checkpoint)
 
 
 def head_headers(seen: Seen, dep: Deployment) -> tuple[Headers | None, str]:

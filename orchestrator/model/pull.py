@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..checks.hub_headers import HubError
 from ..checks.model_cache import revision_on
+from ..config.load import Deployment
 from ..config.edit import set_model_revision
 from ..config.inventory import Inventory
 from ..config.recipe import Recipe
@@ -28,10 +30,15 @@ from ..transport.group import Cluster
 from ..transport.node import NodeConnection, NodeError
 from . import copy as blobcopy
 from .download import HUB_WAIT, download_on
+from .fit import FitUnknown, fit_on
 from .scripts import LIST_SH, Listing, parse_listing
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 SOURCE_STREAMS = 8  # SSH connections opened to the source at once: sshd's MaxStartups drops past 10
+
+
+class DoesNotFit(Exception):
+    """`fit` said the model cannot fit the nodes: nothing was downloaded or copied."""
 
 
 class PullRefused(Exception):
@@ -180,17 +187,44 @@ def pull_on(cluster: Cluster, conns: dict[str, NodeConnection], inventory: Inven
     return result
 
 
+def check_fit(op: Operation, recipe_path: str | Path, recipe: Recipe, inventory: Inventory, want: str,
+              events: Events, offline: bool) -> None:
+    """`fit` before the download, with each node's MemTotal: DoesNotFit (nothing moved) when the model cannot
+    fit. When it cannot be sized (the Hub not reached from here, no headers) the pull goes on, saying so:
+    the download then meets the same Hub and says what it found."""
+    dep = Deployment(recipe, inventory, str(recipe_path), "")
+    try:
+        answer = fit_on(op.cluster, list(op.alive), dep, revision=want, hub=not offline)
+    except (FitUnknown, HubError) as exc:
+        events.note(f"fit not judged ({exc}): going on; `spark-deploy fit RECIPE` answers once the headers can "
+                    "be read")
+        return
+    if not answer.ok:
+        raise DoesNotFit(f"{recipe.model.repo}@{want} cannot fit: {answer.summary()} (headers: {answer.source}; "
+                         f"memory: {answer.memory_from}). Nothing was downloaded. {' | '.join(answer.fixes())} "
+                         "(`spark-deploy fit RECIPE` shows every node; --no-fit pulls anyway)")
+    first = answer.nodes[0].fit if answer.nodes else None
+    if first is not None:
+        kv = (f"{first.tokens:,} KV tokens ({first.concurrency:.2f}x max_model_len)" if first.kv is not None
+              else "KV not judged")
+        events.note(f"fit: {first.weights / (1 << 30):.1f} GiB of weights per rank, {kv} on {answer.nodes[0].node} "
+                    f"(headers: {answer.source})")
+
+
 def pull(recipe_path: str | Path, recipe: Recipe, inventory: Inventory, *, node: str | None = None,
          revision: str | None = None, streams: int = 4, endpoint: str | None = None,
-         events: Events | None = None, offline: bool = False) -> PullResult:
+         events: Events | None = None, offline: bool = False, fit: bool = True) -> PullResult:
     """The command: every node must answer (a node left out would serve another model or none). The
     deploy lock is not taken: a pull of hundreds of GB must not block `status`/`down` for an hour, and it
-    never touches what serves (a blob is renamed into place only whole and verified)."""
+    never touches what serves (a blob is renamed into place only whole and verified). With `fit`, `fit`
+    runs first and a model that cannot fit is refused before a byte moves."""
     events = events or Events()
     wanted_revision(recipe, revision)  # refused before any connection
     source = node or inventory.head
     with Operation(inventory, events, AuditAction.MODEL_PULL, reach=Reach.ALL, lock=Locking.NONE) as op:
         conns = {c.name: c for c in op.alive}
+        if fit:
+            check_fit(op, recipe_path, recipe, inventory, wanted_revision(recipe, revision), events, offline)
         result = pull_on(op.cluster, conns, inventory, recipe, events, source=source, revision=revision,
                          streams=streams, endpoint=endpoint, offline=offline)
         if revision and recipe.model.revision != result.commit:

@@ -8,7 +8,7 @@ docs/preflight.md shows the formula.
 
 from __future__ import annotations
 
-from ..checks.model_fit import FitError, describe, fit
+from ..checks.model_fit import FitError, FitState, describe, fit, fixes
 from ..checks.verdict import Cell, Scope, Status, Verdict
 from ..config.load import Deployment
 from ..facts.core import Seen, in_rank_order
@@ -38,30 +38,16 @@ def model_fit(seen: Seen, dep: Deployment) -> Verdict:
         except FitError as exc:
             cells[node] = Cell(Status.SKIP, f"cannot size the model: {exc}")
             continue
-        if not f.weights_fit:
+        state = f.state
+        if state is FitState.WEIGHTS_SHORT:
             cells[node] = Cell(Status.FAIL, describe(f))
             short.append(node)
-        elif f.kv is None:  # never a number computed for another layout, so never a KV failure
+        elif state is FitState.KV_UNJUDGED:
             cells[node] = Cell(Status.WARN, f"cannot judge the KV cache: {f.kv_unknown}; {describe(f)}")
             unjudged.append(node)
-        elif f.tokens < f.max_model_len:
+        elif state is FitState.KV_SHORT:
             cells[node] = Cell(Status.FAIL, f"{describe(f)}: not one full-length request fits")
             tight.append(node)
         else:
             cells[node] = Cell(Status.OK, describe(f))
-    fixes = []
-    tp = s.tp
-    if short:
-        fixes.append(f"{', '.join(short)}: the weights do not fit vLLM's share (loading would fail after the "
-                     f"whole load): raise vllm.tensor_parallel_size (now {tp}) over more nodes, pick a smaller "
-                     "quantization, or raise vllm.gpu_memory_utilization within the memory-headroom check")
-    if tight:
-        fixes.append(f"{', '.join(tight)}: rule kv-tokens-below-max-model-len: fewer KV tokens fit than "
-                     "max_model_len, so vLLM refuses to start (\"To serve at least one request with the model's "
-                     "max seq len (...), (... GiB KV cache is needed, which is larger than the available KV cache "
-                     "memory\"): lower vllm.max_model_len, use a smaller vllm.kv_cache_dtype (fp8), or raise "
-                     "vllm.gpu_memory_utilization")
-    if unjudged:
-        fixes.append(f"{', '.join(unjudged)}: model-fit cannot predict this KV cache; `up` records the engine's "
-                     "own `GPU KV cache size` line, and vLLM itself refuses a max_model_len that does not fit")
-    return Verdict("model-fit", Scope.NODE, cells, " | ".join(fixes))
+    return Verdict("model-fit", Scope.NODE, cells, " | ".join(fixes(short, tight, unjudged, s.tp)))

@@ -6,7 +6,12 @@ types), so this serves what that client asks for, and nothing else:
 - ``GET /api/models/{repo}/revision/{rev}``   the commit a branch/tag names, and the files (``siblings``)
 - ``GET /api/models/{repo}/tree/{rev}[/path]`` the file listing with git blob ids and LFS sha256/size
 - ``HEAD|GET /{repo}/resolve/{rev}/{file}``   ``X-Repo-Commit``, ``ETag`` (git blob id) or ``X-Linked-Etag``
-  + ``X-Linked-Size`` (LFS: sha256), ``Range: bytes=N-`` answered 206 (how the client resumes)
+  + ``X-Linked-Size`` (LFS: sha256), ``Range: bytes=N-`` (how the client resumes) and ``bytes=N-M`` (how
+  ``parse_safetensors_file_metadata`` reads a header) answered 206
+
+Every body it sends is recorded (`served`: file, byte range, where the safetensors header ends), so a test
+can tell header bytes from weight bytes. A `SparseFile` stands for a checkpoint too large to hold: a real
+header, then zeros up to its size, produced only for the ranges asked.
 
 Faults, each a real HTTP behaviour: a file that answers 500 (`fail`), a body cut off midway by closing the
 connection (`drop`), a gated repo that answers 401 ``GatedRepo`` without the right bearer token (`token`).
@@ -26,13 +31,67 @@ from urllib.parse import unquote, urlsplit
 from . import fake_model
 
 
+@dataclass(frozen=True)
+class SparseFile:
+    """A file of `size` bytes whose first bytes are `prefix` (a safetensors header) and the rest zeros:
+    a 160 GB checkpoint's headers served without holding its weights. Its blob name is derived from the
+    prefix and the size, not the content (nothing downloads one whole)."""
+
+    prefix: bytes
+    size: int
+
+    def read(self, start: int, stop: int) -> bytes:
+        head = self.prefix[start:stop]
+        return head + bytes(max(0, stop - max(start, len(self.prefix))))
+
+
+Body = bytes | SparseFile
+
+
+def _size(data: Body) -> int:
+    return data.size if isinstance(data, SparseFile) else len(data)
+
+
+def _read(data: Body, start: int, stop: int) -> bytes:
+    return data.read(start, stop) if isinstance(data, SparseFile) else data[start:stop]
+
+
+def _blob(name: str, data: Body, git: bool = False) -> str:
+    if isinstance(data, SparseFile):
+        return fake_model.blob_name("git" if git else name, data.prefix + str(data.size).encode())
+    return fake_model.blob_name("git" if git else name, data)
+
+
+def header_end(name: str, data: Body) -> int:
+    """Where a safetensors file's header ends (8 + n): bytes past it are weights. 0 for other files."""
+    if not name.endswith(".safetensors"):
+        return 0
+    first = _read(data, 0, 8)
+    return 8 + int.from_bytes(first, "little") if len(first) == 8 else 0
+
+
+@dataclass(frozen=True)
+class Served:
+    """One body sent: `name`'s bytes [start, stop), its header ending at `header_end`."""
+
+    name: str
+    start: int
+    stop: int
+    header_end: int
+    ranged: bool  # a closed Range (bytes=N-M), as a header read asks; an open one or none reads to the end
+
+    @property
+    def weight_bytes(self) -> int:
+        return max(0, self.stop - max(self.start, self.header_end)) if self.header_end else 0
+
+
 @dataclass
 class HubRepo:
     """One model repo at one commit: file name -> bytes, and the refs that name the commit."""
 
     repo_id: str
     commit: str
-    files: dict[str, bytes]
+    files: dict[str, Body]
     refs: tuple[str, ...] = ("main",)
     token: str | None = None  # set: the repo is gated and this bearer token is the one that opens it
 
@@ -114,9 +173,9 @@ class _Handler(BaseHTTPRequestHandler):
     @staticmethod
     def _entry(repo: HubRepo, name: str) -> dict:
         data = repo.files[name]
-        entry = {"type": "file", "oid": fake_model.blob_name("git", data), "size": len(data), "path": name}
+        entry = {"type": "file", "oid": _blob(name, data, git=True), "size": _size(data), "path": name}
         if repo.lfs(name):
-            entry["lfs"] = {"oid": fake_model.blob_name(name, data), "size": len(data), "pointerSize": 134}
+            entry["lfs"] = {"oid": _blob(name, data), "size": _size(data), "pointerSize": 134}
         return entry
 
     def _resolve(self, repo_id: str, rev: str, name: str, head: bool) -> None:
@@ -131,36 +190,40 @@ class _Handler(BaseHTTPRequestHandler):
         if not head and hub.take(hub.faults.fail, name):
             self._error(500, "", f"Internal Error (simulated) serving {name}")
             return
-        start = 0
-        ranged = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
+        size = _size(data)
+        start, stop = 0, size
+        ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
         if ranged:
-            start = min(int(ranged.group(1)), len(data))
+            start = min(int(ranged.group(1)), size)
+            stop = min(int(ranged.group(2)) + 1, size) if ranged.group(2) else size
         self.send_response(206 if ranged else 200)
         self.send_header("X-Repo-Commit", commit)
         if repo.lfs(name):
-            self.send_header("X-Linked-Etag", f'"{fake_model.blob_name(name, data)}"')
-            self.send_header("X-Linked-Size", str(len(data)))
-            self.send_header("ETag", f'"{fake_model.blob_name("git", data)}"')
+            self.send_header("X-Linked-Etag", f'"{_blob(name, data)}"')
+            self.send_header("X-Linked-Size", str(size))
+            self.send_header("ETag", f'"{_blob(name, data, git=True)}"')
         else:
-            self.send_header("ETag", f'"{fake_model.blob_name(name, data)}"')
+            self.send_header("ETag", f'"{_blob(name, data)}"')
         self.send_header("Accept-Ranges", "bytes")
         if ranged:
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-        self.send_header("Content-Length", str(len(data) - start))
+            self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
+        self.send_header("Content-Length", str(stop - start))
         self.send_header("Content-Type", "application/octet-stream")
         self.end_headers()
         if head:
             return
-        body = data[start:]
+        closed = bool(ranged and ranged.group(2))
         if hub.take(hub.faults.drop, name):
-            self.wfile.write(body[: len(body) // 2])
+            half = start + (stop - start) // 2
+            self.wfile.write(_read(data, start, half))
             self.wfile.flush()
-            hub.add_sent(len(body) // 2)
+            hub.add_sent(Served(name, start, half, header_end(name, data), closed))
             self.close_connection = True
             self.connection.shutdown(2)  # the peer sees the body end early: a dropped connection
             return
-        self.wfile.write(body)
-        hub.add_sent(len(body))
+        for at in range(start, stop, 1 << 20):  # a sparse file's zeros are made a MiB at a time
+            self.wfile.write(_read(data, at, min(stop, at + (1 << 20))))
+        hub.add_sent(Served(name, start, stop, header_end(name, data), closed))
 
     # ---- answers ----------------------------------------------------------------------------------
     def _json(self, body) -> None:
@@ -197,7 +260,7 @@ class HubStandIn:
         self.repos = {r.repo_id: r for r in repos}
         self.faults = faults or HubFaults()
         self.requests: Counter[tuple[str, str]] = Counter()
-        self.sent = 0  # body bytes of files served
+        self.served: list[Served] = []  # every file body sent, with its range
         self._lock = threading.Lock()
         self._server = _Server((host, port), _Handler)
         self._server.hub = self
@@ -215,9 +278,25 @@ class HubStandIn:
         with self._lock:
             self.requests[(method, path)] += 1
 
-    def add_sent(self, n: int) -> None:
+    def add_sent(self, served: Served) -> None:
         with self._lock:
-            self.sent += n
+            self.served.append(served)
+
+    @property
+    def sent(self) -> int:
+        """Body bytes of files served, all requests."""
+        return sum(s.stop - s.start for s in self.served)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes sent from past a safetensors header (the weights), all requests."""
+        return sum(s.weight_bytes for s in self.served)
+
+    @property
+    def downloaded(self) -> int:
+        """Body bytes of whole-file reads (no Range, or an open one: a download and its resume), leaving
+        out the closed ranges a header read asks for."""
+        return sum(s.stop - s.start for s in self.served if not s.ranged)
 
     def take(self, table: dict[str, int], name: str) -> bool:
         """Use up one of a fault's occurrences for `name`: True when this request is to fail."""
