@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections import Counter
 
 import pytest
 from ruamel.yaml import YAML
@@ -262,7 +263,10 @@ def test_downloads_once_in_the_pinned_image_then_copies(pair, hub, tmp_path):
     got = pulled(res)
     assert got["downloaded"] and got["recipe_updated"] and got["commit"] == META["revision"]
     assert got["nodes"]["spark-2"]["bytes"] == META["total_bytes"]
-    assert hub.downloaded == META["total_bytes"]  # downloaded once, on one node (fit read only header ranges)
+    whole = Counter(s.name for s in hub.served if not s.ranged)  # fit reads header ranges, and config.json whole
+    assert whole.pop("config.json") == 2 and set(whole.values()) == {1}, whole  # downloaded once, on one node
+    config_bytes = next(s.stop - s.start for s in hub.served if s.name == "config.json")
+    assert hub.downloaded == META["total_bytes"] + config_bytes
     assert YAML().load(recipe.read_text())["model"]["revision"] == META["revision"]
     assert pair.exec(2, ["cat", f"{ROOT}/refs/main"]).stdout == META["revision"]
     assert verify_blobs(pair, recipe) == {"spark-1": "ok", "spark-2": "ok"}
