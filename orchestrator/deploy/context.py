@@ -74,7 +74,6 @@ class UpContext:
     after_ready: dict | None = None  # the facts read once ready (deploy/after_ready.py)
     acceptance: list = field(default_factory=list)  # acceptance.Result per check, once run
     lock: DeployLock | None = None  # while held
-    lock_owned: bool = True  # False: an enclosing operation holds the lock; this `up` must not release it
     history: History | None = None  # as read at the start
     release: Release | None = None  # this run's record
     replaces: Release | None = None  # the release whose containers this run stops
@@ -83,6 +82,7 @@ class UpContext:
     failure: StepFailed | None = None  # once the run failed: its nodes and causes go into the audit line
     endpoint_at: Callable[[str, int], Endpoint] = Endpoint  # (host, port) -> an API; the restore's too (tests: in memory)
     op: Operation | None = None  # the operation this `up` is a body of: its connections, lock and audit line
+    op_owned: bool = False  # True: `up`'s own operation (it connected, locked and read the state for this run)
 
     def conn(self, node: str):
         return self.cluster[node]

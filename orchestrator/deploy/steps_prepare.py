@@ -17,8 +17,6 @@ from ..checks import basics
 from ..checks.verdict import Verdict
 from ..docker_cli import image_sync
 from ..docker_cli.containers import Container, stop_container
-from ..releases import identity
-from ..releases.keys import cluster_key
 from ..runner.events import Kind, Phase
 from ..runner.runner import StepFailed
 from ..transport.group import GroupError
@@ -57,19 +55,15 @@ def judge_report(phase: Phase, report, ctx: UpContext) -> None:
 
 
 class Connect(NoUndo):
-    phase, detail = Phase.CONNECT, "host keys verified"
+    """Inside an enclosing operation (`rollback`, `maintenance end`, `bench --compare`): its connections,
+    and every rank must have answered it. (`up`'s own operation connects under the `connect` phase.)"""
+
+    phase, detail = Phase.CONNECT, "the enclosing operation's connections"
 
     def run(self, ctx: UpContext) -> None:
-        if ctx.op is None:
-            ctx.cluster.open()
-            # the identity the head holds keys the lock, the records and the labels (refused when the nodes hold two)
-            key = identity.resolve(ctx.cluster, ctx.dep.inventory, ctx.cluster.nodes, write=True)
-        elif ctx.op.unreachable:  # the enclosing operation's connections: every rank must have answered
+        if ctx.op.unreachable:
             raise StepFailed(self.phase, "; ".join(f"{n} is unreachable ({why})" for n, why in ctx.op.unreachable.items()),
                              sorted(ctx.op.unreachable))
-        else:
-            key = cluster_key(ctx.dep.inventory)  # the enclosing operation resolved it as it opened
-        ctx.plan = ctx.plan.for_cluster(key)
         ctx.events.note(f"{len(ctx.plan.ranks)} node(s): " + ", ".join(c.name for c in ctx.cluster.nodes))
 
 

@@ -18,8 +18,7 @@ from ..checks.model_cache import revision_on
 from ..docker_cli.containers import list_containers, remove_container
 from ..facts.draft import record as draft_record
 from ..releases import audit, store
-from ..releases.guard import report_takeover
-from ..releases.lock import DeployLock, LockError
+from ..releases.lock import DeployLock
 from ..operation.operation import cause_chain, held_lock, node_reasons
 from ..releases.record import ModelSeen, RankRecord, Release, ReleaseOutcome, who
 from ..render.labels import Label
@@ -33,41 +32,27 @@ _SWEPT: "weakref.WeakSet[DeployLock]" = weakref.WeakSet()  # stale locks taken o
 
 
 class TakeLock(NoUndo):
-    phase, detail = Phase.LOCK, "the deploy lock on the head node"
+    """The deploy lock `up` runs under is its operation's (its own, or the enclosing `rollback`, `maintenance
+    end`, `bench --compare`): here the dead run of a stale lock it took over is swept, and the history read."""
+
+    phase, detail = Phase.LOCK, "the deploy lock on the head node; the release history"
 
     def run(self, ctx: UpContext) -> None:
         held = held_lock(ctx.dep.inventory)
-        if held is not None:  # an enclosing operation holds it (`rollback`, `maintenance end`, `bench --compare`)
-            ctx.lock, ctx.lock_owned = held, False
-            stale = held.taken_over[0] if held.taken_over else None
-            if stale is not None and stale.run_id and held not in _SWEPT:  # once per lock taken over
-                _SWEPT.add(held)
-                clean_orphans(ctx, stale.run_id, stale.release)
-            ctx.history = read_and_repair(ctx)
-            return
-        ttl = max(ctx.opts.ready_timeout, ctx.opts.listen_timeout) + 600
-        head, inventory = ctx.cluster.head, ctx.dep.inventory
-        lock = DeployLock(head, inventory, audit.command_line(), ttl, run_id=ctx.plan.run_id)
-        # one round trip per node: the head reads its history copy in the lock's own script, once the lock
-        # is ours; the peers read theirs meanwhile
-        peers = [c for c in ctx.cluster.nodes if c is not head]
-        with ThreadPoolExecutor(1, thread_name_prefix="history") as pool:
-            peer_copies = pool.submit(store.read_copies, ctx.cluster, inventory, peers)
-            try:
-                lock.acquire(then=(store.READ, store.releases_dir(inventory, head.name)))
-            except LockError as exc:
-                raise StepFailed(self.phase, str(exc), [head.name]) from None
-            copies = peer_copies.result()
-        ctx.lock = lock
-        lock.start_refreshing()
-        stale = report_takeover(ctx.cluster, inventory, ctx.events, lock)
-        if stale and stale.run_id:
+        if held is None:  # a bug, never a user's doing: `up` always runs inside an operation that locks
+            raise StepFailed(self.phase, "no deploy lock is held for this cluster by the operation `up` runs in",
+                             [ctx.dep.inventory.head])
+        ctx.lock = held
+        stale = held.taken_over[0] if held.taken_over else None
+        if stale is not None and stale.run_id and held not in _SWEPT:  # once per lock taken over
+            _SWEPT.add(held)
             clean_orphans(ctx, stale.run_id, stale.release)
-        said = lock.then_output or ""
-        if stale or said.rstrip("\n").rpartition("\n")[2].startswith("@then-failed"):
-            ctx.history = read_and_repair(ctx)  # orphans cleaned (records changed), or the head's read failed
-        else:
-            ctx.history = read_and_repair(ctx, store.reconcile([store.parse_copy(head.name, said), *copies]))
+        elif ctx.op_owned and ctx.op.state is not None:  # read (and repaired) under this lock a moment ago
+            ctx.history = ctx.op.state.history
+            for node, notes in ctx.history.disagreements.items():
+                ctx.events.warn("release history: " + "; ".join(notes), node)
+            return
+        ctx.history = read_and_repair(ctx)
 
 
 def read_and_repair(ctx: UpContext, history: store.History | None = None) -> store.History:
@@ -245,25 +230,16 @@ def _finish(ctx: UpContext, outcome: ReleaseOutcome | str, replaced: dict | None
         said = {"nodes": node_reasons(ctx.failure), "causes": cause_chain(ctx.failure)}
     action = "rollback" if ctx.opts.rollback_of else "up"
     release = ctx.release.id if ctx.release else None
-    if ctx.op is not None:  # a body of an operation: its one audit line says it (as itself, or as a part)
-        for record in records:
-            _write(ctx, record, targets)
-        if ctx.op.action == action:
-            ctx.op.done(str(outcome), detail, release=release, plan_hash=ctx.plan.plan_hash,
-                        recipe=ctx.dep.recipe.name, **said)
-        else:
-            ctx.op.part(action, str(outcome), detail, release=release, recipe=ctx.dep.recipe.name)
-        return
-    line = audit.entry(action, str(outcome), release=release, detail=detail,
-                       plan_hash=ctx.plan.plan_hash, recipe=ctx.dep.recipe.name, **said)
-    # the records and the audit line are separate files: written at once, each to every answering node
-    with ThreadPoolExecutor(len(records) + 1, thread_name_prefix="finish") as pool:
-        writes = [pool.submit(_write, ctx, record, targets) for record in records]
-        missed = audit.append(ctx.cluster, ctx.dep.inventory, line, targets)
-        for write in writes:
+    # the records, each to every answering node at once; the audit line is the operation's (`up` always
+    # runs in one: its own, whose line this is, or an enclosing one, whose line gets this as a part)
+    with ThreadPoolExecutor(max(1, len(records)), thread_name_prefix="finish") as pool:
+        for write in [pool.submit(_write, ctx, record, targets) for record in records]:
             write.result()
-    for node, why in missed.items():
-        ctx.events.warn(f"audit line not written: {why}", node)
+    if ctx.op.action == action:
+        ctx.op.done(str(outcome), detail, release=release, plan_hash=ctx.plan.plan_hash,
+                    recipe=ctx.dep.recipe.name, **said)
+    else:
+        ctx.op.part(action, str(outcome), detail, release=release, recipe=ctx.dep.recipe.name)
 
 
 def _write(ctx: UpContext, record: Release, targets) -> None:

@@ -17,19 +17,22 @@ from __future__ import annotations
 
 import os
 import shlex
-import threading
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..config.load import Deployment
 from ..config.local_checks import local_problems
 from ..config.source import ConfigError, Document
 from ..config.vllm_flags import flag_issues
 from ..http_api.endpoint import Endpoint
-from ..operation.operation import Operation, enclosing
+from ..operation.operation import AuditAction, Operation, OperationRefused, Reach, enclosing
+from ..releases.identity import IdentityMismatch
+from ..releases.keys import cluster_key
+from ..releases.lock import LockError
 from ..render.plan import Plan, build_plan
 from ..runner.events import Events, Phase
-from ..runner.runner import Runner, StepFailed
+from ..runner.runner import Runner, StepFailed, classify
 from ..transport.group import Cluster, Connector
 from ..releases.record import ReleaseOutcome
 from . import boot, kv_report
@@ -104,7 +107,8 @@ def launch_steps(ctx: UpContext) -> list:
 
 def plan_steps(ctx: UpContext) -> list:
     """The steps every `up` starts with, read-only (the lock aside): they decide what the rest will be."""
-    steps = [Connect(), TakeLock(), *([SyncModel()] if ctx.opts.sync_model else []), Preflight()]
+    joined = [] if ctx.op_owned else [Connect()]  # its own operation connected under the `connect` phase
+    steps = [*joined, TakeLock(), *([SyncModel()] if ctx.opts.sync_model else []), Preflight()]
     if ctx.opts.rollback_of is not None:
         steps.append(CheckRollback())  # rollback's own refusals, before anything is stopped
     return steps + [CurrentState()]
@@ -117,9 +121,11 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
     preconditions hold wherever a release is started: this machine's SSH files and the recipe's secrets
     (ConfigError, exit 2, before any connection), `vllm.extra` against vLLM's table (the verdict
     `validate` and `render` give; `--skip-check vllm-flags` leaves it out), a pinned image (UnpinnedImage).
-    `connector` and `endpoint_at` make the nodes' connections and the head's API (default: SSH and HTTP). Run
-    as the body of an operation (`op`, or the one open on this cluster), it uses that operation's open
-    connections and held lock, and its outcome goes into that operation's one audit line."""
+    `connector` and `endpoint_at` make the nodes' connections and the head's API (default: SSH and HTTP).
+
+    It always runs as the body of an operation: `op`, or the one open on this cluster (then its outcome is a
+    part of that operation's audit line), else its own `up` operation — opened, locked and read once under
+    the `connect` phase, held from the first read to the last audit line (boot's follow-up included)."""
     recipe = dep.recipe
     problems = local_problems(dep, os.environ) + acceptance_problems(dep)
     if "vllm-flags" not in opts.skip_checks:  # the one override: the node's own parser is then the judge
@@ -131,9 +137,44 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
                             "(`spark-deploy pin RECIPE --node NODE`)")
     plan = plan or build_plan(dep)
     op = op or enclosing(dep.inventory)
-    cluster = op.cluster if op is not None else Cluster(dep.inventory, connector=connector)
-    ctx = UpContext(dep, plan, cluster, events, opts, endpoint_at(dep.inventory.ranked[0].address, recipe.serve.port),
-                    endpoint_at=endpoint_at, op=op)
+    if op is not None:
+        return _serve(dep, events, opts, plan, op, endpoint_at, connector)
+    with _own_operation(dep, events, opts, plan, connector) as own:
+        return _serve(dep, events, opts, plan, own, endpoint_at, connector)
+
+
+@contextmanager
+def _own_operation(dep: Deployment, events: Events, opts: UpOptions, plan: Plan,
+                   connector: Connector | None) -> Iterator[Operation]:
+    """`up`'s own operation: every rank must answer (Reach.ALL), the lock is held past the longest wait and
+    names this run (a taker of a stale lock removes what it created). A refusal is the `connect` (or `lock`)
+    phase's failure: nothing was read, locked or changed, so nothing is undone or restored."""
+    stack = ExitStack()
+    operation = Operation(dep.inventory, events, AuditAction.UP, reach=Reach.ALL, run_id=plan.run_id,
+                          ttl=max(opts.ready_timeout, opts.listen_timeout) + 600,
+                          cluster_factory=lambda inventory: Cluster(inventory, connector=connector))
+    try:
+        with events.phase(Phase.CONNECT, "host keys verified, the cluster's identity, the deploy lock, one "
+                                         "reading per node"):
+            stack.enter_context(operation)
+    except (OperationRefused, IdentityMismatch) as exc:  # nodes that did not answer, or of two clusters
+        raise StepFailed(Phase.CONNECT, str(exc), exc.nodes) from None
+    except LockError as exc:
+        raise StepFailed(Phase.LOCK, str(exc), [dep.inventory.head]) from None
+    except BaseException as exc:  # noqa: BLE001 - an interrupt, a transport error: named as the phase's failure
+        raise classify(Phase.CONNECT, exc) from exc
+    with stack:
+        events.note(f"{len(dep.inventory.ranked)} node(s): " + ", ".join(c.name for c in operation.cluster.nodes))
+        yield operation
+
+
+def _serve(dep: Deployment, events: Events, opts: UpOptions, plan: Plan, op: Operation,
+           endpoint_at: Callable[[str, int], Endpoint], connector: Connector | None) -> UpResult:
+    """The release itself, inside `op`: the plan's steps, the undo and restore on failure, the record."""
+    recipe = dep.recipe
+    ctx = UpContext(dep, plan.for_cluster(cluster_key(dep.inventory)), op.cluster, events, opts,
+                    endpoint_at(dep.inventory.ranked[0].address, recipe.serve.port), endpoint_at=endpoint_at, op=op,
+                    op_owned=op.outer is None and op.action == AuditAction.UP and opts.rollback_of is None)
     runner: Runner[UpContext] = Runner(events, before_undo=ctx.cluster.renew_cancel,
                                        announce=lambda error: _announce(ctx, error))
     behind: dict[str, str] = {}
@@ -163,7 +204,7 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
                           acceptance=ctx.acceptance, after_ready=ctx.after_ready)
     finally:
         _close(ctx)
-    if behind:  # after the lock is let go: `boot enable` is an operation of its own
+    if behind:  # still inside the operation: `boot enable` is a part of it (the lock it holds, its audit line)
         boot.follow(dep, events, behind, connector)
     return result
 
@@ -310,28 +351,12 @@ def _after_failure(ctx: UpContext, failure: StepFailed) -> None:
         finish(ctx, ReleaseOutcome.FAILED, restore_failed=result.detail, **fields)
 
 
-def _release_lock(ctx: UpContext) -> None:
-    if ctx.lock is None or not ctx.lock_owned:
-        return
-    try:
-        ctx.lock.release()
-    except Exception as exc:  # noqa: BLE001 - the lock then expires by itself; say so
-        ctx.events.warn(f"could not release the deploy lock ({exc}): it expires by itself, or "
-                        "`spark-deploy lock release --force`")
-
-
 def _close(ctx: UpContext) -> None:
-    """Stop watching, let the lock go, and close every connection (which kills what still runs remotely).
-    The unlock (a round trip to the head) runs beside the watches' ends, and the connections close only
-    once it has ended (or its own 30 s timeout has). A late second interrupt here must not replace the
-    run's outcome: each part is retried once past it."""
-    unlock = threading.Thread(target=_release_lock, args=(ctx,), name="unlock", daemon=True)
-    unlock.start()
-    close = ctx.cluster.close if ctx.op is None else (lambda: None)  # an operation's connections are its own
-    for part in (ctx.monitor.stop, lambda: unlock.join(UNLOCK_BOUND), close):
-        for _attempt in range(2):
-            try:
-                part()
-                break
-            except KeyboardInterrupt:
-                continue
+    """Stop watching (the operation lets the lock go and closes the connections after its audit line). A
+    late second interrupt here must not replace the run's outcome: it is retried once past it."""
+    for _attempt in range(2):
+        try:
+            ctx.monitor.stop()
+            break
+        except KeyboardInterrupt:
+            continue
