@@ -130,6 +130,14 @@ def disagreements(fp: Fingerprint) -> list[str]:
     return out
 
 
+def deviating(fp: Fingerprint) -> list[str]:
+    """The nodes whose resolved settings differ from rank 0's: where the failure is named."""
+    if not fp.ranks:
+        return []
+    head = fp.ranks[0]
+    return [r.node for r in fp.ranks[1:] if any(getattr(r, k) != getattr(head, k) for k in COMPARED)]
+
+
 def _said(value) -> str:
     return "(no line)" if value is None else repr(value)
 
