@@ -117,3 +117,35 @@ def test_the_predicted_key_ignores_env_the_engine_does_not_read():
     assert key([("NCCL_IB_HCA", "mlx5_0")], args=[*HEAD_ARGS, "--port", "8000"]) == base  # a default: not logged
     assert key([("NCCL_IB_HCA", "mlx5_0")], image="sha256:2") != base
     assert key([("NCCL_IB_HCA", "mlx5_0")], mounts=["/o:/opt/overlay:ro"]) != base
+
+
+def test_deviating_names_the_ranks_that_differ_from_rank_0():
+    got = fp.fingerprint({"a": rank_lines(0), "b": rank_lines(1, attention="TRITON_ATTN"), "c": rank_lines(2)},
+                         {"a": 0, "b": 1, "c": 2})
+    assert fp.deviating(got) == ["b"]
+
+
+# ---- bench --compare's rule, on the sim recipe's plans ------------------------------------------------
+def _named(name: str, **env):
+    def edit(recipe: dict) -> None:
+        recipe["name"] = name
+        recipe["env"].update(env)
+    return edit
+
+
+def test_compare_refuses_recipes_that_differ_only_in_env_the_engine_ignores(tmp_path):
+    from fakes import deployment
+
+    from orchestrator.bench.same_engine import same_engine
+
+    a = deployment(tmp_path, _named("a"))
+    same = same_engine(a, deployment(tmp_path, _named("b", EXPERIMENT="b")))
+    assert same is not None and same.ignored == ["EXPERIMENT"] and len(same.key) == 12
+    assert f"A and B run the same engine configuration (fingerprint {same.key})" in same.message()
+    assert "EXPERIMENT" in same.message() and "--same-engine-ok" in same.message()
+    assert same_engine(a, deployment(tmp_path, _named("c", SIM_DECODE_TPS="80"))) is None  # the engine reads it
+
+    def more_seqs(recipe: dict) -> None:
+        recipe["name"] = "d"
+        recipe["vllm"]["extra"]["max-num-seqs"] = 16
+    assert same_engine(a, deployment(tmp_path, more_seqs)) is None
