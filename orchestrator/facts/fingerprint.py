@@ -189,6 +189,8 @@ def expected_args(model: str, serve_args: list[str]) -> dict:
                     break
             value = [_convert(row, t) for t in texts] if nargs in ("+", "*") else (
                 _convert(row, texts[0]) if texts else None)
+            if action == "append":
+                value = [*out.get(dest, []), value]
         if _is_default(row, value):
             out.pop(dest, None)
         else:
