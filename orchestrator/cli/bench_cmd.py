@@ -67,6 +67,8 @@ def bench(
     compare: Annotated[Optional[tuple[Path, Path]], typer.Option("--compare", help="A.yaml B.yaml: deploy each in "
                                                                  "turn, interleaved blocks, B/A and drift.")] = None,
     blocks: Annotated[str, typer.Option("--blocks", help="Block order with --compare.")] = "ABAB",
+    same_engine_ok: Annotated[bool, typer.Option("--same-engine-ok", help="With --compare: measure A and B even "
+                                                 "when they give the engine the same input.")] = False,
     replicates: Annotated[Optional[int], typer.Option("--replicates", help="With a recipe: N >= 2 sittings, the "
                                                       "release restarted between them; a capacity figure per "
                                                       "profile.")] = None,
@@ -116,7 +118,7 @@ def bench(
 
         if compare is not None:
             _compare(compare, blocks, inventory, sets, shots, warmup, levels, width, max_shots, the_api, max_tokens,
-                     idle_bound, as_json, report_dir, no_record)
+                     idle_bound, as_json, report_dir, no_record, same_engine_ok)
             return
         if recipe is not None:
             from ..config.load import load_deployment
@@ -205,7 +207,7 @@ def _shoot(http, model: str, plan, quiet: bool):
 
 
 def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, levels, width, max_shots, the_api,
-             max_tokens, idle_bound, as_json: bool, report_dir, no_record: bool) -> None:
+             max_tokens, idle_bound, as_json: bool, report_dir, no_record: bool, same_engine_ok: bool = False) -> None:
     """--compare A.yaml B.yaml: both recipes on the same inventory, blocks in order, then the restore."""
     import json
 
@@ -225,6 +227,12 @@ def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, leve
     if deps["A"].recipe.name == deps["B"].recipe.name:
         raise BadInput(f"--compare: {paths[0]} and {paths[1]} are both recipe {deps['A'].recipe.name!r}: "
                        "give the variants different names, so their releases can be told apart")
+    from ..bench.same_engine import same_engine
+
+    same = same_engine(deps["A"], deps["B"])
+    if same is not None and not same_engine_ok:
+        raise BadInput(f"--compare {paths[0]} {paths[1]}: {same.message()}")
+
     def plan_of(tgt):
         return runner.Plan(prompts=sets, shots=shots, warmup=warmup, concurrency=levels, until_stable=width,
                            max_shots=max_shots, draft_budget=tgt.draft_budget,

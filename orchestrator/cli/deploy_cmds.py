@@ -268,6 +268,10 @@ def status(
                 out.print(f"{escape(d.recipe)}: {verdict}")
                 if d.kv_cache:
                     out.print(f"  KV cache tokens: {escape(kv_report.text(d.kv_cache))}")
+                if d.engine:
+                    from ..facts.fingerprint import short as engine_short
+
+                    out.print(f"  engine: {escape(engine_short(d.engine))}")
             for e in report.endpoints:
                 health = "[green]healthy[/]" if e.healthy else f"[red]not healthy[/] ({escape(e.error)})"
                 gen = {None: "not probed", True: "[green]generates[/]", False: f"[red]does not generate[/] ({escape(e.probe)})"}[e.generates]

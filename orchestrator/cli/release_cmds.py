@@ -79,7 +79,7 @@ def history(inventory: InventoryOpt = None, cluster: ClusterOpt = None, as_json:
                         "started_at": r.started_at, "finished_at": r.finished_at, "by": r.by,
                         "serving": now is not None and r.id == now.id, "run_id": r.run_id,
                         "bench": r.bench, "kv_cache": r.kv_cache, "drift": drifts.get(r.id, {}),
-                        "acceptance": r.acceptance, "after_ready": r.after_ready,
+                        "acceptance": r.acceptance, "after_ready": r.after_ready, "engine": r.engine,
                         "tokenizer": r.tokenizer, "upgrade": r.upgrade, "gate": r.gate} for r in hist.releases])
             return
         if not hist.releases:
@@ -89,16 +89,18 @@ def history(inventory: InventoryOpt = None, cluster: ClusterOpt = None, as_json:
         from ..bench.record import headline_text  # the bench headline recorded with the release
 
         from ..deploy.after_ready import summary as after_ready_text
+        from ..facts.fingerprint import short as engine_short
         from ..bench.gate import gate_text  # `up --gate`'s verdict, recorded with the candidate's release
 
         for column in ("", "release", "outcome", "recipe", "plan", "image", "started (UTC)", "by", "bench tok/s",
-                       "KV tokens", "vs previous", "acceptance", "gate", "after ready"):
+                       "KV tokens", "engine", "vs previous", "acceptance", "gate", "after ready"):
             table.add_column(column, overflow="fold")
         for r in hist.releases:
             mark = "[bold green]▶ serving[/]" if now is not None and r.id == now.id else ""
             table.add_row(mark, str(r.id), escape(r.outcome_text()), escape(r.recipe), r.plan_hash,
                           r.image_id.removeprefix("sha256:")[:12], _when(r.started_at), escape(r.by),
                           escape(headline_text(r.bench)), escape(kv_report.text(r.kv_cache)),
+                          escape(engine_short(r.engine)),
                           escape(drift_text(drifts.get(r.id, {}))), escape(_acceptance_text(r.acceptance)),
                           escape(gate_text(r.gate)),
                           escape(after_ready_text(r.after_ready) or "-"))

@@ -72,6 +72,7 @@ class UpContext:
     sample: str = ""
     expectations: list[ExpectationResult] = field(default_factory=list)  # one per log check
     after_ready: dict | None = None  # the facts read once ready (deploy/after_ready.py)
+    fingerprint: dict | None = None  # what every rank's engine resolved (facts/fingerprint.py), once read
     acceptance: list = field(default_factory=list)  # acceptance.Result per check, once run
     lock: DeployLock | None = None  # while held
     history: History | None = None  # as read at the start

@@ -52,6 +52,7 @@ class DeploymentState:
     release_outcome: str = ""
     release_known: bool = True  # False: a node was not read, so which release serves is unknown
     kv_cache: dict | None = None  # the serving release's predicted vs logged KV tokens (deploy/kv_report)
+    engine: dict | None = None  # the serving release's engine fingerprint (facts/fingerprint.py)
 
 
 @dataclass
@@ -130,6 +131,7 @@ def collect(inventory: Inventory, recipe: str | None = None, probe: bool = True,
         if d.ok and serving is not None and d.plan_hashes == [serving.plan_hash]:
             d.release, d.release_outcome = serving.id, serving.outcome_text()
             d.kv_cache = serving.kv_cache
+            d.engine = serving.engine
     return StatusReport(rows, unreachable, endpoints, deployments)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 
+from ..facts import fingerprint as engine_fp
 from ..docker_cli.containers import list_containers, remove_container, run_container
 from ..render.labels import Label
 from ..render.plan import RankLaunch
@@ -223,6 +224,27 @@ class LogChecks(NoUndo):
         for r in ctx.expectations:
             ctx.events.check(r.name, r.status, r.per_node, r.detail)
         failed = [r for r in ctx.expectations if not r.ok]
-        if failed:
-            raise StepFailed(self.phase, "; ".join(f"{r.name}: {r.detail}" for r in failed),
-                             sorted({n for r in failed for n in r.nodes}))
+        engine, where = engine_checks(ctx, logs())
+        if failed or engine:
+            raise StepFailed(self.phase, "; ".join([*(f"{r.name}: {r.detail}" for r in failed),
+                                                    *(f"engine {why}" for why in engine)]),
+                             sorted({n for r in failed for n in r.nodes} | set(where)))
+
+
+def engine_checks(ctx: UpContext, logs: dict[str, list[str]]) -> tuple[list[str], list[str]]:
+    """The fingerprint of what every rank resolved (facts/fingerprint.py), kept for the release record, and
+    what is wrong with it (and where): ranks that disagree, or the head's `non-default args` against the
+    rendered argv."""
+    ranks = {l.node.name: l.spec.rank for l in ctx.plan.ranks}
+    fp = engine_fp.fingerprint(logs, ranks)
+    ctx.fingerprint = fp.as_dict()
+    ctx.events.note(f"engine fingerprint: {engine_fp.short(ctx.fingerprint)}")
+    wrong, where = engine_fp.disagreements(fp), engine_fp.deviating(fp)
+    head, head_node = ctx.plan.head.spec, ctx.plan.head.node.name
+    seen = fp.ranks[0].non_default if fp.ranks else None
+    if seen is None:
+        ctx.events.warn("the head logged no `non-default args` line (vLLM logs it at INFO: is VLLM_LOGGING_LEVEL "
+                        "higher?): the engine's arguments are not judged against the rendered argv", head_node)
+        return wrong, where
+    differs = engine_fp.args_differences(engine_fp.expected_args(head.model, list(head.serve_args)), seen)
+    return wrong + differs, where + ([head_node] if differs else [])

@@ -236,6 +236,8 @@ def _facts(ctx: UpContext) -> dict:
     out: dict = {}
     if ctx.after_ready is not None:
         out["after_ready"] = ctx.after_ready
+    if ctx.fingerprint is not None:
+        out["engine"] = ctx.fingerprint
     if ctx.acceptance:
         out["acceptance"] = [r.as_dict() for r in ctx.acceptance]
     return out

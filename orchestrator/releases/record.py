@@ -82,6 +82,7 @@ class Release(BaseModel):
     log_checks: list[dict] = Field(default_factory=list)
     bench: dict | None = None
     kv_cache: dict | None = None  # model-fit's predicted KV tokens against the engine's logged ones (deploy/kv_report)
+    engine: dict | None = None  # facts/fingerprint.py: what every rank resolved, and its digest
     after_ready: dict | None = None  # deploy/after_ready.py: MemAvailable, swap, the KV-cache lines per node
     acceptance: list[dict] = Field(default_factory=list)  # acceptance/: one result per check, what was seen
     gate: dict | None = None  # `up --gate` (bench/gate.py): the verdict, A's and B's medians, B/A and its interval

@@ -14,6 +14,7 @@ from ruamel.yaml import YAML
 from test_vllm_sim import free_port, hermetic_env, make_model, serve_args, spawn, started  # noqa: F401 (fixture)
 
 from orchestrator.deploy import after_ready, kv_report
+from orchestrator.facts import fingerprint
 from orchestrator.deploy.signatures import SIGNATURES_BY_NAME
 from orchestrator.sim.standin.base import RINGBUFFER_MSG
 
@@ -31,6 +32,12 @@ EXAMPLES = {
     "engine-init-failed": ("{'EngineCore_DP0': 1}",),
     "ringbuffer-stall": (60,),
     "non-default-args": ("{'model': 'sim/tiny'}",),
+    "attention-backend": ("FLASH_ATTN", "['FLASH_ATTN', 'TRITON_ATTN']"),
+    "attention-backend-selected": ("AttentionBackendEnum.TRITON_ATTN",),
+    "engine-config": ("0.33.0", "model='sim/tiny', speculative_config=SpeculativeConfig(method='mtp', "
+                                "model='sim/tiny', num_spec_tokens=3), tokenizer='sim/tiny', dtype=torch.bfloat16, "
+                                "kv_cache_dtype=fp8, compilation_config={'mode': 3}"),
+    "block-size-set": (256, 64),
 }
 
 
@@ -44,11 +51,14 @@ def regex(entry: dict) -> re.Pattern:
     return re.compile(out + "$")
 
 
+CONVERSION = re.compile(r"%[-#0 +]*\d*(?:\.\d+)?[sdrfx]")
+
+
 def rendered(name: str) -> list[str]:
     """Each of the name's formats filled with the example values, as vLLM would print it."""
     out = []
     for entry in FORMATS[name]:
-        values = EXAMPLES[name]
+        values = EXAMPLES[name][:len(CONVERSION.findall(entry["format"])) or None]
         if entry["style"] == "fstring":
             parts = entry["format"].split("{}")
             out.append("".join(p + (str(values[i]) if i < len(parts) - 1 else "") for i, p in enumerate(parts)))
@@ -77,6 +87,11 @@ TOOL_PATTERNS = [
     ("worker-died", SIGNATURES_BY_NAME["worker-died"].pattern),
     ("engine-init-failed", SIGNATURES_BY_NAME["engine-init-failed"].pattern),
     ("ringbuffer-stall", SIGNATURES_BY_NAME["ringbuffer-stall"].pattern),
+    ("non-default-args", fingerprint.NON_DEFAULT), ("attention-backend", fingerprint.ATTENTION),
+    ("attention-backend-selected", fingerprint.ATTENTION_SELECTED), ("mxfp4-moe-backend", fingerprint.MOE),
+    ("cuda-graph-profile", fingerprint.GRAPHS), ("engine-config", fingerprint.ENGINE),
+    ("engine-config", fingerprint.KV_DTYPE), ("engine-config", fingerprint.SPECULATIVE),
+    ("block-size-set", fingerprint.BLOCK_SET),
     *[(line, re.compile(pattern)) for recipe in ("dspark-0731-b12x", "qwen38-flash-next-mtp", "sim-tiny")
       for name, pattern in _recipe_patterns(recipe).items()
       for line in {"moe-backend": "mxfp4-moe-backend", "cuda-graph-profile": "cuda-graph-profile"}.get(name, "").split()
@@ -98,8 +113,8 @@ def test_the_standin_prints_its_lines_in_the_real_formats(tmp_path, spawn):  # n
     started(p)
     checked = set()
     for name, entries in FORMATS.items():
-        needle = DATA["needles"][name]
-        lines = [line for line in p.lines if needle.replace("%s", "") in line]
+        needle = re.compile(CONVERSION.sub(r"\\S+", re.escape(DATA["needles"][name]).replace("\\%", "%")))
+        lines = [line for line in p.lines if needle.search(line)]
         if name == "shards":  # tqdm's progress after vLLM's description
             assert lines and all(entries[0]["format"] + ":" in line for line in lines)
             continue
@@ -107,6 +122,17 @@ def test_the_standin_prints_its_lines_in_the_real_formats(tmp_path, spawn):  # n
             assert any(regex(e).search(line) for e in entries), f"{line!r} is not vLLM's {name} format"
             checked.add(name)
     assert {"kv-cache-size", "kv-cache-memory", "cuda-graph-profile", "mxfp4-moe-backend",
-            "non-default-args"} <= checked
+            "non-default-args", "attention-backend", "engine-config"} <= checked
     stall = RINGBUFFER_MSG.format(60)
     assert any(regex(e).search(stall) for e in FORMATS["ringbuffer-stall"]), stall
+
+
+def test_the_standins_rank_backend_fault_prints_vllms_selected_backend_line(tmp_path, spawn):  # noqa: F811
+    """SIM_FAULT_RANK_BACKEND=<rank>:<NAME>: that rank resolves NAME, logged as vLLM logs a chosen backend,
+    and the fingerprint parser reads it."""
+    make_model(tmp_path / "hf")
+    p = spawn(serve_args(free_port()), hermetic_env(tmp_path / "hf", SIM_FAULT_RANK_BACKEND="0:TRITON_ATTN"))
+    started(p)
+    lines = [line for line in p.lines if "AttentionBackendEnum." in line]
+    assert lines and all(any(regex(e).search(line) for e in FORMATS["attention-backend-selected"]) for line in lines)
+    assert fingerprint.rank_engine(0, "n", p.lines).attention_backend == "TRITON_ATTN"

@@ -37,7 +37,8 @@ Other knobs:
   SIM_RINGBUFFER_INTERVAL [60]  period of the head's "No available shared memory broadcast block"
   SIM_AUTO_BACKEND [DEEPGEMM_MXFP4]  what `--moe-backend auto` picks
 Faults: SIM_FAULT_JIT_ASSERT, SIM_FAULT_CRASH_AT_START, SIM_FAULT_HANG_LOAD, SIM_FAULT_OOM,
-SIM_FAULT_COMPLETIONS_HANG (=1), SIM_FAULT_CUDA_GRAPH_RANK (=<rank>).
+SIM_FAULT_COMPLETIONS_HANG (=1), SIM_FAULT_CUDA_GRAPH_RANK (=<rank>),
+SIM_FAULT_RANK_BACKEND (=<rank>:<attention backend>, e.g. 1:TRITON_ATTN).
 SIM_FAULT_FIRST_RUN_FAST=<factor>: the first SIM_FAULT_FIRST_RUN_REQUESTS [20] fixed-length (ignore_eos)
 requests a deployment serves decode factor x faster, then normal (readiness and acceptance requests do not
 count); the count is kept in SIM_FAULT_FIRST_RUN_STATE [/tmp/sim-first-run.count], in the container's own

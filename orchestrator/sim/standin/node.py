@@ -90,6 +90,7 @@ class Node:
         log.info(self.worker, "parallel_state.py:1208",
                  f"world_size={self.world} rank={self.rank} local_rank=0 distributed_init_method="
                  f"tcp://{args.master_addr}:{args.master_port} backend=nccl")
+        self._select_attention_backend()
         self._select_moe_backend()
         self._claim_memory()
         if self.memory is not None and self.memory.thrashing:
@@ -162,6 +163,21 @@ class Node:
                 raise SimError("RuntimeError: Engine core initialization failed. See root cause above. "
                                "Failed core proc(s): {}") from None
             raise SimError("") from None
+
+    def _select_attention_backend(self) -> None:
+        """Each rank's worker selects its own (vllm/platforms/cuda.py): a chosen one is validated and named,
+        `auto` takes the first valid candidate. SIM_FAULT_RANK_BACKEND=<rank>:<NAME> makes that rank resolve
+        NAME instead (a kernel, library or env that differs on one node)."""
+        chosen = self.args.attention_backend
+        fault_rank, _, fault_name = self.env.get("SIM_FAULT_RANK_BACKEND", "").partition(":")
+        if fault_name and fault_rank == str(self.rank):
+            chosen = fault_name.upper()
+        if chosen:
+            self.log.info(self.worker, "cuda.py:448", f"Using AttentionBackendEnum.{chosen.upper()} backend.")
+            return
+        valid = ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION"]
+        self.log.info(self.worker, "cuda.py:509", f"Using {valid[0]} attention backend out of potential backends: "
+                                                  f"[{', '.join(repr(v) for v in valid)}].")
 
     def _select_moe_backend(self) -> None:
         choice = self.args.moe_backend
