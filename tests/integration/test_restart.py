@@ -1,0 +1,116 @@
+"""`restart` on the simulated cluster (issue 40, acceptance 5): a rank SIGKILLed by hand (`docker kill`, as the
+OOM killer does) leaves the group not serving; `restart` stops the survivor, starts the same containers head
+first with every wait, and the release serves again; one `restart` audit line names the dead rank and its
+exit code. With the crash-loop fault the restart fails, leaves no half group, says nothing serves and names
+`rollback`, and the lock is free. Real sshd, dockerd, stand-in and HTTP; the real CLI in subprocesses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deploy_helpers import completion, forget_releases, node_docker, recipe_variant, spark_deploy
+
+pytestmark = pytest.mark.integration
+
+
+def ours(cluster, node: int) -> dict[str, dict]:
+    """ID -> State of every spark-deploy container on the node, running or not."""
+    ids = node_docker(cluster, node, "ps", "-aq", "--no-trunc", "--filter", "label=spark-deploy.managed=true",
+                      check=True).stdout.split()
+    data = json.loads(node_docker(cluster, node, "inspect", *ids, check=True).stdout) if ids else []
+    return {d["Id"]: d["State"] for d in data}
+
+
+def running(cluster, node: int) -> list[str]:
+    return [cid for cid, state in ours(cluster, node).items() if state["Running"]]
+
+
+def audit(cluster) -> list[dict]:
+    result = spark_deploy("audit", "-i", cluster.inventory_path, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def up(cluster, recipe) -> None:
+    result = spark_deploy("up", str(recipe), "-i", cluster.inventory_path, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def kill_rank_1(cluster) -> str:
+    """SIGKILL the peer's container (rank 1 on the second node), as the OOM killer would; its ID."""
+    (peer,) = running(cluster, 2)
+    node_docker(cluster, 2, "kill", peer, check=True)
+    assert ours(cluster, 2)[peer]["ExitCode"] == 137
+    return peer
+
+
+@pytest.fixture
+def fresh(pair):
+    forget_releases(pair)
+    return pair
+
+
+def test_restart_brings_a_group_with_a_dead_rank_back(fresh):
+    cluster = fresh
+    up(cluster, cluster.recipe_path)
+    head_before = running(cluster, 1)
+    peer = kill_rank_1(cluster)
+    broken = spark_deploy("status", "-i", cluster.inventory_path)
+    assert broken.returncode == 1, broken.stdout + broken.stderr  # a dead rank: not serving
+    lines = len(audit(cluster))
+
+    result = spark_deploy("restart", "-i", cluster.inventory_path, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    spark2 = cluster.node(2).name
+    assert f"rank 1 on {spark2} exited (exit 137)" in result.stdout + result.stderr
+    assert "serving" in result.stdout and "release 1 again" in result.stdout, result.stdout
+
+    # the same containers, each running again (the survivor too: a group cannot take one rank back)
+    assert running(cluster, 2) == [peer]
+    assert running(cluster, 1) == head_before
+    status = spark_deploy("status", "-i", cluster.inventory_path)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert completion(cluster)
+
+    new = audit(cluster)[lines:]
+    assert [line["action"] for line in new] == ["restart"], new
+    (line,) = new
+    assert line["outcome"] == "ok" and line["release"] == 1, line
+    assert f"rank 1 on {spark2} exited (exit 137)" in line["detail"], line
+
+    # the release is still the one serving: no new release record
+    hist = json.loads(spark_deploy("history", "-i", cluster.inventory_path, "--json").stdout)
+    assert [(r["id"], r["serving"]) for r in hist] == [(1, True)]
+
+
+def test_restart_refuses_another_recipe_and_nothing_serving(fresh, tmp_path):
+    cluster = fresh
+    nothing = spark_deploy("restart", "-i", cluster.inventory_path)
+    assert nothing.returncode == 1 and "nothing to restart" in nothing.stderr, nothing.stderr
+    up(cluster, cluster.recipe_path)
+    other = tmp_path / "other.yaml"
+    other.write_text(cluster.recipe_path.read_text().replace("\nname: sim-tiny\n", "\nname: other\n", 1))
+    assert "name: other" in other.read_text()
+    refused = spark_deploy("restart", str(other), "-i", cluster.inventory_path)
+    assert refused.returncode == 1 and "not 'other'" in refused.stderr, refused.stderr
+    assert [line["outcome"] for line in audit(cluster)][-1] == "refused"
+
+
+def test_a_crash_loop_fails_the_restart_as_a_whole_and_names_rollback(fresh, tmp_path):
+    cluster = fresh
+    recipe = recipe_variant(cluster, tmp_path / "crashy.yaml", env={"SIM_FAULT_CRASH_AFTER_STARTS": "1"})
+    up(cluster, recipe)  # start 1 of every rank: it serves
+    kill_rank_1(cluster)
+
+    result = spark_deploy("restart", str(recipe), "-i", cluster.inventory_path, timeout=600)
+    assert result.returncode == 1, result.stdout + result.stderr
+    said = result.stdout + result.stderr
+    assert "nothing serves" in said and "spark-deploy rollback 1" in said, said
+    assert running(cluster, 1) == [] and running(cluster, 2) == []  # never half a group
+    (line,) = audit(cluster)[-1:]
+    assert line["action"] == "restart" and line["outcome"] == "failed" and "nothing serves" in line["detail"], line
+    lock = spark_deploy("lock", "-i", cluster.inventory_path, "--json")
+    assert json.loads(lock.stdout)["held"] is False, lock.stdout
+
