@@ -16,6 +16,7 @@ log checks on the new log only). A body of the caller's Operation: it locks, rea
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
@@ -37,7 +38,7 @@ from ..transport.group import Cluster, Connector
 from .context import UpContext, UpOptions
 from .killers import earlyoom_note
 from .restore import Kept, kept_steps, recorded_deployment
-from .watch import Monitor
+from .watch import Monitor, stamp_seconds
 
 
 class RestartRefused(Exception):
@@ -124,10 +125,15 @@ class Down:
     status: str
     exit_code: int
     cause: str = ""  # "the kernel's OOM killer", earlyoom's note, or ""
+    since: float | None = None  # when it stopped (Docker's FinishedAt, the node's clock), epoch seconds
 
     def words(self) -> str:
         return (f"rank {self.rank} on {self.node} {self.status} (exit {self.exit_code})"
                 + (f": {self.cause}" if self.cause else ""))
+
+    def down_for(self, now: float) -> str:
+        """"down 63 s": from its stop to `now` (the group serving again), by the controller's clock."""
+        return f"down {max(0.0, now - self.since):.0f} s" if self.since is not None else "down since unknown"
 
 
 @dataclass
@@ -140,7 +146,8 @@ class RestartResult:
 def down_ranks(kept: dict[str, Kept]) -> list[Down]:
     """Pure: the ranks whose container does not run, with Docker's word for an OOM kill, rank order."""
     out = [Down(k.container.ours.rank if k.container.ours else -1, node, k.container.status, k.container.exit_code,
-                "the kernel's OOM killer (Docker: OOMKilled)" if k.container.oom_killed else "")
+                "the kernel's OOM killer (Docker: OOMKilled)" if k.container.oom_killed else "",
+                stamp_seconds((k.container.raw.get("State") or {}).get("FinishedAt")))
            for node, k in kept.items() if not k.container.running]
     return sorted(out, key=lambda d: d.rank)
 
@@ -211,5 +218,8 @@ def restart_serving(inventory: Inventory, inventory_path: str, recipe: str | Non
             raise RestartFailed(f"restarting release {release.id} failed {exc}\n{now}", exc.interrupted) from exc
         head = dep.inventory.ranked[0]
         url = endpoint_at(head.address, dep.recipe.serve.port).url
-        op.done(Outcome.OK, f"release {release.id}: {said}; restarted whole, serves again", release=release.id)
+        served = time.time()
+        downs = "".join(f"; rank {d.rank} {d.down_for(served)}" for d in down)
+        op.done(Outcome.OK, f"release {release.id}: {said}; restarted whole, serves again{downs}",
+                release=release.id)
         return RestartResult(release, url, down)

@@ -7,6 +7,7 @@ exit code. With the crash-loop fault the restart fails, leaves no half group, sa
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -79,6 +80,7 @@ def test_restart_brings_a_group_with_a_dead_rank_back(fresh):
     (line,) = new
     assert line["outcome"] == "ok" and line["release"] == 1, line
     assert f"rank 1 on {spark2} exited (exit 137)" in line["detail"], line
+    assert re.search(r"; rank 1 down \d+ s$", line["detail"]), line  # from its stop to serving again
 
     # the release is still the one serving: no new release record
     hist = json.loads(spark_deploy("history", "-i", cluster.inventory_path, "--json").stdout)

@@ -6,6 +6,7 @@ what serves; refusals change nothing and let the lock go."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -90,6 +91,7 @@ def test_a_dead_rank_brings_its_whole_group_back_in_one_operation(mem):
     new = lines(mem)[before:]
     assert [(a["action"], a["outcome"], a.get("release")) for a in new] == [("restart", "ok", served.release)]
     assert "rank 1 on spark-2 exited (exit 137)" in new[0]["detail"]
+    assert re.search(r"; rank 1 down \d+ s$", new[0]["detail"]), new[0]["detail"]  # from its stop to serving
     assert not locked(mem)
 
 
