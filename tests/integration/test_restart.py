@@ -13,6 +13,9 @@ import pytest
 
 from deploy_helpers import completion, forget_releases, node_docker, recipe_variant, spark_deploy
 
+from orchestrator.sim.node_memory import FLOOR_KB, SPARK
+from orchestrator.sim.standin.memory import GIB_KB, RUNTIME_OVERHEAD_GIB
+
 pytestmark = pytest.mark.integration
 
 
@@ -85,6 +88,39 @@ def test_restart_brings_a_group_with_a_dead_rank_back(fresh):
     # the release is still the one serving: no new release record
     hist = json.loads(spark_deploy("history", "-i", cluster.inventory_path, "--json").stdout)
     assert [(r["id"], r["serving"]) for r in hist] == [(1, True)]
+
+
+def test_a_rank_earlyoom_killed_is_restarted_with_earlyoom_named(fresh):
+    """Real earlyoom (-m 10) on the head's node; the node's idle memory lowered under the serving release
+    until memory and swap are both under earlyoom's SIGKILL line (5%), within swap (the kernel's OOM killer
+    is not reached): earlyoom SIGKILLs rank 0. Memory back, `restart` names earlyoom as the likely cause."""
+    cluster = fresh
+    up(cluster, cluster.recipe_path)
+    (head,) = running(cluster, 1)
+    total, swap = SPARK["MemTotal"], SPARK["SwapTotal"]
+    claimed = int(0.7 * total) + int(RUNTIME_OVERHEAD_GIB * GIB_KB)  # the sim recipe's share and its runtime
+    spill = int(0.975 * swap)  # 2.5% swap left; MemAvailable at the kernel's floor (0.4%)
+    try:
+        cluster.fault("spark-1", "earlyoom", m="10")
+        cluster.fault("spark-1", "meminfo", available=str(claimed + FLOOR_KB - spill))
+        waited = cluster.exec(1, ["timeout", "60", "docker", "wait", head], check=False)  # when earlyoom killed it
+        assert waited.stdout.strip() == "137", waited.stdout + waited.stderr
+        log = cluster.exec(1, ["cat", "/var/log/sim-earlyoom.log"]).stdout
+        assert "sending SIGKILL to process" in log, log
+        cluster.fault("spark-1", "meminfo", reset="true")  # the pressure gone; earlyoom still runs
+
+        result = spark_deploy("restart", "-i", cluster.inventory_path, timeout=600)
+        said = result.stdout + result.stderr
+        assert result.returncode == 0, said
+        spark1 = cluster.node(1).name
+        assert f"rank 0 on {spark1} exited (exit 137): earlyoom runs on {spark1} (earlyoom -m 10" in said, said
+        (line,) = audit(cluster)[-1:]
+        assert line["action"] == "restart" and line["outcome"] == "ok", line
+        assert f"rank 0 on {spark1} exited (exit 137): earlyoom runs on {spark1}" in line["detail"], line
+        assert spark_deploy("status", "-i", cluster.inventory_path).returncode == 0
+    finally:
+        cluster.fault("spark-1", "earlyoom", stop="true")
+        cluster.fault("spark-1", "meminfo", reset="true")
 
 
 def test_restart_refuses_another_recipe_and_nothing_serving(fresh, tmp_path):
