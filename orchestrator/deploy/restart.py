@@ -37,6 +37,7 @@ from ..runner.runner import Runner, StepFailed
 from ..transport.group import Cluster, Connector
 from .context import UpContext, UpOptions
 from .killers import earlyoom_note
+from .restart_units import watch_again
 from .restore import Kept, kept_steps, recorded_deployment
 from .watch import Monitor, stamp_seconds
 
@@ -97,11 +98,12 @@ def whole(release: Release, containers: dict[str, list[Container]], dep: Deploym
 
 
 def restart(cluster: Cluster, release: Release, running: dict[str, list[Container]], dep: Deployment,
-            events: Events, opts: UpOptions, endpoint_at: Callable[[str, int], Endpoint] = Endpoint) -> None:
+            events: Events, opts: UpOptions, endpoint_at: Callable[[str, int], Endpoint] = Endpoint) -> list[str]:
     """Stop the release's containers (peers first) and start them again head first with every wait.
     `running`: per node, the release's containers as the operation read them; `dep`: the release's
     recorded recipe on today's inventory (its log checks are the ones held). StepFailed on a failure (the
-    release is then left stopped as a whole)."""
+    release is then left stopped as a whole). Returns the nodes whose boot unit watches its rank again
+    (restart_units.py: the stop ended the unit's attach)."""
     kept = whole(release, running, dep)
     plan = build_plan(dep)
     head = dep.inventory.ranked[0]
@@ -114,6 +116,7 @@ def restart(cluster: Cluster, release: Release, running: dict[str, list[Containe
         Runner(events, before_undo=cluster.renew_cancel).run(steps, ctx)
     finally:
         ctx.monitor.stop()
+    return watch_again(cluster, kept, release.recipe, events)
 
 
 @dataclass
@@ -210,7 +213,7 @@ def restart_serving(inventory: Inventory, inventory_path: str, recipe: str | Non
             events.warn(f"{d.words()}: the whole group is restarted", d.node)
         said = "; ".join(d.words() for d in down) or "every rank was running"
         try:
-            restart(op.cluster, release, mine, dep, events, opts, endpoint_at)
+            units = restart(op.cluster, release, mine, dep, events, opts, endpoint_at)
         except StepFailed as exc:
             now = what_serves(op, release)
             op.done(Outcome.FAILED, f"release {release.id}: {said}; restart failed in {exc.phase}; {now}",
@@ -220,6 +223,7 @@ def restart_serving(inventory: Inventory, inventory_path: str, recipe: str | Non
         url = endpoint_at(head.address, dep.recipe.serve.port).url
         served = time.time()
         downs = "".join(f"; rank {d.rank} {d.down_for(served)}" for d in down)
+        downs += f"; boot units watch again on {', '.join(units)}" if units else ""
         op.done(Outcome.OK, f"release {release.id}: {said}; restarted whole, serves again{downs}",
                 release=release.id)
         return RestartResult(release, url, down)

@@ -11,7 +11,10 @@ import re
 
 import pytest
 
-from deploy_helpers import completion, forget_releases, node_docker, recipe_variant, spark_deploy
+from deploy_helpers import SUDOERS, completion, forget_releases, node_docker, recipe_variant, spark_deploy
+
+from orchestrator.config.load import load_inventory
+from orchestrator.render.unit import unit_name
 
 from orchestrator.sim.node_memory import FLOOR_KB, SPARK
 from orchestrator.sim.standin.memory import GIB_KB, RUNTIME_OVERHEAD_GIB
@@ -121,6 +124,40 @@ def test_a_rank_earlyoom_killed_is_restarted_with_earlyoom_named(fresh):
     finally:
         cluster.fault("spark-1", "earlyoom", stop="true")
         cluster.fault("spark-1", "meminfo", reset="true")
+
+
+def test_the_boot_units_watch_their_ranks_again_after_a_restart(systemd_pair):
+    """On systemd nodes with `boot enable`: each unit is attached to its rank's container; the restart's stop
+    ends that attach, and the restart starts the units again, so they go on watching."""
+    cluster = systemd_pair
+    forget_releases(cluster)
+    inv = cluster.inventory_path
+    up(cluster, cluster.recipe_path)
+    for n in (1, 2):  # the login gets passwordless sudo, as docs/boot.md asks
+        cluster.exec(n, ["sh", "-c", 'printf "%s\\n" "spark ALL=(root) NOPASSWD: ALL" > "$1" && chmod 0440 "$1"',
+                         "sh", SUDOERS])
+    name = unit_name(load_inventory(inv)[0].cluster, "sim-tiny")
+    try:
+        enabled = spark_deploy("boot", "enable", str(cluster.recipe_path), "-i", inv, "--yes", timeout=600)
+        assert enabled.returncode == 0, enabled.stdout + enabled.stderr
+        assert [active(cluster, n, name) for n in (1, 2)] == ["active", "active"]
+        kill_rank_1(cluster)
+
+        result = spark_deploy("restart", "-i", inv, timeout=600)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert [active(cluster, n, name) for n in (1, 2)] == ["active", "active"], result.stdout + result.stderr
+        (line,) = audit(cluster)[-1:]
+        nodes = ", ".join(cluster.node(n).name for n in (1, 2))
+        assert line["action"] == "restart" and f"boot units watch again on {nodes}" in line["detail"], line
+        assert spark_deploy("status", "-i", inv).returncode == 0
+    finally:
+        spark_deploy("boot", "disable", "-i", inv, timeout=600)
+        for n in (1, 2):
+            cluster.exec(n, ["rm", "-f", SUDOERS])
+
+
+def active(cluster, node: int, unit: str) -> str:
+    return cluster.exec(node, ["systemctl", "is-active", unit], check=False).stdout.strip()
 
 
 def test_restart_refuses_another_recipe_and_nothing_serving(fresh, tmp_path):

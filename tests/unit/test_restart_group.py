@@ -11,9 +11,13 @@ import re
 import pytest
 
 from orchestrator.deploy import restart as restart_mod
+from orchestrator.deploy.restart_units import units_of
+from orchestrator.facts.boot import BootUnits, UnitInfo
+from orchestrator.facts.core import Observed
 from orchestrator.releases import audit
 from orchestrator.releases.lock import lock_path
 from orchestrator.releases.serving import containers_of, restart_target
+from orchestrator.render.unit import unit_name
 
 from memnode.endpoint import endpoint_at
 from memnode.harness import MemCluster, quick
@@ -120,3 +124,16 @@ def test_restart_refuses_another_recipe_and_nothing_deployed(mem):
         restart(mem, "other")
     assert [(a["action"], a["outcome"]) for a in lines(mem)][-1] == ("restart", "refused")
     assert mem.serving_plan() is not None and not locked(mem)
+
+
+# ---- which boot unit watched a restarted container: pure ------------------------------------------
+def test_the_unit_started_again_is_ours_for_the_recipe_naming_that_container():
+    name = unit_name("c1", "sim-tiny")
+    ours = UnitInfo(name, f"/etc/systemd/system/{name}", ("docker start --attach sd-sim-tiny-r0-ab",),
+                    recorded=(("Container", "sd-sim-tiny-r0-ab"), ("Recipe", "sim-tiny")))
+    facts = {"boot_units": Observed(BootUnits(True, units=(ours,)))}
+    assert units_of(facts, "c1", "sim-tiny", "sd-sim-tiny-r0-ab") == name
+    assert units_of(facts, "c1", "sim-tiny", "sd-sim-tiny-r0-cd") is None  # enabled for another container
+    assert units_of(facts, "c1", "other", "sd-sim-tiny-r0-ab") is None
+    assert units_of({"boot_units": Observed(BootUnits(False, "no systemd"))}, "c1", "sim-tiny", "x") is None
+    assert units_of({}, "c1", "sim-tiny", "x") is None
