@@ -40,7 +40,8 @@ def watch_again(cluster: Cluster, kept: dict[str, Kept], recipe: str, events: Ev
         return units_of(facts, key, recipe, kept[conn.name].name)
 
     try:
-        found = {n: u for n, u in cluster.each(named, conns).items() if u}
+        seen = cluster.each(named, conns)
+        found = {n: seen[n] for n in kept if seen.get(n)}  # in rank order, as they are said
     except Exception as exc:  # noqa: BLE001 - the group serves; the units are a second concern, said
         events.warn(f"whether a boot unit watched the restarted ranks could not be read ({exc}): "
                     f"`spark-deploy boot status` shows it")
