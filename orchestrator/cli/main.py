@@ -24,6 +24,7 @@ COMMANDS = lazy_group([
     Lazy("watch", "watch_cmd:watch"),
     Lazy("history", "release_cmds:history"),
     Lazy("rollback", "release_cmds:rollback"),
+    Lazy("restart", "restart_cmd:restart"),
     Lazy("lock", "release_cmds:lock"),
     Lazy("audit", "release_cmds:audit"),
     Lazy("prune", "release_cmds:prune"),

@@ -49,3 +49,13 @@ def let_go(conn: NodeConnection, name: str, root: privilege.Root, timeout: float
                 raise NodeError(conn.name, f"{name} is still {state} {timeout:.0f} s after its process was killed")
             time.sleep(0.2)
     conn.run(root.argv(["systemctl", "reset-failed", name]), timeout=30)
+
+
+def watch_again(conn: NodeConnection, name: str, root: privilege.Root) -> bool:
+    """After a command stopped and started the container itself (`restart`, `bench --replicates`): the unit's
+    `docker start --attach` ended with the container's stop, so the unit is inactive; started again, it
+    attaches to the running container and watches it as before. False when it was running already."""
+    if active_state(conn, name) in RUNNING_STATES:
+        return False
+    conn.run(root.argv(["systemctl", "start", name]), timeout=120, check=True)
+    return True

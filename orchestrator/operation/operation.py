@@ -80,6 +80,7 @@ class AuditAction(StrEnum):
     UP_GATE = "up-gate"  # `up RECIPE --gate`: the blocks' ups and rollbacks are its parts
     BENCH_REPLICATES = "bench-replicates"
     MODEL_PULL = "model-pull"
+    RESTART = "restart"  # `restart`: the serving release's whole group stopped and started in order
 
 
 class OperationRefused(Exception):

@@ -79,3 +79,24 @@ def running_of(release: Release, containers: dict[str, list[Container]]) -> dict
         if mine:
             out[node] = mine
     return out
+
+
+def restart_target(releases: list[Release], containers: dict[str, list[Container]],
+                   cluster: str | None = None) -> Release | None:
+    """Pure: the release `restart` brings back — the one that serves, else the newest whose record still
+    says "serving" (a rank of it died: its plan no longer runs on every rank, so no release serves). None
+    when neither exists (nothing was deployed, or it was stopped, replaced or rolled back)."""
+    serving = serving_release(releases, containers, cluster)
+    if serving is not None:
+        return serving
+    return next((r for r in releases if r.outcome is ReleaseOutcome.SERVING), None)
+
+
+def containers_of(release: Release, containers: dict[str, list[Container]]) -> dict[str, list[Container]]:
+    """Pure: per node, the containers of the release's plan, running or not (a dead rank's included)."""
+    out = {}
+    for node, cs in containers.items():
+        mine = [c for c in cs if c.ours and c.ours.plan_hash == release.plan_hash]
+        if mine:
+            out[node] = mine
+    return out

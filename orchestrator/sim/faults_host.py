@@ -84,16 +84,27 @@ def meminfo(cluster, node: NodeInfo, opts: dict) -> str:
     # figures less what runs, in the bind-mounted copy it keeps over /proc/meminfo
     put_file(cluster, node, MEMINFO_SPEC, (json.dumps(spec, sort_keys=True) + "\n").encode(), 0o644)
     shown = json.loads(cluster.exec(node.index, ["sim-memory", "reload"]).stdout)
-    seen = cluster.exec(node.index, ["cat", "/proc/meminfo"]).stdout
-    for key in ("MemTotal", "MemAvailable", "SwapTotal"):
-        line = re.search(rf"^{key}:\s+(\d+) kB$", seen, re.MULTILINE)
-        if line is None or int(line.group(1)) != shown[key]:
-            raise SimError(f"{node.name}: /proc/meminfo shows {line.group(0) if line else 'no ' + key!r}, "
-                           f"sim-memory says {key} {shown[key]} kB")
+    for attempt in range(3):  # a claim may end between the two reads (earlyoom acting on the new figures)
+        seen = cluster.exec(node.index, ["cat", "/proc/meminfo"]).stdout
+        wrong = _meminfo_differs(seen, shown)
+        if not wrong:
+            break
+        if attempt == 2:
+            raise SimError(f"{node.name}: /proc/meminfo shows {wrong[0]}, sim-memory says {wrong[1]}")
+        shown = json.loads(cluster.exec(node.index, ["sim-memory", "show"]).stdout)
     claimed = sum(c["kb"] for c in shown["claims"])
     return (f"{node.name}: idles at MemTotal {spec['MemTotal']} kB, MemAvailable {spec['MemAvailable']} kB, "
             f"SwapTotal {spec['SwapTotal']} kB" + (f" (now {shown['MemAvailable']} kB: {claimed} kB claimed)"
                                                     if claimed else ""))
+
+
+def _meminfo_differs(seen: str, shown: dict) -> tuple[str, str] | None:
+    """The first of MemTotal, MemAvailable, SwapTotal where /proc/meminfo and sim-memory's state disagree."""
+    for key in ("MemTotal", "MemAvailable", "SwapTotal"):
+        line = re.search(rf"^{key}:\s+(\d+) kB$", seen, re.MULTILINE)
+        if line is None or int(line.group(1)) != shown[key]:
+            return (repr(line.group(0)) if line else f"no {key}", f"{key} {shown[key]} kB")
+    return None
 
 
 def mtu(cluster, node: NodeInfo, opts: dict) -> str:

@@ -406,6 +406,21 @@ def test_crash_at_start_fault(env):
     assert "RuntimeError: CUDA driver initialization failed" in r.stderr
 
 
+def test_crash_loop_fault_serves_its_first_starts_then_dies_at_every_start(env, spawn, tmp_path):
+    state = tmp_path / "starts.count"
+    faulty = {**env, "SIM_FAULT_CRASH_AFTER_STARTS": "1", "SIM_FAULT_START_STATE": str(state)}
+    first = spawn(serve_args(free_port()), faulty)  # start 1 of 1: it starts as usual
+    first.wait_for(r"Initializing a V1 LLM engine")
+    assert first.stop() == 0  # SIGTERM: exit 0
+    assert state.read_text() == "1"
+    for start in (2, 3):  # every later start of the same container: exit 1 at once, a CUDA error
+        r = run_once(["serve", "sim/tiny"], faulty)
+        assert r.returncode == 1 and "RuntimeError: CUDA error: unspecified launch failure" in r.stderr, r.stderr
+        assert state.read_text() == str(start)
+    other = spawn(serve_args(free_port()), {**faulty, "SIM_FAULT_CRASH_RANK": "1"})  # limited to rank 1: rank 0 runs
+    other.wait_for(r"Initializing a V1 LLM engine")
+
+
 # ----------------------------------------------------------------------------- start-up log
 @pytest.mark.parametrize("flag, extra_env, value", [
     ("auto", {}, "DEEPGEMM_MXFP4"),

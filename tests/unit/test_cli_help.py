@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from orchestrator.cli.main import app
 
 COMMANDS = [["validate"], ["render"], ["pin"], ["up"], ["down"], ["status"], ["logs"], ["demo"],
-            ["preflight"], ["fit"], ["bench"], ["schema"], ["history"], ["accept"], ["watch"], ["rollback"], ["lock"], ["audit"],
+            ["preflight"], ["fit"], ["bench"], ["schema"], ["history"], ["accept"], ["watch"], ["rollback"], ["restart"], ["lock"], ["audit"],
             ["prune"], ["setup"], ["upgrade"],
             ["sim", "up"], ["sim", "down"], ["sim", "fault"], ["sim", "ls"], ["sim", "images"], ["export", "k8s"]]
 

@@ -52,6 +52,9 @@ In a container with a memory limit below SIM_FAULT_OOM_MIB [128] the kernel's OO
 (Docker: OOMKilled=true); otherwise the supervisor (the process's parent, PID 1 in a container)
 SIGKILLs it once its RSS passes SIM_FAULT_OOM_MIB. Either way no last words and exit 137.
 SIM_FAULT_OOM_RANK=<rank> limits the fault to one rank.
+SIM_FAULT_CRASH_AFTER_STARTS=N: a crash loop — a container's first N starts run, every later one exits 1
+at once (count in SIM_FAULT_START_STATE [/tmp/sim-starts.count], in the container's own filesystem);
+SIM_FAULT_CRASH_RANK=<rank> limits it to one rank. crash_loop.py.
 Exit codes: 0 after SIGTERM/SIGINT, 1 on a startup/runtime failure, 2 on bad flags, 137 (SIGKILL)
 for the OOM fault; in general 128+N when the server dies by signal N.
 

@@ -14,6 +14,7 @@ import time
 from .api import ROUTES, ApiServer, Handler
 from .base import GPU_TOTAL_GIB, MOE_BACKENDS, RINGBUFFER_MSG, VERSION, Life, Log, SimError, Stopped, env_float
 from .cli import non_default_args, normalise_choice
+from .crash_loop import count_start
 from .config import derive_max_model_len, resolve_model_dir, validate_parallel, validate_speculative
 from .engine import Engine
 from .jit import JitLock
@@ -56,6 +57,7 @@ class Node:
         t_start = time.monotonic()
         if env.get("SIM_FAULT_CRASH_AT_START") == "1":
             raise SimError("RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu.")
+        count_start(env, self.rank)  # SIM_FAULT_CRASH_AFTER_STARTS: the crash-loop fault (crash_loop.py)
         validate_parallel(args)
         model_dir = resolve_model_dir(args.model, args.revision, env)
         with open(os.path.join(model_dir, "config.json")) as fh:
