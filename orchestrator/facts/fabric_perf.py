@@ -26,8 +26,10 @@ class Method(StrEnum):
 TOOLS = ("ib_write_bw", "ib_write_lat", "iperf3", "python3")
 
 
-@fact("fabric_tools", 'for t in "$@"; do command -v "$t" >/dev/null 2>&1 && echo "$t"; done; exit 0',
-      args=lambda _given: list(TOOLS))
+TOOLS_SCRIPT = 'for t in "$@"; do command -v "$t" >/dev/null 2>&1 && echo "$t"; done; exit 0'
+
+
+@fact("fabric_tools", TOOLS_SCRIPT, args=lambda _given: list(TOOLS))
 def parse_tools(stdout: str) -> frozenset[str]:
     """The measuring tools on the node's PATH, one name a line."""
     return frozenset(line.strip() for line in stdout.splitlines() if line.strip() in TOOLS)

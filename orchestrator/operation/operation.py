@@ -80,6 +80,7 @@ class AuditAction(StrEnum):
     UP_GATE = "up-gate"  # `up RECIPE --gate`: the blocks' ups and rollbacks are its parts
     BENCH_REPLICATES = "bench-replicates"
     MODEL_PULL = "model-pull"
+    FABRIC_BASELINE = "fabric-baseline"  # `fabric test --save`: the figures kept on every node
 
 
 class OperationRefused(Exception):
