@@ -10,10 +10,12 @@ spark-1↔spark-2 and both figures. Healed (spark-2's shaping removed), it passe
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from deploy_helpers import spark_deploy
+from test_interrupt_exit_codes import Lines
 
 pytestmark = pytest.mark.integration
 
@@ -44,6 +46,8 @@ def test_a_baseline_is_kept_and_a_link_at_half_its_speed_fails_preflight(pair):
         speeds = {f"{d['src']}>{d['dst']}": d["gbit_s"] for d in link["directions"]}
         assert all(0.1 < s <= 0.41 for s in speeds.values()), speeds  # what the shaping allows, and real traffic
         assert link["latency_us"] and link["latency_us"] > 0
+        for node in (1, 2):  # its servers are gone with it
+            assert pair.exec(node, ["pgrep", "-x", "iperf3"], check=False).code == 1, node
         # one audit line for the saved baseline, on the head
         entries = json.loads(spark_deploy("audit", "-i", str(pair.inventory_path), "--json").stdout)
         assert [e for e in entries if e.get("action") == "fabric-baseline" and e.get("outcome") == "ok"], entries
@@ -64,3 +68,26 @@ def test_a_baseline_is_kept_and_a_link_at_half_its_speed_fails_preflight(pair):
         assert (code, check["status"]) == (0, "ok"), check
     finally:
         pair.fault("all", "heal")
+
+
+def test_ctrl_c_during_a_measurement_exits_130_and_leaves_no_server_running(pair):
+    run = Lines("fabric", "test", "-i", str(pair.inventory_path), "--seconds", "30")
+    try:
+        run.wait_line(r"spark-1↔spark-2: iperf3")
+        _until(lambda: pair.exec(2, ["pgrep", "-x", "iperf3"], check=False).code == 0, "iperf3 serving on spark-2")
+        code, stderr = run.interrupt()
+        assert code == 130, stderr
+    finally:
+        run.kill()
+    for node in (1, 2):
+        _until(lambda: pair.exec(node, ["pgrep", "-x", "iperf3"], check=False).code == 1,
+               f"no iperf3 left on spark-{node}", bound=10)
+
+
+def _until(condition, what: str, bound: float = 60) -> None:
+    """Wait for a condition on a node (a process that appears or goes), bounded."""
+    deadline = time.monotonic() + bound
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {bound:g} s: {what}")
+        time.sleep(0.2)
