@@ -4,7 +4,8 @@ A simulated node's fabric is a veth whose speed is whatever the host's CPUs give
 both nodes' fabric a rated speed with the real traffic shaping `fabric-slow` uses (tbf on the fabric veth),
 as a Spark's DAC has one: `fabric test --save` measures it with iperf3 (in the node image) and keeps the
 baseline. Then spark-2's link is slowed to half of what was measured: `preflight --fabric` exits 1 naming
-spark-1↔spark-2 and both figures. Healed (spark-2's shaping removed), it passes again.
+spark-1↔spark-2 and both figures, and so does `maintenance verify --fabric` in an open window. Healed
+(spark-2's shaping removed), both pass again.
 """
 
 from __future__ import annotations
@@ -63,9 +64,22 @@ def test_a_baseline_is_kept_and_a_link_at_half_its_speed_fails_preflight(pair):
         base = f"baseline {speeds['spark-2>spark-1']:.3g} Gbit/s"
         assert base in check["fix"] and " now, " in check["fix"], check
 
+        # maintenance verify --fabric judges the same way, inside an open window
+        begun = spark_deploy("maintenance", "begin", str(pair.recipe_path), "-i", str(pair.inventory_path),
+                             timeout=180)
+        assert begun.returncode == 0, begun.stderr + begun.stdout
+        verify = spark_deploy("maintenance", "verify", "-i", str(pair.inventory_path), "--fabric", "--json",
+                              timeout=180)
+        assert verify.returncode == 1, verify.stderr + verify.stdout
+        (drop,) = json.loads(verify.stdout)["fabric"]["drops"]
+        assert drop.startswith("spark-1↔spark-2 (spark-2→spark-1): ") and base in drop, drop
+
         pair.fault(2, "heal")
         code, check = preflight_fabric(pair)
         assert (code, check["status"]) == (0, "ok"), check
+        verify = spark_deploy("maintenance", "verify", "-i", str(pair.inventory_path), "--fabric", "--json",
+                              timeout=180)
+        assert verify.returncode == 0 and json.loads(verify.stdout)["fabric"]["drops"] == [], verify.stdout
     finally:
         pair.fault("all", "heal")
 
@@ -91,3 +105,14 @@ def _until(condition, what: str, bound: float = 60) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {bound:g} s: {what}")
         time.sleep(0.2)
+
+
+def test_the_built_in_stream_measures_both_ways_where_iperf3_is_not_wanted(pair):
+    res, run = fabric_test(pair, "--method", "stream")
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert run["method"] == "stream" and not run["saved"], run
+    (link,) = run["links"]
+    assert all(d["gbit_s"] > 0 and " B in " in d["detail"] for d in link["directions"]), link
+    assert link["latency_us"] > 0
+    for node in (1, 2):
+        assert pair.exec(node, ["pgrep", "-f", "python3 -u -c"], check=False).code == 1, node
