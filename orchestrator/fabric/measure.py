@@ -108,18 +108,17 @@ def _direction(src: NodeConnection, dst: NodeConnection, inventory: Inventory, m
                test: str = "ib_write_bw") -> fp.Bandwidth:
     """src sends to dst's fabric address; what dst received."""
     ip = inventory.node(dst.name).fabric_ip
-    port, bound, client_bound = str(PORT), f"{seconds + SLACK:g}", f"{seconds + SLACK:g}"
-    secs = f"{seconds:g}"
+    port, bound, secs = str(PORT), f"{seconds + SLACK:g}", f"{seconds:g}"
     if method is Method.RDMA:
         hca, gid = _hca(inventory)
         server = ["bash", "-c", fp.RDMA_SERVER, "bash", ip, port, hca, gid, bound, test, secs]
-        client = [fp.RDMA_CLIENT, ip, port, hca, gid, client_bound, test, secs]
+        client = [fp.RDMA_CLIENT, ip, port, hca, gid, bound, test, secs]
     elif method is Method.IPERF3:
         server = ["bash", "-c", fp.IPERF3_SERVER, "bash", ip, port, bound]
-        client = [fp.IPERF3_CLIENT, ip, port, secs, client_bound]
+        client = [fp.IPERF3_CLIENT, ip, port, secs, bound]
     else:
         server = ["bash", "-c", fp.STREAM_SERVER, "bash", fp.STREAM_PROGRAM, ip, port, bound]
-        client = [fp.STREAM_CLIENT, fp.STREAM_PROGRAM, ip, port, secs, client_bound]
+        client = [fp.STREAM_CLIENT, fp.STREAM_PROGRAM, ip, port, secs, bound]
     with _serving(dst, server, fp.READY[method]):
         result = src.run_script(*client, timeout=seconds + SLACK + 10)
     try:
@@ -130,7 +129,7 @@ def _direction(src: NodeConnection, dst: NodeConnection, inventory: Inventory, m
         return fp.parse_iperf3(result.stdout) if method is Method.IPERF3 else fp.parse_stream(result.stdout)
     except (fp.ToolError, ValueError, KeyError) as exc:
         why = exc if isinstance(exc, fp.ToolError) else f"unreadable output ({exc}); {result.stderr.strip()[-200:]}"
-        raise MeasureError(f"{src.name}{'→'}{dst.name} ({method}): {why}") from exc
+        raise MeasureError(f"{src.name}→{dst.name} ({method}): {why}") from exc
 
 
 def measure(cluster: Cluster, inventory: Inventory, conns: list[NodeConnection], seconds: float = DEFAULT_SECONDS,
