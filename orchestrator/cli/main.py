@@ -39,6 +39,7 @@ COMMANDS = lazy_group([
     Lazy("export", "export_cmd:app"),
     Lazy("overlay", "overlay_cmd:app", "Files mounted over the image: their hashes in the pinned image."),
     Lazy("model", "model_cmd:app", "The model's weights on every node: pull (download once, copy blobs)."),
+    Lazy("fabric", "fabric_cmd:app", "The fabric measured: bandwidth per link both ways, latency, a baseline."),
 ])
 
 app = typer.Typer(

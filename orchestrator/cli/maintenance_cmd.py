@@ -227,28 +227,51 @@ def _print_verify(v: window.VerifyResult) -> None:
 def verify(
     recipe: OptionalRecipe = None,
     inventory: InventoryOpt = None, cluster: ClusterOpt = None,
+    fabric: Annotated[bool, typer.Option(
+        "--fabric", help="Also measure the fabric (a few seconds per link and direction) against the baseline "
+                         "`fabric test --save` kept.")] = False,
+    fabric_min: Annotated[float, typer.Option("--fabric-min", min=0.01, max=1.0,
+                                              help="With --fabric: the fraction of the baseline a direction "
+                                                   "must reach.")] = 0.8,
     as_json: JsonOpt = False,
 ) -> None:
     """Every fact of the baseline beside the same fact now, per node: what changed and what it means.
 
-    Exit 1 when something the release depends on changed.
+    Exit 1 when something the release depends on changed, or (--fabric) a fabric direction is below
+    --fabric-min of its baseline.
 
     Example: spark-deploy maintenance verify --json
+    Example: spark-deploy maintenance verify --fabric
     """
     with exit_codes(as_json), _errors():
-        result = window.verify(str(inventory), _recipe_name(recipe, inventory))
+        result = window.verify(str(inventory), _recipe_name(recipe, inventory), fabric_min if fabric else None)
+        judged = result.fabric
+        drops = judged.drops if judged else []
+        fabric_doc = {"fabric": {"drops": [c.said() for c in drops],
+                                 "compared": [c.said() for c in judged.compared] if judged else [],
+                                 "note": result.fabric_note or (judged.method_changed if judged else "")}}
         if as_json:
-            emit_json({**result.drift.as_dict(), "window": {"opened_at": result.baseline.opened_at,
-                                                            "by": result.baseline.by, "reason": result.baseline.reason,
-                                                            "release": result.baseline.release,
-                                                            "plan_hash": result.baseline.plan_hash,
-                                                            "stopped": result.baseline.was_stopped},
+            emit_json({**result.drift.as_dict(), **(fabric_doc if fabric else {}),
+                       "window": {"opened_at": result.baseline.opened_at, "by": result.baseline.by,
+                                  "reason": result.baseline.reason, "release": result.baseline.release,
+                                  "plan_hash": result.baseline.plan_hash, "stopped": result.baseline.was_stopped},
                        "serving_now": result.serving_now.id if result.serving_now else None,
                        "serves_again": result.serves_again})
         else:
             _print_verify(result)
-        if result.drift.blocking:
+            if fabric:
+                _print_fabric(result)
+        if result.drift.blocking or drops:
             raise typer.Exit(1)
+
+
+def _print_fabric(result: window.VerifyResult) -> None:
+    judged = result.fabric
+    if judged is None or judged.method_changed:
+        out.print(f"[yellow]fabric not judged[/]: {escape(result.fabric_note or judged.method_changed)}")
+        return
+    for c in judged.compared:
+        out.print(f"{'[bold red]slower[/]' if c.dropped else '[green]fabric ok[/]'} {escape(c.said())}")
 
 
 def end(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -25,6 +27,12 @@ def preflight(
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too.")] = False,
     verify_blobs: Annotated[bool, typer.Option(
         "--verify-blobs", help="Also hash every model blob on every node (reads all the weights: minutes).")] = False,
+    fabric: Annotated[bool, typer.Option(
+        "--fabric", help="Also measure the fabric (a few seconds per link and direction) and fail below "
+                         "--fabric-min of the baseline `fabric test --save` kept.")] = False,
+    fabric_min: Annotated[float, typer.Option("--fabric-min", min=0.01, max=1.0,
+                                              help="With --fabric: the fraction of the baseline a direction "
+                                                   "must reach.")] = 0.8,
     as_json: JsonOpt = False,
 ) -> None:
     """Check every node for the failures the field notes name (docs/field-notes.md), before a 20-70 minute load.
@@ -37,9 +45,12 @@ def preflight(
     with exit_codes(as_json):
         dep = load_deployment(recipe, inventory)
         try:
-            specs = registry.select(only, skip, include=["model-blobs"] if verify_blobs else None)
+            include = (["model-blobs"] if verify_blobs else []) + (["fabric-speed"] if fabric else [])
+            specs = registry.select(only, skip, include=include or None)
         except registry.UnknownCheck as exc:
             raise BadInput(str(exc)) from exc
+        specs = [replace(s, probe=partial(s.probe, min_fraction=fabric_min)) if s.name == "fabric-speed" else s
+                 for s in specs]
         cluster = Cluster(dep.inventory)
         try:
             report = registry.run_checks(dep, build_plan(dep), cluster, specs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from typing import Annotated, Iterator, Optional
 
@@ -129,6 +130,8 @@ def _parse_fault_args(args: list[str]) -> dict:
             opts[k.replace("-", "_")] = v
         elif a.isdigit() and "port" not in opts:
             opts["port"] = a  # `occupy-port 8000`
+        elif re.fullmatch(r"\d+(\.\d+)?(bit|kbit|mbit|gbit)", a) and "rate" not in opts:
+            opts["rate"] = a  # `fabric-slow 500mbit`
         else:
             raise BadInput(f"bad fault argument {a!r}: want key=value (or a port number)")
     return opts
@@ -138,7 +141,7 @@ def _parse_fault_args(args: list[str]) -> dict:
 def fault(
     node: Annotated[str, typer.Argument(help="Node: 1, spark-1, or 'all'.")],
     kind: Annotated[str, typer.Argument(help="stop-sshd, start-sshd, stop-dockerd, start-dockerd, partition, "
-                                              "heal, netem, throttle, gpu, shared-jit, local-jit, "
+                                              "heal, netem, throttle, fabric-slow, gpu, shared-jit, local-jit, "
                                               "occupy-port, free-port, fill-disk, free-disk, meminfo, mtu, kernel, earlyoom, roce, reboot, "
                                               "model-remove-shard, model-change-blob, model-incomplete, model-reset")],
     args: Annotated[Optional[list[str]], typer.Argument(help="key=value options, e.g. driver=575.57.08 clock=2200")] = None,
@@ -154,6 +157,7 @@ def fault(
     Example: spark-deploy sim fault 1 occupy-port 8000
     Example: spark-deploy sim fault spark-2 reboot
     Example: spark-deploy sim fault 2 roce port=down   (or hca=mlx5_0, ipv4=no, remove=true)
+    Example: spark-deploy sim fault spark-2 fabric-slow 500mbit
     """
     from ..sim.cluster import SimCluster
 

@@ -17,6 +17,9 @@ from ..config.inventory import Inventory
 from ..config.load import Deployment, bind_recipe_text, load_inventory
 from ..config.source import Document
 from ..deploy.restore import recorded_deployment
+from ..fabric import baseline as fabric_store
+from ..fabric.judge import Judgment, judge as judge_fabric
+from ..fabric.measure import MeasureError, measure
 from ..preflight.registry import CheckSpec
 from ..preflight.run import Report
 from ..releases import audit
@@ -31,6 +34,8 @@ from . import collect
 from ..window.baseline import Baseline, NodeFacts, said
 from .diff import Drift, compare
 from .stop import StopOutcome, StopResult, stop_release
+
+VERIFY_SECONDS = 3.0  # per link and direction with `verify --fabric` (preflight --fabric measures as long)
 
 class MaintenanceError(Exception):
     """A failure (exit 1); the message says where and why."""
@@ -60,6 +65,8 @@ class VerifyResult:
     drift: Drift
     serving_now: Release | None  # judged from the running containers
     problems: dict[str, str] = field(default_factory=dict)  # nodes whose copy of the baseline was not used
+    fabric: Judgment | None = None  # with --fabric: a short run against the fabric's baseline (docs/fabric.md)
+    fabric_note: str = ""  # with --fabric: why it was not judged (no baseline, not measured)
 
     @property
     def serves_again(self) -> bool:
@@ -185,13 +192,31 @@ def open_window(state: ClusterState, recipe: str | None) -> tuple[Baseline, dict
     return found.baseline, found.problems
 
 
-def verify(inventory_path: str, recipe: str | None = None) -> VerifyResult:
+def verify(inventory_path: str, recipe: str | None = None, fabric_min: float | None = None) -> VerifyResult:
+    """With `fabric_min`, the fabric is measured too (a few seconds per link and direction) and judged
+    against the baseline `fabric test --save` kept: a direction below that fraction of it is a drop."""
     inventory, idoc = load_inventory(inventory_path)
     try:
         with Observation(inventory, what="maintenance verify") as seen:
-            return verify_open(seen, inventory_path, recipe, idoc)
+            result = verify_open(seen, inventory_path, recipe, idoc)
+            if fabric_min is not None:
+                _fabric(seen, result, fabric_min)
+            return result
     except OperationRefused as exc:
         raise MaintenanceError(str(exc)) from exc
+
+
+def _fabric(op: Operation, result: VerifyResult, fabric_min: float) -> None:
+    found = fabric_store.read(op.cluster, op.inventory, op.alive)
+    if found.baseline is None:
+        result.fabric_note = "no fabric baseline: `spark-deploy fabric test --save` records one"
+        return
+    try:
+        now = measure(op.cluster, op.inventory, op.alive, VERIFY_SECONDS, found.baseline.method)
+    except MeasureError as exc:
+        result.fabric_note = f"the fabric could not be measured: {exc}"
+        return
+    result.fabric = judge_fabric(found.baseline, now, fabric_min)
 
 
 def verify_open(op: Operation, inventory_path: str, recipe: str | None,

@@ -81,6 +81,7 @@ class AuditAction(StrEnum):
     BENCH_REPLICATES = "bench-replicates"
     MODEL_PULL = "model-pull"
     RESTART = "restart"  # `restart`: the serving release's whole group stopped and started in order
+    FABRIC_BASELINE = "fabric-baseline"  # `fabric test --save`: the figures kept on every node
 
 
 class OperationRefused(Exception):

@@ -13,6 +13,7 @@ from . import checks_draft  # noqa: F401
 from . import checks_boot  # noqa: F401
 from . import checks_blobs  # noqa: F401
 from . import checks_fit  # noqa: F401
+from . import checks_fabric_speed  # noqa: F401
 from ..facts import look  # noqa: F401  (up's own reads, gathered with the facts)
 from .run import Report, UnknownCheck, run_checks, select
 

@@ -182,6 +182,26 @@ def throttle(cluster, node: NodeInfo, opts: dict) -> str:
     return f"{node.name}: {', '.join(devs)} limited to {rate} (tbf)"
 
 
+_RATE = re.compile(r"(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)")
+_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+
+
+def fabric_slow(cluster, node: NodeInfo, opts: dict) -> str:
+    """The node's fabric link slowed to RATE: a token bucket (tbf) on what it sends over its fabric veth,
+    its burst sized for the rate (10 ms of it) so the rate is what TCP gets, as a DAC negotiated down does."""
+    rate = str(opts.get("rate", ""))
+    m = _RATE.fullmatch(rate)
+    if set(opts) - {"rate"} or not m or float(m.group(1)) <= 0:
+        raise SimInputError("fault fabric-slow takes RATE as <N>(bit|kbit|mbit|gbit), e.g. `fabric-slow 500mbit`")
+    burst = max(int(float(m.group(1)) * _BITS[m.group(2)] / 8 / 100), 16 * 1024)  # bytes: 10 ms at the rate
+    argv = ["tc", "qdisc", "replace", "dev", FABRIC_IFACE, "root", "tbf", "rate", rate, "burst", str(burst),
+            "latency", "50ms"]
+    res = cluster.exec(node.index, argv, check=False)
+    if res.code != 0:
+        raise SimError(f"{node.name}: {' '.join(argv)} failed: {res.stderr.strip()}")
+    return f"{node.name}: fabric {FABRIC_IFACE} sends at most {rate} (tbf); `sim fault {node.name} heal` undoes it"
+
+
 _GPU_KEYS = {"driver": ("driver", str), "clock": ("clock_mhz", int), "max_clock": ("max_clock_mhz", int),
              "name": ("name", str), "memory_mib": ("memory_mib", int), "cuda": ("cuda", str),
              "fail": ("fail", bool), "idle": ("idle", bool), "locked": ("clocks_locked", bool)}
@@ -306,6 +326,7 @@ KINDS: dict[str, Callable] = {
     "heal": heal,
     "netem": netem,
     "throttle": throttle,
+    "fabric-slow": fabric_slow,
     "gpu": gpu,
     "shared-jit": shared_jit,
     "local-jit": local_jit,

@@ -37,8 +37,9 @@ TABLE_SKIP = frozenset({"gen_options.py"})  # builds the option table on the hos
 # `vllm serve ...` in the image: the stand-in's own PID-1 supervisor runs the server as its child
 VLLM_WRAPPER = '#!/bin/sh\nexec python3 -m orchestrator.sim.standin "$@"\n'
 
+# iperf3: `fabric test` measures the fabric with it when a node has it (a Spark gets it from apt too)
 NODE_PACKAGES = ("openssh-server", "docker.io", "python3", "iproute2", "procps", "ca-certificates", "earlyoom",
-                 "sudo")
+                 "sudo", "iperf3")
 SYSTEMD_PACKAGES = NODE_PACKAGES + ("systemd", "systemd-sysv", "dbus")
 VLLM_PACKAGES = ("python3",)
 
