@@ -18,7 +18,8 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 # A name says more than a type: these option names get these metavars.
 _BY_NAME = {"inventory": "PATH", "cluster": "NAME", "node": "NODE", "tail": "N", "since": "WHEN",
-            "name": "NAME", "url": "URL", "model": "NAME", "reason": "TEXT"}
+            "name": "NAME", "url": "URL", "model": "NAME", "reason": "TEXT",
+            "overrides": "KEY=VALUE"}
 
 
 def version() -> str:
