@@ -186,6 +186,9 @@ def down(
 ) -> None:
     """Stop and remove this tool's containers (peers first, then the head) on every node it can reach.
 
+    The kept (stopped) containers of earlier releases go too; it says which: a `rollback` to one of them
+    re-creates its containers instead of starting them.
+
     Without RECIPE, when more than one recipe runs, it asks first (--yes or --all: it does not ask).
 
     \b
@@ -223,9 +226,12 @@ def down(
         if as_json:
             emit_json({"ok": result.ok, "recipe": name,
                        "removed": [{"node": n, "container": c.name, "id": c.id} for n, c in result.removed],
+                       "rollback_recreates": {str(k): v for k, v in result.recreate.items()},
                        "failed": result.failed, "unreachable": result.unreachable})
         elif not result.removed and result.ok:
             out.print("nothing to remove: no container of spark-deploy" + (f" for {name}" if name else ""))
+        elif result.recreate:
+            out.print(escape(down_mod.recreate_note(result.recreate)))
         if not result.ok:
             raise Failed("not everything was removed:\n" + "\n".join(
                 f"  {node}: {why}" for node, why in result.failed.items()))

@@ -21,6 +21,10 @@ def _plan_hash(recipe, inventory, *extra) -> str:
     return hashes.pop()
 
 
+# The model's config says 4096 positions: vLLM (and the stand-in) refuse more unless this env var allows it.
+SETS = ("--set", "vllm.max_model_len=8192", "--set", 'env.VLLM_ALLOW_LONG_MAX_MODEL_LEN="1"')
+
+
 def test_up_with_set_serves_and_history_recipe_deploys_the_same_plan(clean, tmp_path):
     cluster = clean
     forget_releases(cluster)
@@ -28,7 +32,7 @@ def test_up_with_set_serves_and_history_recipe_deploys_the_same_plan(clean, tmp_
     comments = [line for line in recipe.read_text().splitlines() if line.lstrip().startswith("#")]
     assert comments, "the sim recipe is expected to carry comments"
 
-    served = spark_deploy("up", str(recipe), "-i", str(inventory), "--set", "vllm.max_model_len=8192", timeout=600)
+    served = spark_deploy("up", str(recipe), "-i", str(inventory), *SETS, timeout=600)
     assert served.returncode == 0, served.stderr + served.stdout
     assert "serving" in served.stdout
 
@@ -39,13 +43,13 @@ def test_up_with_set_serves_and_history_recipe_deploys_the_same_plan(clean, tmp_
     n = release["id"]
     # the file alone renders another plan: the override is what the release runs
     assert _plan_hash(recipe, inventory) != release["plan_hash"]
-    assert _plan_hash(recipe, inventory, "--set", "vllm.max_model_len=8192") == release["plan_hash"]
+    assert _plan_hash(recipe, inventory, *SETS) == release["plan_hash"]
 
     written = tmp_path / f"release-{n}.yaml"
     got = spark_deploy("history", "-i", str(inventory), "--recipe", str(n), "-o", str(written))
     assert got.returncode == 0, got.stderr + got.stdout
     text = written.read_text()
-    assert "max_model_len: 8192" in text
+    assert "max_model_len: 8192" in text and 'VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1"' in text
     assert all(line in text for line in comments)  # the file's comments came along with the release
     printed = spark_deploy("history", "-i", str(inventory), "--recipe", str(n))
     assert printed.returncode == 0 and printed.stdout == text, printed.stderr
