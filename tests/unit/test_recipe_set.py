@@ -126,3 +126,34 @@ def test_history_output_goes_with_recipe_and_never_replaces_a_file(tmp_path):
     there.write_text("kept\n")
     refused = runner.invoke(app, ["history", "-i", str(INVENTORY), "--recipe", "1", "-o", str(there)])
     assert refused.exit_code == 2 and "the file exists" in refused.output and there.read_text() == "kept\n"
+
+
+def test_up_records_the_effective_recipe_and_history_recipe_gives_it_back(tmp_path, monkeypatch, capsys):
+    """In memory (tests/memnode): the release `up --set` makes holds the text with the override, and
+    `history --recipe N` prints exactly that text, which renders release N's plan."""
+    from functools import partial
+
+    from memnode import connector
+    from memnode.harness import MemCluster
+    from orchestrator.cli.release_cmds import _recipe_of
+    from orchestrator.operation import Observation
+    from orchestrator.transport.group import Cluster
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    mem = MemCluster(tmp_path)
+    dep = load_deployment(mem.dep.recipe_path, mem.dep.inventory_path, ["vllm.max_model_len=2048"])
+    result = mem.up(dep)
+    with Observation(mem.inventory, what="test", cluster_factory=partial(Cluster, connector=connector(mem.world))) as seen:
+        releases = seen.state.history.releases
+    [release] = [r for r in releases if r.id == result.release]
+    assert release.recipe_text == dep.text() and "max_model_len: 2048" in release.recipe_text
+    assert release.plan_hash == result.plan_hash
+
+    _recipe_of(releases, release.id, None, False)
+    printed = capsys.readouterr().out
+    assert printed == release.recipe_text
+    written = tmp_path / "release.yaml"
+    _recipe_of(releases, release.id, written, False)
+    assert written.read_text() == release.recipe_text
+    again = load_deployment(written, mem.dep.inventory_path)
+    assert build_plan(again).plan_hash == release.plan_hash
