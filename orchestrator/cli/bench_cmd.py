@@ -14,6 +14,7 @@ from .common import (
     Failed,
     ClusterOpt, InventoryOpt,
     JsonOpt,
+    SetOpt,
     emit_json,
     err,
     exit_codes,
@@ -74,6 +75,7 @@ def bench(
                                                       "profile.")] = None,
     no_record: Annotated[bool, typer.Option("--no-record", help="With a recipe: do not record the results "
                                                                 "with the serving release.")] = False,
+    overrides: SetOpt = None,
     as_json: JsonOpt = False,
     report_dir: Annotated[Optional[Path], typer.Option("--report", help="Write bench.json and bench.png here.")] = None,
 ) -> None:
@@ -103,6 +105,8 @@ def bench(
             the_api = Api(api)
         except ValueError:
             raise BadInput(f"--api {api!r}: choose chat or completions") from None
+        if overrides and recipe is None and compare is None:
+            raise BadInput("--set changes a recipe: give a RECIPE (or --compare A B: it changes B), not --url")
         if replicates is not None and (recipe is None or replicates < 2):
             raise BadInput("--replicates N needs a RECIPE (its serving release is restarted between replicates) "
                            "and N >= 2")
@@ -118,12 +122,12 @@ def bench(
 
         if compare is not None:
             _compare(compare, blocks, inventory, sets, shots, warmup, levels, width, max_shots, the_api, max_tokens,
-                     idle_bound, as_json, report_dir, no_record, same_engine_ok)
+                     idle_bound, as_json, report_dir, no_record, same_engine_ok, overrides or ())
             return
         if recipe is not None:
             from ..config.load import load_deployment
 
-            dep = load_deployment(recipe, inventory)
+            dep = load_deployment(recipe, inventory, overrides or ())
             if replicates is not None:
                 _replicates(dep, replicates, sets, shots, warmup, levels, width, max_shots, the_api, max_tokens,
                             idle_bound, as_json, report_dir, no_record)
@@ -207,8 +211,10 @@ def _shoot(http, model: str, plan, quiet: bool):
 
 
 def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, levels, width, max_shots, the_api,
-             max_tokens, idle_bound, as_json: bool, report_dir, no_record: bool, same_engine_ok: bool = False) -> None:
-    """--compare A.yaml B.yaml: both recipes on the same inventory, blocks in order, then the restore."""
+             max_tokens, idle_bound, as_json: bool, report_dir, no_record: bool, same_engine_ok: bool = False,
+             overrides=()) -> None:
+    """--compare A.yaml B.yaml: both recipes on the same inventory, blocks in order, then the restore; `--set`
+    changes B (the candidate), so `--compare r.yaml r.yaml --set name=r-8k --set ...` tries one change."""
     import json
 
     from ..bench import compare as compare_mod
@@ -223,7 +229,7 @@ def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, leve
     except ValueError as exc:
         raise BadInput(str(exc)) from exc
     a = load_deployment(paths[0], inventory)
-    deps = {"A": a, "B": load_recipe_on(paths[1], a)}  # one inventory, parsed once
+    deps = {"A": a, "B": load_recipe_on(paths[1], a, overrides)}  # one inventory, parsed once
     if deps["A"].recipe.name == deps["B"].recipe.name:
         raise BadInput(f"--compare: {paths[0]} and {paths[1]} are both recipe {deps['A'].recipe.name!r}: "
                        "give the variants different names, so their releases can be told apart")

@@ -70,6 +70,12 @@ ClusterOpt = Annotated[
                  show_default=False),
 ]
 RecipeArg = Annotated[Path, typer.Argument(help="The recipe YAML file.", show_default=False)]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--set", help="Set a recipe key as if the file said it: dotted KEY=VALUE (vllm.max_model_len=8192), "
+                               "VALUE read as YAML; repeatable, the last wins. Validated like the file; a release "
+                               "records the recipe with it (`history --recipe N`).", show_default=False),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output: one JSON object on stdout "
                                                        "(event streams: one object per line, the last the result).")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask: answer yes to the confirmation.")]

@@ -14,20 +14,22 @@ from ..config.load import load_deployment
 from ..config.local_checks import local_problems
 from ..config.source import ConfigError
 from ..config.vllm_flags import flag_issues
-from .common import BadInput, ClusterOpt, InventoryOpt, JsonOpt, NodeOpt, RecipeArg, emit_json, err, exit_codes, out
+from .common import (BadInput, ClusterOpt, InventoryOpt, JsonOpt, NodeOpt, RecipeArg, SetOpt, emit_json, err, exit_codes,
+                     out)
 
 
 def validate(recipe: RecipeArg, inventory: InventoryOpt = None, cluster: ClusterOpt = None,
-             as_json: JsonOpt = False) -> None:
+             overrides: SetOpt = None, as_json: JsonOpt = False) -> None:
     """Check a recipe against an inventory, and this machine's SSH key, known_hosts and the recipe's
     secrets, without contacting any node.
 
     Example: spark-deploy validate recipes/dspark-0731-b12x.yaml -i inventory.yaml
+    Example: spark-deploy validate recipes/dspark-0731-b12x.yaml --set vllm.max_model_len=8192
     """
     from ..acceptance.problems import acceptance_problems
 
     with exit_codes(as_json):
-        dep = load_deployment(recipe, inventory)
+        dep = load_deployment(recipe, inventory, overrides or ())
         problems = local_problems(dep, os.environ) + acceptance_problems(dep)
         problems += flag_issues(dep.recipe, dep.recipe_doc)
         if problems:
@@ -35,6 +37,7 @@ def validate(recipe: RecipeArg, inventory: InventoryOpt = None, cluster: Cluster
         unpinned = "image.id is not pinned; `up` will refuse to start an unpinned image"
         if as_json:
             emit_json({"ok": True, "recipe": str(recipe), "name": dep.recipe.name, "inventory": str(inventory),
+                       "overrides": list(dep.overrides),
                        "nodes": [{"node": n.name, "rank": r} for r, n in enumerate(dep.inventory.ranked)],
                        "warnings": [unpinned] if dep.recipe.image.id is None else []})
             return
@@ -48,6 +51,7 @@ def render(
     recipe: RecipeArg,
     inventory: InventoryOpt = None, cluster: ClusterOpt = None,
     node: NodeOpt = None,
+    overrides: SetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print each node's `docker run` command (head first) without running anything.
@@ -57,7 +61,7 @@ def render(
     from ..render.plan import PREVIEW_RUN, build_plan  # jinja2: only `render` needs it
 
     with exit_codes(as_json):
-        dep = load_deployment(recipe, inventory)
+        dep = load_deployment(recipe, inventory, overrides or ())
         problems = flag_issues(dep.recipe, dep.recipe_doc)  # the verdict validate and up give
         if problems:
             raise ConfigError(problems)

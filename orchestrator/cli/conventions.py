@@ -7,8 +7,10 @@ anything; tests/unit/test_cli_conventions.py walks every registered command and 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from functools import partial
 from importlib import metadata
-from typing import Any
+from typing import Any, Iterator
 
 import typer
 from typer import _click as click  # typer vendors its own click: its classes are these
@@ -18,7 +20,8 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 # A name says more than a type: these option names get these metavars.
 _BY_NAME = {"inventory": "PATH", "cluster": "NAME", "node": "NODE", "tail": "N", "since": "WHEN",
-            "name": "NAME", "url": "URL", "model": "NAME", "reason": "TEXT"}
+            "name": "NAME", "url": "URL", "model": "NAME", "reason": "TEXT",
+            "overrides": "KEY=VALUE"}
 
 
 def version() -> str:
@@ -110,12 +113,44 @@ def make_readable(command: click.Command) -> click.Command:
     return command
 
 
+def show_error(exc: click.exceptions.ClickException, file: Any = None) -> None:
+    """click's own words for a command-line mistake (usage, the --help hint), with the one prefix every error
+    of the tool has: `error:` (click writes `Error:`)."""
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.exceptions.UsageError) and ctx is not None:
+        hint = ""
+        if ctx.command.get_help_option(ctx) is not None:
+            hint = f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.\n"
+        click.echo(f"{ctx.get_usage()}\n{hint}", file=file, err=file is None, color=ctx.color)
+    click.echo(f"error: {exc.format_message()}", file=file, err=file is None,
+               color=ctx.color if ctx is not None else None)
+
+
+@contextmanager
+def _errors_said_as_ours() -> Iterator[None]:
+    """A ClickException leaving the parser is shown by click's main (`e.show()`): give it ours."""
+    try:
+        yield
+    except click.exceptions.ClickException as exc:
+        exc.show = partial(show_error, exc)  # type: ignore[method-assign]
+        raise
+
+
 class ReadableGroup(TyperGroup):
-    """The group every spark-deploy command is looked up through: readable help for each, whoever added it."""
+    """The group every spark-deploy command is looked up through: readable help for each, whoever added it,
+    and click's parsing errors said with the tool's `error:` prefix."""
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
         return make_readable(command) if command is not None else None
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        with _errors_said_as_ours():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _errors_said_as_ours():
+            return super().invoke(ctx)
 
 
 def sub_app(**kwargs: Any) -> typer.Typer:

@@ -26,8 +26,8 @@ from ..runner.events import Events
 from ..runner.sinks import JsonSink, TerminalSink
 from ..transport.cancel import signals_interrupt
 from ..transport.group import Cluster, GroupError
-from .common import (BadInput, ClusterOpt, Failed, InventoryOpt, JsonLines, JsonOpt, NodeOpt, RecipeArg, TailOpt,
-                     YesOpt, can_ask, emit_json, err, exit_codes, out)
+from .common import (BadInput, ClusterOpt, Failed, InventoryOpt, JsonLines, JsonOpt, NodeOpt, RecipeArg, SetOpt,
+                     TailOpt, YesOpt, can_ask, emit_json, err, exit_codes, out)
 
 OptionalRecipe = Annotated[Optional[Path], typer.Argument(help="Limit to this recipe's containers.", show_default=False)]
 
@@ -95,6 +95,7 @@ def up(
                                                          "RECIPE.")] = "ABAB",
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=2, help="With --gate: output length of a "
                                                                         "shot (ignore_eos).")] = 800,
+    overrides: SetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Deploy a recipe: preflight, image sync, stop the previous (kept), head, wait LISTEN, peers, ready, log checks,
@@ -102,13 +103,14 @@ def up(
 
     Example: spark-deploy up recipes/dspark-0731-b12x.yaml -i inventory.yaml
     Example: spark-deploy up candidate.yaml --gate --profile code,zh --shots 10 --tolerance 0.03
+    Example: spark-deploy up recipes/dspark-0731-b12x.yaml --set vllm.max_model_len=8192
     """
     with _signals_for_up(), exit_codes(as_json):
         gate_given = {"--profile": profile != "", "--shots": shots != 10, "--tolerance": tolerance != 0.03,
                       "--blocks": blocks != "ABAB", "--max-tokens": max_tokens != 800}
         if not gate and any(gate_given.values()):
             raise BadInput(", ".join(k for k, v in gate_given.items() if v) + " only go with --gate")
-        dep = load_deployment(recipe, inventory)
+        dep = load_deployment(recipe, inventory, overrides or ())
         events = _events(as_json)
         opts = UpOptions(force=redeploy, keep_on_failure=keep_on_failure, replace_image=sync_image,
                          ready_timeout=ready_timeout, join_timeout=join_timeout, heartbeat=heartbeat,
@@ -184,6 +186,9 @@ def down(
 ) -> None:
     """Stop and remove this tool's containers (peers first, then the head) on every node it can reach.
 
+    The kept (stopped) containers of earlier releases go too; it says which: a `rollback` to one of them
+    re-creates its containers instead of starting them.
+
     Without RECIPE, when more than one recipe runs, it asks first (--yes or --all: it does not ask).
 
     \b
@@ -221,9 +226,12 @@ def down(
         if as_json:
             emit_json({"ok": result.ok, "recipe": name,
                        "removed": [{"node": n, "container": c.name, "id": c.id} for n, c in result.removed],
+                       "rollback_recreates": {str(k): v for k, v in result.recreate.items()},
                        "failed": result.failed, "unreachable": result.unreachable})
         elif not result.removed and result.ok:
             out.print("nothing to remove: no container of spark-deploy" + (f" for {name}" if name else ""))
+        elif result.recreate:
+            out.print(escape(down_mod.recreate_note(result.recreate)))
         if not result.ok:
             raise Failed("not everything was removed:\n" + "\n".join(
                 f"  {node}: {why}" for node, why in result.failed.items()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from enum import StrEnum
 from pathlib import Path
@@ -24,7 +25,7 @@ from ..runner.events import Events
 from ..runner.sinks import TerminalSink
 from ..transport.group import Cluster, GroupError
 from ..transport.node import NodeError
-from .common import (ClusterOpt, Failed, InventoryOpt, JsonOpt, Refusal, TailOpt, YesOpt, can_ask, emit_json, err,
+from .common import (BadInput, ClusterOpt, Failed, InventoryOpt, JsonOpt, Refusal, TailOpt, YesOpt, can_ask, emit_json, err,
                      exit_codes, force_opt, out, refused)
 from .deploy_cmds import _events, _signals_for_up, _up_and_report
 
@@ -48,12 +49,25 @@ def _open(inventory: Path):
     return inv, cluster, alive, unreachable
 
 
-def history(inventory: InventoryOpt = None, cluster: ClusterOpt = None, as_json: JsonOpt = False) -> None:
+def history(
+    inventory: InventoryOpt = None, cluster: ClusterOpt = None,
+    recipe_of: Annotated[Optional[int], typer.Option("--recipe", min=1, help="Print the recipe release N was "
+                                                     "deployed from (its `--set`s applied, comments kept), "
+                                                     "instead of the table.", show_default=False)] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="With --recipe: write it to this new "
+                                                   "file instead.", show_default=False)] = None,
+    as_json: JsonOpt = False,
+) -> None:
     """The releases, newest first, read from every node, and which one serves now (by the running containers).
 
     Example: spark-deploy history --json
+    Example: spark-deploy history --recipe 3 -o release-3.yaml
     """
     with exit_codes(as_json):
+        if output is not None and recipe_of is None:
+            raise BadInput("-o FILE goes with --recipe N (the recipe of release N is written there)")
+        if output is not None and output.exists():
+            raise BadInput(f"-o {output}: the file exists; name a new one (nothing was written)")
         inv, _ = load_inventory(inventory)
         with Observation(inv, what="history") as seen:
             state = seen.state
@@ -68,6 +82,9 @@ def history(inventory: InventoryOpt = None, cluster: ClusterOpt = None, as_json:
             if node not in state.unreachable:
                 err.print(f"[yellow]warning[/]: {escape(node)}'s copy of the history disagrees: "
                           f"{escape('; '.join(notes))}")
+        if recipe_of is not None:
+            _recipe_of(hist.releases, recipe_of, output, as_json)
+            return
         from ..bench.drift import drift, drift_text  # each release's bench next to the previous one's
 
         drifts = drift(hist.releases)
@@ -109,6 +126,31 @@ def history(inventory: InventoryOpt = None, cluster: ClusterOpt = None, as_json:
             out.print("which release serves is not judged: not every node answered")
         elif now is None:
             out.print("no release serves now (no plan runs on every rank)")
+
+
+def _recipe_of(releases: list, wanted: int, output: Path | None, as_json: bool) -> None:
+    """`history --recipe N`: the recipe text release N recorded, as it was deployed (image.id pinned, every
+    `--set` applied): `up` of it deploys the same plan."""
+    release = next((r for r in releases if r.id == wanted), None)
+    if release is None:
+        known = ", ".join(str(r.id) for r in releases) or "none recorded yet"
+        raise BadInput(f"--recipe {wanted}: no such release in the history (releases: {known})")
+    if output is not None:
+        try:
+            with open(output, "x") as f:  # "x": never replace a file that appeared since the check
+                f.write(release.recipe_text)
+        except OSError as exc:
+            raise BadInput(f"-o {output}: {exc.strerror or exc} (nothing was written)") from None
+    if as_json:
+        emit_json({"ok": True, "release": release.id, "recipe": release.recipe, "plan_hash": release.plan_hash,
+                   "written": str(output) if output is not None else None,
+                   "text": None if output is not None else release.recipe_text})
+    elif output is not None:
+        out.print(f"wrote {escape(str(output))}: recipe {escape(release.recipe)} of release {release.id} "
+                  f"(plan {release.plan_hash})")
+    else:
+        sys.stdout.write(release.recipe_text if release.recipe_text.endswith("\n") else release.recipe_text + "\n")
+        sys.stdout.flush()
 
 
 def _acceptance_text(results: list[dict]) -> str:

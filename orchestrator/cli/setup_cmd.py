@@ -62,6 +62,17 @@ def _known_hosts(output: Path, given: Optional[Path]) -> str:
     return str(Path("~/.ssh/known_hosts").expanduser())
 
 
+def local_user() -> str:
+    """The login ssh would use without `-l`: this machine's user name (never assumed to be root). Read when
+    the command runs, not when the help is written, so neither the help nor docs/cli.md names whoever
+    generated them."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no USER/LOGNAME and no passwd entry (a bare container)
+        raise BadInput("this machine's user name is unknown (no USER, LOGNAME or passwd entry): give --user "
+                       "NAME, the login on the nodes") from None
+
+
 def _fingerprints(values: list[str]) -> dict[str, str]:
     out = {}
     for value in values:
@@ -75,8 +86,9 @@ def _fingerprints(values: list[str]) -> dict[str, str]:
 def setup(
     hosts: Annotated[list[str], typer.Argument(help="The nodes' management addresses (the first is the head).",
                                                show_default=False)],
-    user: Annotated[str, typer.Option("--user", help="The login on the nodes (a stock DGX OS has no root login).")]
-    = getpass.getuser(),
+    user: Annotated[Optional[str], typer.Option("--user", help="The login on the nodes (default: your user name "
+                                                "here, as ssh does; a stock DGX OS has no root login).",
+                                                show_default=False)] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="The inventory to write.")] = Path("inventory.yaml"),
     port: Annotated[int, typer.Option("--port", help="sshd's port on the nodes.")] = 22,
     key: Annotated[Optional[Path], typer.Option("--key", help="A private key to log in with (default: the "
@@ -88,8 +100,8 @@ def setup(
         "--fingerprint", help="HOST=SHA256:... to trust without asking (repeatable).")] = None,
     node_keys: Annotated[Optional[bool], typer.Option(
         "--node-keys/--no-node-keys", help="Set up node-to-node SSH over the fabric (default: ask).")] = None,
-    yes: Annotated[bool, typer.Option("--yes", help="Do not ask: unknown host keys need --fingerprint, an "
-                                                    "existing inventory is replaced.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask: unknown host keys need --fingerprint, an "
+                                                          "existing inventory is replaced.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Fetch and confirm host keys, log in (or install a key), discover every node read only, find the
@@ -105,7 +117,7 @@ def setup(
         if len(set(hosts)) != len(hosts):
             raise BadInput(f"a host is given twice: {' '.join(hosts)}")
         opts = setup_run.Options(
-            hosts=list(hosts), user=user, port=port, output=str(output), cluster=cluster,
+            hosts=list(hosts), user=user or local_user(), port=port, output=str(output), cluster=cluster,
             known_hosts=_known_hosts(output, known_hosts), fingerprints=_fingerprints(fingerprint or []),
             key=str(key.expanduser().resolve()) if key else None, node_keys=node_keys if node_keys is not None
             else (False if yes else None))

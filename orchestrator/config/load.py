@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from pydantic import ValidationError
 
 from .hints import closest, example_of, fixed, keys_at, pattern_message, type_hint, yaml_line
 from .inventory import Inventory, inventory_problems
+from .overrides import apply_overrides, effective_text, parse_overrides
 from .recipe import Recipe, recipe_problems
 from .source import ConfigError, ConfigIssue, Document, parse_document, read_document
 
@@ -41,12 +42,15 @@ def _bound_fix(err: dict, key: str) -> str:
     return f"write a number {side} {bound}"
 
 
-def _message(err: dict, loc: tuple, model: type) -> str:
-    """pydantic's words, plus the fix: the key meant, or the value read and the forms accepted."""
+def _message(err: dict, loc: tuple, model: type, override: str | None = None) -> str:
+    """pydantic's words, plus the fix: the key meant, or the value read and the forms accepted. An unknown
+    key given as `--set KEY=VALUE` (`override`) gets the same key meant, written as the --set to give."""
     key, value = _key(loc), err.get("input")
     if err["type"] == "extra_forbidden":
         known = keys_at(model, loc[:-1])
         meant = closest(loc[-1], known)
+        if meant and override is not None:
+            return fixed("unknown key", f"did you mean --set {'.'.join(map(str, loc[:-1] + (meant,)))}=...?")
         if meant:
             return fixed("unknown key", f"did you mean {yaml_line(meant, value)}?")
         return fixed("unknown key", f"remove it, or use a key accepted here: {', '.join(known)}" if known else "remove it")
@@ -88,7 +92,7 @@ def _issues_from(exc: ValidationError, doc: Document, model: type) -> list[Confi
             if loc in typed:
                 continue
             typed.add(loc)
-        message = _message(err, loc, model)
+        message = _message(err, loc, model, doc.override_at(loc))
         if (loc, message) in seen:
             continue
         seen.add((loc, message))
@@ -96,9 +100,13 @@ def _issues_from(exc: ValidationError, doc: Document, model: type) -> list[Confi
     return issues
 
 
-def load_model(path: str | Path, model: type, problems: Callable[[Any], list[tuple[tuple, str]]]):
-    """Parse, validate against `model`, then run the cross-field `problems` check; all as file:line issues."""
+def load_model(path: str | Path, model: type, problems: Callable[[Any], list[tuple[tuple, str]]],
+               overrides: Sequence[str] = ()):
+    """Parse, apply the `--set KEY=VALUE` overrides, validate against `model`, then run the cross-field
+    `problems` check; all as file:line issues (an override's as `--set KEY`)."""
     doc = read_document(path)
+    if overrides:
+        doc = apply_overrides(doc, parse_overrides(overrides))
     try:
         value = model.model_validate(doc.data())
     except ValidationError as exc:
@@ -113,8 +121,8 @@ def load_inventory(path: str | Path) -> tuple[Inventory, Document]:
     return load_model(path, Inventory, inventory_problems)
 
 
-def load_recipe(path: str | Path) -> tuple[Recipe, Document]:
-    return load_model(path, Recipe, recipe_problems)
+def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> tuple[Recipe, Document]:
+    return load_model(path, Recipe, recipe_problems, overrides)
 
 
 @dataclass(frozen=True)
@@ -129,9 +137,10 @@ class Deployment:
     recipe_doc: Document | None = field(default=None, compare=False, repr=False)
     inventory_doc: Document | None = field(default=None, compare=False, repr=False)
     recipe_text: str | None = field(default=None, compare=False, repr=False)  # a recorded recipe: no file
+    overrides: tuple[str, ...] = ()  # the `--set KEY=VALUE`s applied to the file (recipe_text: the result)
 
     def text(self) -> str:
-        """The recipe's text as deployed: the recorded text, or the file's."""
+        """The recipe's text as deployed: the recorded text, the file's with its overrides, or the file's."""
         return self.recipe_text if self.recipe_text is not None else Path(self.recipe_path).read_text()
 
 
@@ -183,12 +192,14 @@ def pair_problems(recipe: Recipe, rdoc: Document, inventory: Inventory, idoc: Do
     return issues
 
 
-def load_deployment(recipe_path: str | Path, inventory_path: str | Path) -> Deployment:
-    """Both files, validated alone and together. Raises ConfigError listing every issue."""
+def load_deployment(recipe_path: str | Path, inventory_path: str | Path,
+                    overrides: Sequence[str] = ()) -> Deployment:
+    """Both files, validated alone and together, the recipe with its `--set` overrides applied. Raises
+    ConfigError listing every issue."""
     issues: list[ConfigIssue] = []
     recipe = inventory = rdoc = idoc = None
     try:
-        recipe, rdoc = load_recipe(recipe_path)
+        recipe, rdoc = load_recipe(recipe_path, overrides)
     except ConfigError as exc:
         issues += exc.issues
     try:
@@ -199,16 +210,18 @@ def load_deployment(recipe_path: str | Path, inventory_path: str | Path) -> Depl
         issues += pair_problems(recipe, rdoc, inventory, idoc)
     if issues:
         raise ConfigError(issues)
-    return Deployment(recipe, inventory, str(recipe_path), str(inventory_path), rdoc, idoc)
+    return Deployment(recipe, inventory, str(recipe_path), str(inventory_path), rdoc, idoc,
+                      recipe_text=effective_text(rdoc) if overrides else None, overrides=tuple(overrides))
 
 
-def load_recipe_on(recipe_path: str | Path, bound: Deployment) -> Deployment:
+def load_recipe_on(recipe_path: str | Path, bound: Deployment, overrides: Sequence[str] = ()) -> Deployment:
     """A second recipe on the inventory `bound` was loaded with (`bench --compare A B`): parsed once."""
-    recipe, rdoc = load_recipe(recipe_path)
+    recipe, rdoc = load_recipe(recipe_path, overrides)
     issues = pair_problems(recipe, rdoc, bound.inventory, bound.inventory_doc or Document(bound.inventory_path, None))
     if issues:
         raise ConfigError(issues)
-    return Deployment(recipe, bound.inventory, str(recipe_path), bound.inventory_path, rdoc, bound.inventory_doc)
+    return Deployment(recipe, bound.inventory, str(recipe_path), bound.inventory_path, rdoc, bound.inventory_doc,
+                      recipe_text=effective_text(rdoc) if overrides else None, overrides=tuple(overrides))
 
 
 def bind_recipe_text(text: str, name: str, inventory: Inventory, inventory_path: str | Path,

@@ -21,6 +21,9 @@ from .files import FileRefused, read_regular
 from .hints import SHALLOW, SYNTAX, fixed, line_hint, syntax_fix, with_line_hint
 from .types import redact
 
+# Where an override's errors are located: `--set vllm.max_model_len` names the command line, not a file.
+SET = "--set"
+
 
 @dataclass
 class ConfigIssue:
@@ -37,7 +40,7 @@ class ConfigIssue:
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else self.file
-        key = f" {self.key}:" if self.key else ""
+        key = f" {self.key}:" if self.key and self.file != f"{SET} {self.key}" else ""
         return f"{where}:{key} {self.message}"
 
 
@@ -62,6 +65,15 @@ class Document:
     path: str
     tree: Any
     lines: tuple[str, ...] = ()  # the raw text, for plain-words hints about tabs and typographic quotes
+    # (location, KEY) per `--set KEY=VALUE` applied (config/overrides.py): errors at or below it name it
+    overridden: tuple[tuple[tuple[Any, ...], str], ...] = ()
+
+    def override_at(self, loc: tuple[Any, ...]) -> str | None:
+        """The `--set` KEY that wrote `loc` or a mapping it is inside (the last one given wins), or None."""
+        for where, key in reversed(self.overridden):
+            if tuple(loc[: len(where)]) == where:
+                return key
+        return None
 
     def line_of(self, loc: tuple[Any, ...]) -> int | None:
         """1-based line of the deepest key of `loc` that exists in the file (None without a tree)."""
@@ -70,6 +82,8 @@ class Document:
         node, line = self.tree, _first_line(self.tree)
         for part in loc:
             if isinstance(node, CommentedMap) and part in node:
+                if part not in (node.lc.data or {}):  # written by an override: no line of the file
+                    break
                 line = node.lc.key(part)[0] + 1
                 node = node[part]
             elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
@@ -82,6 +96,9 @@ class Document:
 
     def issue(self, loc: tuple[Any, ...], message: str) -> ConfigIssue:
         key = ".".join(str(p) for p in loc)
+        override = self.override_at(loc)
+        if override is not None:
+            return ConfigIssue(f"{SET} {override}", None, key, message)
         line = self.line_of(loc)
         hint = line_hint(self.lines[line - 1]) if line and 0 < line <= len(self.lines) else None
         return ConfigIssue(self.path, line, key, with_line_hint(message, hint))
@@ -121,9 +138,10 @@ class _Constructor(RoundTripConstructor):
             raise ConstructorError(None, None, f"cannot read this value ({reason})", node.start_mark) from None
 
 
-def _yaml() -> YAML:
+def round_trip() -> YAML:
     yaml = YAML(typ="rt")
     yaml.allow_duplicate_keys = False
+    yaml.preserve_quotes = True  # an override's effective recipe is dumped again: "no" stays quoted (plain() unquotes)
     yaml.max_depth = MAX_DEPTH
     yaml.Constructor = _Constructor
     return yaml
@@ -164,7 +182,7 @@ def parse_document(text: str, name: str) -> Document:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ReusedAnchorWarning)  # valid YAML; not worth a Python warning
-            tree = _yaml().load(text)
+            tree = round_trip().load(text)
     except MaxDepthExceededError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         raise _refuse(name, line, fixed(f"nested deeper than {MAX_DEPTH} levels", SHALLOW)) from None
@@ -226,7 +244,7 @@ def plain(node: Any, budget: int = MAX_VALUES, max_depth: int = MAX_DEPTH) -> An
         if not isinstance(value, (dict, list)):
             if left < 0:
                 raise too_many(loc, via)
-            return value
+            return str(value) if isinstance(value, str) else value  # a quoted scalar is ruamel's str subclass
         ident = id(value)
         if ident in ancestors:
             raise TooComplex(loc, fixed("refers to itself through a YAML alias", "point the alias (*name) at "

@@ -198,7 +198,8 @@ def _serving_matches(looked: Looked, plan: Plan) -> tuple[Release, dict[str, str
     if serving.plan_hash != plan.plan_hash:
         raise BootRefused(f"the recipe {plan.recipe} renders plan {plan.plan_hash}, but release {serving.id} "
                           f"({serving.recipe}, plan {serving.plan_hash}) is what serves: pass the recipe of the "
-                          "serving release, or `up` this one first")
+                          f"serving release (`spark-deploy history --recipe {serving.id} -o release-{serving.id}.yaml` "
+                          "writes it), or `up` this one first")
     names = {}
     for launch in plan.ranks:
         running = [c for c in looked.containers.get(launch.node.name, [])

@@ -14,7 +14,7 @@ from ..config.inventory import Inventory
 from ..docker_cli.containers import Container, remove_container
 from ..operation import AuditAction, Locking, Operation, Outcome, Reach
 from ..releases import store
-from ..releases.record import ReleaseOutcome
+from ..releases.record import Release, ReleaseOutcome
 from ..render.spec import secrets_dir
 from ..runner.events import Events, Kind
 from ..transport.cancel import interrupt_reason
@@ -29,6 +29,8 @@ class DownResult:
     unreachable: dict[str, str] = field(default_factory=dict)
     found: dict[str, list[Container]] = field(default_factory=dict)  # what there was to remove, per node
     interrupted: str = ""  # "interrupted (Ctrl-C)": the removal stopped partway
+    # release id -> nodes where its kept (stopped) containers were removed: a rollback to it re-creates them
+    recreate: dict[int, list[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -54,6 +56,33 @@ def recipes_running(found: dict[str, list[Container]]) -> list[str]:
     """The distinct recipes that serve among the containers found: what `down` would stop (kept, stopped
     containers of earlier releases are removed without asking, as they stop nothing)."""
     return sorted({c.ours.recipe if c.ours else c.name for cs in found.values() for c in cs if c.running})
+
+
+def rollback_recreates(removed: list[tuple[str, Container]], releases: list[Release]) -> dict[int, list[str]]:
+    """Release id -> the nodes where `down` removed its kept (stopped) containers: `rollback` to it can no longer
+    start them as they were, it must re-create them from the recorded argv (the image and model stay)."""
+    by_run = {}
+    for release in sorted(releases, key=lambda r: r.id):  # a rollback that restarted kept ones shares their run
+        by_run[release.container_run] = release.id
+    out: dict[int, list[str]] = {}
+    for node, container in removed:
+        labels = container.ours
+        if container.running or labels is None or labels.run not in by_run:
+            continue
+        nodes = out.setdefault(by_run[labels.run], [])
+        if node not in nodes:
+            nodes.append(node)
+    return dict(sorted(out.items()))
+
+
+def recreate_note(recreate: dict[int, list[str]]) -> str:
+    """What `down` says about the kept containers it removed ("" when none)."""
+    if not recreate:
+        return ""
+    which = "; ".join(f"release {rid} (on {', '.join(nodes)})" for rid, nodes in recreate.items())
+    first = next(iter(recreate))
+    return (f"removed the kept containers of {which}: `spark-deploy rollback {first}` and the like will re-create "
+            "them from the recorded release (docker run again) instead of starting them")
 
 
 def teardown_order(nodes: list[str], head: str) -> list[list[str]]:
@@ -125,6 +154,7 @@ def _down_locked(op: Operation, recipe: str | None, events: Events, result: Down
     except GroupError as exc:
         for node, error in exc.failures.items():
             events.warn(f"could not remove a stale secrets env-file in {files[node][0]}: {error}", node)
+    result.recreate = rollback_recreates(result.removed, op.state.history.releases)
     _record_stopped(op, recipe, found, result)
 
 

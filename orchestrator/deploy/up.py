@@ -268,7 +268,8 @@ def _repair(ctx: UpContext) -> str:
     inventory = shlex.quote(str(ctx.dep.inventory_path))
     if ctx.replaces is not None:
         return f"spark-deploy rollback {ctx.replaces.id} -i {inventory}"
-    return f"spark-deploy up {shlex.quote(str(ctx.dep.recipe_path))} -i {inventory}"
+    sets = "".join(f" --set {shlex.quote(o)}" for o in ctx.dep.overrides)
+    return f"spark-deploy up {shlex.quote(str(ctx.dep.recipe_path))}{sets} -i {inventory}"
 
 
 def _restore_interrupted(ctx: UpContext, failure: StepFailed, ran: list, fields: dict) -> None:

@@ -66,7 +66,7 @@ def test_the_message_names_phase_node_and_exception_and_keeps_the_cause():
 def buggy_up(monkeypatch, tmp_path):
     """`spark-deploy up` on a valid deployment whose run meets the bug above (no cluster needed)."""
     dep = deployment(tmp_path)
-    monkeypatch.setattr(deploy_cmds, "load_deployment", lambda recipe, inventory: dep)
+    monkeypatch.setattr(deploy_cmds, "load_deployment", lambda recipe, inventory, overrides=(): dep)
 
     def run_up(dep, events, opts, plan=None):
         raise _run_buggy()
@@ -96,7 +96,7 @@ def test_without_debug_the_operator_gets_the_message_and_no_traceback(buggy_up):
 
 def test_a_bug_outside_any_step_is_named_too(monkeypatch):
     """Raised before the Runner (here: while loading): still one line, exit 1, the traceback on --debug."""
-    def broken(recipe, inventory):
+    def broken(recipe, inventory, overrides=()):
         return {}["recipe"]
 
     monkeypatch.setattr(deploy_cmds, "load_deployment", broken)
