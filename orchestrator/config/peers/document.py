@@ -50,12 +50,12 @@ def build(placed: list[Placed], header: list[str]) -> CommentedMap:
         if p.target[:-1] in _LISTS:
             items = root.setdefault(p.target[0], CommentedSeq())
             items.append(p.value)
-            items.yaml_add_eol_comment(p.comment, len(items) - 1)
+            items.yaml_add_eol_comment(p.comment, len(items) - 1, column=0)
             continue
         for part in p.target[:-1]:
             parent = parent.setdefault(part, CommentedMap())
         parent[key] = _block(p.value)
-        parent.yaml_add_eol_comment(p.comment, key)
+        parent.yaml_add_eol_comment(p.comment, key, column=0)  # one space before each: never aligned by chance
     if header:
         root.yaml_set_start_comment("\n".join(header))
     return root
