@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -18,17 +17,12 @@ from .conventions import sub_app
 app = sub_app(help="Recipes from other launchers: import.")
 
 
-class From(StrEnum):
-    SPARKRUN = PeerFormat.SPARKRUN.value
-    EUGR = PeerFormat.EUGR.value
-
-
 @app.command("import")
 def import_(
     file: Annotated[Path, typer.Argument(help="The sparkrun or eugr/spark-vllm-docker recipe YAML.", show_default=False)],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="The recipe to write (an existing file is "
                                                    "never replaced); default: print it.", show_default=False)] = None,
-    source_format: Annotated[Optional[From], typer.Option("--from", help="The peer's format, when its content does not "
+    source_format: Annotated[Optional[PeerFormat], typer.Option("--from", help="The peer's format, when its content does not "
                                                           "say it (default: detected).", show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -41,8 +35,7 @@ def import_(
     with exit_codes(as_json):
         if output is not None and (output.exists() or output.is_symlink()):
             raise BadInput(f"{output} exists: nothing was written; give another -o, or move that file away first")
-        told = PeerFormat(source_format.value) if source_format is not None else None
-        result = import_recipe(file, told, str(output) if output is not None else None)
+        result = import_recipe(file, source_format, str(output) if output is not None else None)
         if output is not None:
             _write(output, result.text)
         if as_json:

@@ -63,8 +63,9 @@ def _where(reading: Reading, lines: list[str], first: int | None, spelled: str) 
     """The option's own line in the template, and the `defaults` key that filled it there."""
     pattern = re.compile(re.escape(spelled) + r"(?=[\s=.'\"]|$)")
     for i, text in enumerate(lines):
-        if pattern.search(text):
-            filled = PLACEHOLDER.findall(text[pattern.search(text).end():])
+        found = pattern.search(text)
+        if found:
+            filled = PLACEHOLDER.findall(text[found.end():])
             via = f" = defaults.{filled[0]}" if filled else ""
             return Source(f"command {spelled}{via}", first + i if first is not None else None)
     return Source(f"command {spelled}", first)
