@@ -90,6 +90,11 @@ def test_other_commands_chained_before_serve_are_kept_apart():
     assert command.other == ["pip install foo"] and command.model == "org/m"
 
 
+def test_what_is_kept_apart_never_repeats_a_secret():
+    command = parse("export HF_TOKEN=abc123 && curl -H 'Bearer hf_abcdefghijkl' x; vllm serve org/m")
+    assert command.other == ["export HF_TOKEN=<redacted>", "curl -H 'Bearer <redacted>' x"]
+
+
 def test_another_engine_is_refused():
     with pytest.raises(NotServe, match="'sglang'.*vLLM only"):
         parse("sglang serve --model-path org/m")
@@ -236,6 +241,13 @@ def test_a_value_the_recipe_refuses_is_left_with_the_recipes_own_message(tmp_pat
     assert "gpu_memory_utilization" not in written(result).get("vllm", {})
     assert "outside (0, 0.95]" in left_reasons(result)["command --gpu-memory-utilization"]
     assert recipe_text_issues(result.text, "x") == []
+
+
+def test_a_typed_value_outside_vllms_table_is_left_with_the_tables_verdict(tmp_path):
+    result = imported(tmp_path, "name: X\ncontainer: c\ncommand: vllm serve o/m --kv-cache-dtype fp9 -tp 2\n")
+    assert "kv_cache_dtype" not in written(result)["vllm"] and written(result)["vllm"]["tensor_parallel_size"] == 2
+    reason = left_reasons(result)["command --kv-cache-dtype"]
+    assert "'fp9' is not a choice" in reason and "vLLM 0.33.0's option table" in reason
 
 
 def test_without_a_container_there_is_no_image_to_run(tmp_path):

@@ -8,6 +8,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from ..types import SECRET_NAME, redact
 from ..vllm_flags import OPTIONS, Option
 
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -108,6 +109,17 @@ def _segments(tokens: list[str]) -> list[list[str]]:
     return [p for p in parts if p]
 
 
+def _shown(words: list[str]) -> str:
+    """Words kept apart from `vllm serve`, as a message may quote them: a credential-named assignment's value
+    and any credential-shaped text masked."""
+    masked = []
+    for word in words:
+        assignment = _ASSIGNMENT.match(word)
+        masked.append(f"{assignment.group(1)}=<redacted>" if assignment and SECRET_NAME.search(assignment.group(1))
+                      else shlex.quote(word))
+    return redact(" ".join(masked))
+
+
 def _serve_start(segment: list[str]) -> int | None:
     """Index of the first argument after `vllm serve` (or `python -m vllm.entrypoints.openai.api_server`)."""
     for i, token in enumerate(segment):
@@ -130,7 +142,7 @@ def parse(text: str) -> ServeCommand:
     for segment in _segments(split(text)):
         start = _serve_start(segment) if serve is None else None
         if start is None:
-            found.other.append(shlex.join(segment))
+            found.other.append(_shown(segment))
             continue
         prefix, serve = segment[:start - 2], segment[start:]
         for word in prefix:
@@ -138,7 +150,7 @@ def parse(text: str) -> ServeCommand:
             if assignment:
                 found.env.append((assignment.group(1), assignment.group(2)))
             elif word not in ("exec", "env"):
-                found.other.append(word)
+                found.other.append(_shown([word]))
     if serve is None:
         first = text.strip().split(None, 1)[0] if text.strip() else "(empty)"
         raise NotServe(f"the command runs {first!r}, not `vllm serve`: spark-deploy deploys vLLM only")
@@ -155,7 +167,7 @@ def _read_options(words: list[str], found: ServeCommand) -> None:
             if found.model is None and not found.args:
                 found.model = word
             else:
-                found.other.append(word)
+                found.other.append(_shown([word]))
             continue
         head, eq, attached = word.partition("=")
         base, dot, key = head.partition(".")
