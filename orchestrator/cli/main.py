@@ -13,6 +13,7 @@ COMMANDS = lazy_group([
     Lazy("validate", "config_cmds:validate"),
     Lazy("render", "config_cmds:render"),
     Lazy("pin", "pin_cmd:pin"),
+    Lazy("recipe", "recipe_cmd:app", "Recipes from other launchers: import (sparkrun, eugr/spark-vllm-docker)."),
     Lazy("preflight", "preflight_cmd:preflight"),
     Lazy("fit", "fit_cmd:fit"),
     Lazy("up", "deploy_cmds:up"),

@@ -13,6 +13,7 @@ from .inventory import Inventory, inventory_problems
 from .overrides import apply_overrides, effective_text, parse_overrides
 from .recipe import Recipe, recipe_problems
 from .source import ConfigError, ConfigIssue, Document, parse_document, read_document
+from .vllm_flags import flag_issues
 
 _MESSAGES = {
     "extra_forbidden": "unknown key",
@@ -252,3 +253,14 @@ def load_kept_recipe(text: str, folder: str, filename: str, inventory_path: str 
     path = cache / filename
     path.write_text(text)
     return load_deployment(path, inventory_path)
+
+
+def recipe_text_issues(text: str, name: str) -> list[ConfigIssue]:
+    """Every problem `validate` finds in a recipe alone (the model, its cross-field checks, vLLM's table for
+    `vllm.extra`), for a recipe held as text: `recipe import` checks what it writes before writing it."""
+    rdoc = parse_document(text, name)
+    try:
+        recipe = Recipe.model_validate(rdoc.data())
+    except ValidationError as exc:
+        return _issues_from(exc, rdoc, Recipe)
+    return [rdoc.issue(loc, msg) for loc, msg in recipe_problems(recipe)] + flag_issues(recipe, rdoc)

@@ -44,10 +44,11 @@ OFFLINE = {
     ("demo",): (["--name", "Not A Name!"], {}),
     ("setup",): (["10.0.0.1", "10.0.0.1"], {}),  # a host given twice: bad input before any connection
     ("schema",): (["recipe"], {}),  # reads the models only
+    ("recipe", "import"): (["/nonexistent/peer.yaml"], {}),  # bad input: the file is not there
 }
 # One name, two kinds of value, on purpose: each says why.
 SAME_NAME_OTHER_VALUE = {
-    "--output": "setup writes an inventory FILE, export k8s a directory of manifests",
+    "--output": "setup writes an inventory FILE, export k8s a directory of manifests, recipe import a recipe FILE",
     "-o": "the short form of --output",
     "-n": "sim's --name NAME; export k8s's --namespace, as kubectl spells it",
 }
