@@ -3,9 +3,11 @@ the interval of its shots' median, the ratio to the no-speculation baseline meas
 acceptance per draft position; then one winner for the recipe.
 
 The ratio to a baseline of the same sitting is the stable number (field notes 16 and 21), and a difference
-smaller than the measured spread is not a difference: a profile's best is named "within the spread" of the
-next when it does not beat it by more than the larger of their spreads (gate_rule.spread_of), and the
-winner replaces the original only when it beats it by more than the spread too. One recipe serves every
+smaller than the noise is not a difference: a profile's best is named "within the noise" of the next
+unless it beats it by more than the larger of their spreads (gate_rule.spread_of: the drift of block
+medians) AND the interval of best/next lies wholly above 1 (gate_rule.ratio_interval: block medians can
+agree while the shots behind them spread 15%). The winner replaces the original only when it beats it by
+more than the spread, the gate's rule. One recipe serves every
 profile, so the winner is the variant with the best geometric mean over the profiles of its ratio to the
 original (each profile weighs the same); the per-profile bests say what a workload alone would pick.
 """
@@ -54,20 +56,23 @@ class ProfileTable:
     runner_up: int | None = None
     margin: float | None = None  # best / runner-up - 1
     spread: float = 0.0  # the larger of the two's spreads
-    decided: bool = False  # the best beats the runner-up by more than the spread
+    interval: tuple[float, float] | None = None  # best / runner-up's interval
+    decided: bool = False  # the best beats the runner-up beyond the spread and its interval is above 1
 
     def verdict(self, labels: list[str]) -> str:
         if self.best is None:
             return "nothing measured"
         if self.runner_up is None:
             return f"best: {labels[self.best]}"
-        word = "beyond" if self.decided else "within"
-        return (f"best: {labels[self.best]} (+{self.margin:.1%} over {labels[self.runner_up]}, {word} the "
-                f"spread {self.spread:.1%})")
+        span = f"[{self.interval[0]:.2f}-{self.interval[1]:.2f}]" if self.interval else "[no interval]"
+        word = "beyond the noise" if self.decided else "within the noise"
+        return (f"best: {labels[self.best]} (+{self.margin:.1%} over {labels[self.runner_up]}, {word}: spread "
+                f"{self.spread:.1%}, interval {span})")
 
     def as_dict(self, labels: list[str]) -> dict:
         return {"profile": self.profile, "best": self.best, "runner_up": self.runner_up, "margin": self.margin,
-                "spread": self.spread, "decided": self.decided, "verdict": self.verdict(labels),
+                "spread": self.spread,
+                "interval": list(self.interval) if self.interval else None, "decided": self.decided, "verdict": self.verdict(labels),
                 "rows": [c.as_dict() for c in self.cells]}
 
 
@@ -107,7 +112,9 @@ def profile_table(profile: str, cells: list[Cell], baseline: int | None) -> Prof
         table.runner_up = second.variant
         table.margin = first.median / second.median - 1
         table.spread = max(first.spread, second.spread)
-        table.decided = table.margin > table.spread
+        ri = ratio_interval(second.shots, first.shots)
+        table.interval = ri[0] if ri else None
+        table.decided = table.margin > table.spread and table.interval is not None and table.interval[0] > 1
     return table
 
 

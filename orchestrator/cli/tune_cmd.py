@@ -62,6 +62,8 @@ def tune(
         dest = output or recipe.with_name(recipe.stem + "-tuned.yaml")
         if dest.resolve() == recipe.resolve():
             raise BadInput(f"-o {dest}: would overwrite the recipe being tuned")
+        if not dest.parent.is_dir():
+            raise BadInput(f"-o {dest}: no directory {dest.parent}")
 
         def plan_of(tgt):
             return runner.Plan(prompts=sets, shots=shots, warmup=1, concurrency=(1,), until_stable=None,

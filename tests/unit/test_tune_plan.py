@@ -88,12 +88,18 @@ def _cell(i: int, level: float, wobble: float = 0.01) -> Cell:
 
 def test_best_per_profile_and_whether_the_spread_decides_it():
     t = profile_table("code", [_cell(0, 100), _cell(1, 130), _cell(2, 120), _cell(3, 50)], baseline=3)
-    assert t.best == 1 and t.runner_up == 2 and t.decided
+    assert t.best == 1 and t.runner_up == 2 and t.decided and t.interval[0] > 1
+    assert "beyond the noise" in t.verdict(["a", "b", "c", "d"])
     assert t.cells[1].ratio == pytest.approx(130 / 50) and t.cells[3].ratio == pytest.approx(1)
     assert t.cells[1].interval_kind == "95% CI"
     close = profile_table("chat", [_cell(0, 100, 0.1), _cell(1, 103, 0.1)], baseline=None)
     assert close.best == 1 and not close.decided and close.cells[1].ratio is None
-    assert "within the spread" in close.verdict(["a", "b"])
+    assert "within the noise" in close.verdict(["a", "b"])
+    # block medians that agree (a replayed sitting) do not decide it when the shots overlap
+    wide = [Cell(0, [100, 100.1], [80, 90, 100, 100, 110, 120], None),
+            Cell(1, [105, 105.1], [85, 95, 105, 105, 115, 125], None)]
+    t = profile_table("code", wide, baseline=None)
+    assert t.best == 1 and t.margin > t.spread and t.interval[0] < 1 and not t.decided
 
 
 def test_winner_by_geometric_mean_beyond_the_spread_else_the_original():
