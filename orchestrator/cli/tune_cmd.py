@@ -51,9 +51,12 @@ def tune(
     from ..runner.sinks import TerminalSink
 
     with _signals_for_up(), exit_codes(as_json):
-        dep = load_deployment(recipe, inventory)
         try:
             settings = [tune_plan.parse_set(s) for s in set_]
+        except tune_plan.TuneInputError as exc:
+            raise BadInput(str(exc)) from exc
+        dep = load_deployment(recipe, inventory)
+        try:
             variants = tune_plan.expand(dep.text(), settings)
             order = tune_plan.order(len(variants), rounds)
             sets = prompt_sets.select([p.strip() for p in profile.split(",") if p.strip()], None)

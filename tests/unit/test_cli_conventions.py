@@ -44,6 +44,7 @@ OFFLINE = {
     ("demo",): (["--name", "Not A Name!"], {}),
     ("setup",): (["10.0.0.1", "10.0.0.1"], {}),  # a host given twice: bad input before any connection
     ("schema",): (["recipe"], {}),  # reads the models only
+    ("tune",): (["recipe.yaml", "--set", "no-equals-sign"], {}),  # a bad --set: bad input before any file is read
 }
 # One name, two kinds of value, on purpose: each says why.
 SAME_NAME_OTHER_VALUE = {

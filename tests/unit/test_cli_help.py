@@ -10,7 +10,7 @@ from orchestrator.cli.main import app
 
 COMMANDS = [["validate"], ["render"], ["pin"], ["up"], ["down"], ["status"], ["logs"], ["demo"],
             ["preflight"], ["fit"], ["bench"], ["schema"], ["history"], ["accept"], ["watch"], ["rollback"], ["lock"], ["audit"],
-            ["prune"], ["setup"], ["upgrade"],
+            ["prune"], ["setup"], ["upgrade"], ["tune"],
             ["sim", "up"], ["sim", "down"], ["sim", "fault"], ["sim", "ls"], ["sim", "images"], ["export", "k8s"]]
 
 
