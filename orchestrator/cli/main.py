@@ -32,6 +32,7 @@ COMMANDS = lazy_group([
     Lazy("demo", "demo:demo"),
     Lazy("schema", "schema_cmd:schema"),
     Lazy("bench", "bench_cmd:bench"),
+    Lazy("tune", "tune_cmd:tune"),
     Lazy("setup", "setup_cmd:setup"),
     Lazy("boot", "boot_cmd:app", "What comes back when the nodes boot: enable, disable, status."),
     # Always mounted: without the `sim` extra its commands exit 2 with the install line (cli/extras.py).

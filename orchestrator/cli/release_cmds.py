@@ -97,7 +97,8 @@ def history(
                         "serving": now is not None and r.id == now.id, "run_id": r.run_id,
                         "bench": r.bench, "kv_cache": r.kv_cache, "drift": drifts.get(r.id, {}),
                         "acceptance": r.acceptance, "after_ready": r.after_ready, "engine": r.engine,
-                        "tokenizer": r.tokenizer, "upgrade": r.upgrade, "gate": r.gate} for r in hist.releases])
+                        "tokenizer": r.tokenizer, "upgrade": r.upgrade, "gate": r.gate,
+                        "tune": r.tune} for r in hist.releases])
             return
         if not hist.releases:
             out.print("no releases recorded on any node yet")

@@ -79,6 +79,7 @@ class AuditAction(StrEnum):
     BENCH_COMPARE = "bench-compare"
     UP_GATE = "up-gate"  # `up RECIPE --gate`: the blocks' ups and rollbacks are its parts
     BENCH_REPLICATES = "bench-replicates"
+    TUNE = "tune"  # `tune`: every variant's up and rollback are its parts
     MODEL_PULL = "model-pull"
     RESTART = "restart"  # `restart`: the serving release's whole group stopped and started in order
     FABRIC_BASELINE = "fabric-baseline"  # `fabric test --save`: the figures kept on every node

@@ -86,6 +86,7 @@ class Release(BaseModel):
     after_ready: dict | None = None  # deploy/after_ready.py: MemAvailable, swap, the KV-cache lines per node
     acceptance: list[dict] = Field(default_factory=list)  # acceptance/: one result per check, what was seen
     gate: dict | None = None  # `up --gate` (bench/gate.py): the verdict, A's and B's medians, B/A and its interval
+    tune: dict | None = None  # `tune` (bench/tune.py): the per-profile table, kept with the winner's release
     upgrade: dict | None = None  # `upgrade`: {"from", "to"}: each {"image_id", "vllm_version"}
     tokenizer: dict | None = None  # with a draft list: the sha256 of the head's tokenizer.json and of the list
 

@@ -45,6 +45,7 @@ OFFLINE = {
     ("setup",): (["10.0.0.1", "10.0.0.1"], {}),  # a host given twice: bad input before any connection
     ("schema",): (["recipe"], {}),  # reads the models only
     ("recipe", "import"): (["/nonexistent/peer.yaml"], {}),  # bad input: the file is not there
+    ("tune",): (["recipe.yaml", "--set", "no-equals-sign"], {}),  # a bad --set: bad input before any file is read
 }
 # One name, two kinds of value, on purpose: each says why.
 SAME_NAME_OTHER_VALUE = {

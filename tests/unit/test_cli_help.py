@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 from orchestrator.cli.main import app
 
 COMMANDS = [["validate"], ["render"], ["pin"], ["up"], ["down"], ["status"], ["logs"], ["demo"],
-            ["preflight"], ["fit"], ["bench"], ["schema"], ["history"], ["accept"], ["watch"], ["rollback"], ["restart"], ["lock"], ["audit"],
-            ["prune"], ["setup"], ["upgrade"],
+            ["preflight"], ["fit"], ["bench"], ["schema"], ["history"], ["accept"], ["watch"], ["rollback"], ["restart"],
+            ["lock"], ["audit"], ["prune"], ["setup"], ["upgrade"], ["tune"],
             ["sim", "up"], ["sim", "down"], ["sim", "fault"], ["sim", "ls"], ["sim", "images"], ["export", "k8s"]]
 
 

@@ -16,6 +16,8 @@ Speed (environment, defaults in brackets; the model and its exact expectation ar
   SIM_ACCEPT [code=3.2:0.8:0.25,prose=1.25:1.0:0.1,zh=0.25:0.2:0.05]  accepted drafts per step:
                              mean : per-step sd : per-request sd (of the request's level), by profile
                              (code: `def `/`{`/`;`/`import ` in the prompt; zh: CJK; else prose)
+  SIM_ACCEPT_CURVE []        profile=r0:r1:...[,...]: that profile accepts draft position i at rate ri
+                             (non-increasing; none past the curve) instead of SIM_ACCEPT's draw
   SIM_PREFILL_TPS [3000]     prefill rate: the first token comes SIM_TTFT + uncached tokens / rate after arrival
   SIM_TTFT [0.05]            fixed part of the time to first token, seconds
   SIM_FIRST_MERGE [1]        with speculation the first chunk also carries the first verification step (0: not)

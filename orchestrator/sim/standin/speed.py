@@ -12,6 +12,11 @@ The model (field notes 14-19, the seeds' numbers):
 - a step emits 1 + accepted tokens; accepted = clip(floor(x + 0.5), 0, k), x ~ N(level, step_sd), the
   request's level ~ N(mean, request_sd) drawn once per request (so speculative runs spread across
   requests while plain runs do not);
+- or, per profile, an acceptance curve (SIM_ACCEPT_CURVE 'code=0.98:0.96:0.9,prose=0.8:0.5:0.2'): the
+  rate at which draft position i is accepted, non-increasing (a later position is only accepted after the
+  earlier ones); a step draws u ~ U(0, 1) and accepts the positions i < k whose rate exceeds u, so position
+  i is accepted at exactly curve[i] and positions past the curve never are. With the linear step cost
+  (SIM_DRAFT_COST) each profile then has a best budget of its own, the truth `spark-deploy tune` has to find;
 - the first token comes `ttft + uncached prompt tokens / prefill_tps` after arrival; with speculation
   and first_merge the first chunk also carries the first verification step (tokens 1 + (1 + accepted));
   without speculation it does with probability first_chunk_p (the detokenizer holding a token back);
@@ -27,7 +32,8 @@ mean acceptance differ from SIM_ACCEPT's mean (code 3.2:0.8:0.25 at k 4 gives 3.
 `expected()` computes the clipped expectation exactly:
 E[accepted] = sum_{j=1..k} P(x >= j - 0.5), with x ~ N(mean, sqrt(step_sd^2 + request_sd^2)) over the
 population of requests (the level and the step noise add), and P(x >= i + 0.5) is the acceptance rate
-of draft position i.  It ignores the shorter last step of a request cut by max_tokens.
+of draft position i (a profile with a curve: E[accepted] = sum of curve[:k]).  It ignores the shorter
+last step of a request cut by max_tokens.
 """
 from __future__ import annotations
 
@@ -80,6 +86,7 @@ class Truth:
     first_chunk_p: float = 0.0
     quickack: bool = False  # ACK request headers at once (uvicorn does not: a two-writes client waits ~40 ms)
     profile_speed: dict[str, float] = field(default_factory=dict)  # profile -> rate factor (SIM_PROFILE_SLOW)
+    curves: dict[str, tuple[float, ...]] = field(default_factory=dict)  # profile -> per-position rates (SIM_ACCEPT_CURVE)
 
     @classmethod
     def from_env(cls, env, spec_k: int = 0) -> Truth:
@@ -96,7 +103,8 @@ class Truth:
                     metrics_lag=env_float(env, "SIM_METRICS_LAG", 1.0),
                     first_chunk_p=env_float(env, "SIM_FIRST_CHUNK_P", DEFAULT_FIRST_CHUNK_P),
                     quickack=env.get("SIM_QUICKACK", "0") == "1",
-                    profile_speed=parse_profile_slow(env.get("SIM_PROFILE_SLOW", "")))
+                    profile_speed=parse_profile_slow(env.get("SIM_PROFILE_SLOW", "")),
+                    curves=parse_curves(env.get("SIM_ACCEPT_CURVE", "")))
         for name, value in (("SIM_DECODE_TPS", truth.decode_tps), ("SIM_PREFILL_TPS", truth.prefill_tps)):
             if value <= 0:
                 raise SimError(f"ValueError: {name} must be > 0, got {value}")
@@ -114,9 +122,10 @@ class Truth:
         """`SIM truth: {json}`: the knobs plus the expected figures per profile at k = spec_k, batch 1."""
         data = asdict(self)
         data["accept"] = {p: list(v) for p, v in self.accept.items()}
+        data["curves"] = {p: list(v) for p, v in self.curves.items()}
         data["expected"] = {p: {"tokens_per_step": round(e.tokens_per_step, 6),
                                 "decode_tps": round(e.decode_tps, 6)}
-                            for p in self.accept for e in [expected(self, p)]}
+                            for p in {**self.accept, **self.curves} for e in [expected(self, p)]}
         return TRUTH_PREFIX + json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -128,6 +137,7 @@ class Truth:
         data = json.loads(m.group(1))
         data.pop("expected", None)
         data["accept"] = {p: tuple(v) for p, v in data["accept"].items()}
+        data["curves"] = {p: tuple(v) for p, v in data.get("curves", {}).items()}
         return cls(**data)
 
     def step_seconds(self, batch: int = 1, k: int | None = None) -> float:
@@ -157,7 +167,12 @@ class Truth:
         return rng.gauss(mean, request_sd) if request_sd > 0 else mean
 
     def draw(self, profile: str, level: float, rng, k: int) -> int:
-        """Accepted draft tokens of one verification step of a request at `level`."""
+        """Accepted draft tokens of one verification step of a request at `level` (a profile with a curve:
+        the positions whose rate exceeds one uniform draw)."""
+        curve = self.curves.get(profile)
+        if curve is not None:
+            u = rng.random()
+            return sum(1 for rate in curve[:k] if rate > u)
         sd = self.accept.get(profile, (0.0, 0.0, 0.0))[1]
         x = rng.gauss(level, sd) if sd > 0 else level
         return min(k, max(0, math.floor(x + 0.5)))
@@ -220,9 +235,13 @@ def expected(truth: Truth, profile: str, k: int | None = None, batch: int = 1) -
     """EXPECTED decode tok/s and tokens per step for `profile` at draft budget k (default the
     server's; 0 = no speculation) and `batch` concurrent requests, computed from the truth."""
     k = truth.spec_k if k is None else k
-    mean, sd, request_sd = truth.accept.get(profile, (0.0, 0.0, 0.0))
-    total_sd = math.hypot(sd, request_sd)
-    rates = tuple(position_rate(mean, total_sd, i) for i in range(k))
+    curve = truth.curves.get(profile)
+    if curve is not None:
+        rates = tuple(curve[i] if i < len(curve) else 0.0 for i in range(k))
+    else:
+        mean, sd, request_sd = truth.accept.get(profile, (0.0, 0.0, 0.0))
+        total_sd = math.hypot(sd, request_sd)
+        rates = tuple(position_rate(mean, total_sd, i) for i in range(k))
     accepted = sum(rates)
     step = truth.step_seconds(batch, k) / truth.speed([profile])
     per_request = (1 + accepted) / step
@@ -242,6 +261,23 @@ def parse_accept(spec: str) -> dict[str, tuple[float, float, float]]:
             raise SimError(f"ValueError: bad SIM_ACCEPT entry {part!r} "
                            "(want profile=mean:step_sd[:request_sd], sds >= 0)") from None
         out[name.strip()] = (nums[0], nums[1], nums[2] if len(nums) == 3 else DEFAULT_REQUEST_SD)
+    return out
+
+
+def parse_curves(spec: str) -> dict[str, tuple[float, ...]]:
+    """SIM_ACCEPT_CURVE 'code=0.98:0.9:0.6,prose=0.8:0.5' -> {profile: per-position acceptance rates}, each
+    in [0, 1] and non-increasing (position i is accepted only after position i - 1)."""
+    out: dict[str, tuple[float, ...]] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        try:
+            name, rest = part.split("=")
+            rates = tuple(float(x) for x in rest.split(":"))
+            if not name.strip() or any(not 0 <= r <= 1 for r in rates) or any(b > a for a, b in zip(rates, rates[1:])):
+                raise ValueError
+        except ValueError:
+            raise SimError(f"ValueError: bad SIM_ACCEPT_CURVE entry {part!r} (want profile=r0:r1:..., "
+                           "rates in [0, 1], non-increasing)") from None
+        out[name.strip()] = rates
     return out
 
 
