@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The acceptance step of `up` against its slowest single check, and A/B against an older commit, in one run.
 
-    .venv/bin/python benchmarks/bench_accept.py [--a-commit 3c20918] [--rounds 9]
+    .venv/bin/python benchmarks/bench_accept.py [--a-commit 3c20918] [--rounds 9] [--every-check]
 
 One stand-in (orchestrator/sim/standin/local.py, the process the simulated cluster's image runs) serves the
 simulated cluster's recipe (orchestrator/sim/recipes/sim-tiny.yaml: `tiny`, max_model_len 4096, 5 draft
@@ -12,7 +12,8 @@ is that side's code (A: `git archive` of the commit, B: this checkout), run `dep
 the step itself, on a context holding the recipe, the endpoint and a silent Events. Each round times A's step
 and B's (alternating which goes first) and then each check of the default set alone (B's run_checks with
 `only=[name]`), all against the same idle engine. Printed: the medians, B's step over its slowest single
-check (per round, then the median), and A/B.
+check (per round, then the median), and A/B. `--every-check`: a copy of the recipe with a tool parser and a
+reasoning parser and all six built-in checks listed (tool-call's round trip, language, thinking too).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchsim import recipe_variant  # noqa: E402
 from orchestrator.config.load import load_recipe  # noqa: E402
 from orchestrator.sim.provision import DEFAULT_RECIPE  # noqa: E402
 from orchestrator.sim.standin.local import LocalStandin  # noqa: E402
@@ -98,6 +100,15 @@ def export(commit: str, into: Path) -> Path:
     return into
 
 
+def every_check(dest: Path) -> Path:
+    """The sim recipe with the parsers tool-call and thinking need, and all six checks listed."""
+    recipe_variant(DEFAULT_RECIPE, dest, extra={"enable-auto-tool-choice": True, "tool-call-parser": "hermes",
+                                                "reasoning-parser": "deepseek_r1"})
+    dest.write_text(dest.read_text() + "acceptance:\n  checks: [logprobs-finite, greedy-digest, needle, tool-call, "
+                    "language, thinking]\n")
+    return dest
+
+
 def med(xs: list[float]) -> str:
     return f"median {statistics.median(xs):.3f} s (min {min(xs):.3f}, max {max(xs):.3f})"
 
@@ -106,19 +117,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--a-commit", default="3c20918", help="A: the sequential acceptance (default 3c20918)")
     ap.add_argument("--rounds", type=int, default=9, help="counted rounds (one warm-up round first)")
+    ap.add_argument("--every-check", action="store_true", help="all six built-in checks, with the parsers they need")
     args = ap.parse_args()
-    recipe = load_recipe(DEFAULT_RECIPE)[0]
+    tmp = tempfile.TemporaryDirectory(prefix="bench-accept-")
+    recipe_path = DEFAULT_RECIPE
+    if args.every_check:
+        recipe_path = every_check(Path(tmp.name) / "sim-tiny-every-check.yaml")
+    recipe = load_recipe(recipe_path)[0]
     env = {k: str(v) for k, v in recipe.env.items() if k.startswith("SIM_") and k != "SIM_LOAD_SECONDS"}
     extra = ["--no-enable-prefix-caching"]
     for key, value in recipe.vllm.extra.items():
-        extra += [f"--{key}", str(value)]
+        extra += [f"--{key}"] if value is True else [f"--{key}", str(value)]
     spec_k = recipe.vllm.speculative_config.num_speculative_tokens
     load_start = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="bench-accept-") as tmp, \
-            LocalStandin(spec_k=spec_k, env=env, name=recipe.served_name, extra=extra,
-                         max_model_len=recipe.vllm.max_model_len) as srv:
-        a_code = export(args.a_commit, Path(tmp) / "a")
-        sides = {"A": Worker(a_code, DEFAULT_RECIPE, srv.port), "B": Worker(HERE.parent, DEFAULT_RECIPE, srv.port)}
+    with tmp, LocalStandin(spec_k=spec_k, env=env, name=recipe.served_name, extra=extra,
+                           max_model_len=recipe.vllm.max_model_len) as srv:
+        a_code = export(args.a_commit, Path(tmp.name) / "a")
+        sides = {"A": Worker(a_code, recipe_path, srv.port), "B": Worker(HERE.parent, recipe_path, srv.port)}
         names = sides["B"].names
         step: dict[str, list[float]] = {"A": [], "B": []}
         single: dict[str, list[float]] = {n: [] for n in names}
