@@ -1,14 +1,26 @@
 """`watch`'s capacity rule: live decode below the release's capacity figure (bench --replicates) for K samples in
-a row is one warning naming the profile, the figure and the live value; the pure rule, the figure read from a
-release's record, and the loop carrying the run from sample to sample (its samples built by hand)."""
+a row is one warning naming the profile, the figure and the live value; the pure rule, the figure read from the
+serving release's record on an in-memory cluster, and the loop carrying the run from sample to sample (its
+samples built by hand)."""
 from __future__ import annotations
+
+from functools import partial
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from orchestrator.operation import AuditAction, Operation, Outcome
+from orchestrator.releases import store
+from orchestrator.runner.events import Events
+from orchestrator.transport.group import Cluster
 from orchestrator.watching import loop
 from orchestrator.watching.capacity import Streak, below_capacity, figure_of, live_decode
 from orchestrator.watching.model import CapacityFigure, Engine, Sample, judge
+from orchestrator.watching.sample import take
 from orchestrator.watching.textfile import render
+
+from memnode.endpoint import endpoint_at
+from memnode.harness import MemCluster
+from memnode.node import connector
 
 FIGURE = CapacityFigure(7, "zh", 35.0)
 BENCH = {"headline": {}, "replicates": {"n": 4, "profiles": {
@@ -85,3 +97,21 @@ def test_the_loop_carries_the_run_across_samples_and_warns_once(monkeypatch):
     families = {f.name: f for f in text_string_to_metric_families(render(shown[1]))}
     assert families["spark_deploy_capacity_tokens_per_second"].samples[0].labels["profile"] == "zh"
     assert families["spark_deploy_below_capacity_samples"].samples[0].value == 2.0
+
+
+def test_a_sample_reads_the_figure_from_the_serving_releases_record(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    mem = MemCluster(tmp_path)
+    mem.up()
+    seams = dict(connector=connector(mem.world), endpoint_at=endpoint_at(mem.world))
+    before = take(mem.dep.inventory_path, None, None, window=0.01, **seams)
+    with Operation(mem.inventory, Events(), AuditAction.BENCH_RECORD, ttl=60,
+                   cluster_factory=partial(Cluster, connector=seams["connector"])) as op:  # as bench/record.py writes
+        release = op.state.serving
+        store.write_release(op.cluster, mem.inventory, release.touch(bench=BENCH))
+        op.done(Outcome.OK, "recorded", release=release.id)
+    after = take(mem.dep.inventory_path, None, None, window=0.01, **seams)
+    assert before.capacity is None and before.ok
+    assert after.capacity == CapacityFigure(release.id, "zh", 35.0) and after.ok
+    assert after.as_dict()["capacity"] == {"release": release.id, "profile": "zh", "tok_s": 35.0}
+    assert not mem.world.unknown, mem.world.unknown
