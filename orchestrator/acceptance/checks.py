@@ -93,9 +93,11 @@ def judge_greedy(name: str, outputs: dict[str, str], previous: dict | None, expe
 @acceptance("greedy-digest", "outputs that changed without anyone changing the model (a vocabulary swap "
                              "verified byte-identical at T=0 in the field notes)")
 def greedy_digest(ctx: AcceptContext):
+    # both prompts at once: independent, so the engine batches them (one request's time, not two)
+    answers = yield [Request("POST", "/v1/completions", _model(ctx, completion(prompt, 16)))
+                     for prompt in GREEDY_PROMPTS.values()]
     outputs = {}
-    for key, prompt in GREEDY_PROMPTS.items():
-        answer = yield Request("POST", "/v1/completions", _model(ctx, completion(prompt, 16)))
+    for key, answer in zip(GREEDY_PROMPTS, answers):
         problem = answer.problem()
         if problem:
             return Result("greedy-digest", AcceptStatus.FAIL, f"{key}: {problem}")

@@ -1,6 +1,7 @@
-"""Acceptance checks, registered by decorator like preflight's: each a generator that yields Requests,
-receives their Answers and returns a Result. The generator does no I/O, so each check is unit-tested by
-feeding it answers; run.py sends the requests.
+"""Acceptance checks, registered by decorator like preflight's: each a generator that yields a Request (or a
+list of independent ones, sent together), receives its Answer (or their list, in order) and returns a Result.
+The generator does no I/O, so each check is unit-tested by feeding it answers; run.py sends the requests,
+every check's at once.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Callable, Generator
 
 from .model import AcceptContext, Answer, Request, Result
 
-Exchange = Generator[Request, Answer, Result]
+Exchange = Generator[Request | list[Request], Answer | list[Answer], Result]
 
 
 @dataclass(frozen=True)

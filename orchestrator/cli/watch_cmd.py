@@ -27,12 +27,16 @@ def watch(
     once: Annotated[bool, typer.Option("--once", help="One sample, then exit (0 ok, 1 a problem).")] = False,
     textfile: Annotated[Optional[Path], typer.Option("--textfile", help="Write each sample as Prometheus text here "
                                                                         "(node_exporter's textfile collector).")] = None,
+    capacity_samples: Annotated[int, typer.Option("--capacity-samples", min=1, help="Warn when live decode sits "
+                                                  "below the release's capacity figure (bench --replicates) for "
+                                                  "this many samples in a row.")] = 3,
     as_json: JsonOpt = False,
 ) -> None:
     """Watch the serving release: each rank, each node's MemAvailable and SM clock, requests, KV use, tok/s.
 
     Exits 1 at the first sample with a problem (for cron, a systemd timer, an alert); --json prints one
-    JSON object per sample (one line each; with --once, the one object).
+    JSON object per sample (one line each; with --once, the one object). When the release has a capacity
+    figure (bench --replicates), live decode below it for --capacity-samples samples in a row is a warning.
 
     Example: spark-deploy watch --once --json
     """
@@ -51,11 +55,13 @@ def watch(
         try:
             if as_json or once:
                 last = run_watch(inventory, name, interval=interval, once=once, reserve_gib=reserve,
+                                 capacity_samples=capacity_samples,
                                  textfile_path=str(textfile) if textfile else None,
                                  show=show_json if as_json else lambda s: out.print(render(s)))
             else:
                 with Live(console=out, auto_refresh=False) as live:
                     last = run_watch(inventory, name, interval=interval, once=False, reserve_gib=reserve,
+                                     capacity_samples=capacity_samples,
                                      textfile_path=str(textfile) if textfile else None,
                                      show=lambda s: live.update(render(s), refresh=True))
         except WatchError as exc:

@@ -1,4 +1,5 @@
-"""The watch loop: a sample every interval until one shows a problem (exit 1) or the user stops it."""
+"""The watch loop: a sample every interval until one shows a problem (exit 1) or the user stops it; across
+samples it keeps the run of live decode below the release's capacity figure (capacity.py)."""
 from __future__ import annotations
 
 import time
@@ -6,17 +7,23 @@ from pathlib import Path
 from typing import Callable
 
 from . import textfile
+from .capacity import Streak, below_capacity, live_decode
 from .model import Sample
 from .sample import take
 
 
 def watch(inventory_path: Path, recipe: str | None, *, interval: float, once: bool, textfile_path: str | None,
           show: Callable[[Sample], None], reserve_gib: float | None = None, stop: Callable[[], bool] = lambda: False,
-          **seams) -> Sample:
+          capacity_samples: int = 3, **seams) -> Sample:
     """Returns the last sample: the first with a problem, or (`once`) the only one."""
+    streak = Streak()
     while True:
         started = time.monotonic()
         sample = take(inventory_path, recipe, reserve_gib, window=min(1.0, interval), **seams)
+        streak, warning = below_capacity(streak, sample.capacity, live_decode(sample.engine), capacity_samples)
+        sample.below_capacity = streak.samples
+        if warning:
+            sample.warnings.append(warning)
         if textfile_path:
             textfile.write(textfile_path, sample)
         show(sample)

@@ -53,6 +53,15 @@ class Engine:
     metrics_error: str | None = None
 
 
+@dataclass(frozen=True)
+class CapacityFigure:
+    """What the release was measured to hold (watching/capacity.py)."""
+
+    release: int
+    profile: str
+    tok_s: float  # the lower bound of the 95% interval of the replicate medians (bench/capacity.py)
+
+
 @dataclass
 class Sample:
     at: float
@@ -67,6 +76,8 @@ class Sample:
     reserve_gib: float
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    capacity: CapacityFigure | None = None  # the release's lowest capacity figure, if `bench --replicates` ran
+    below_capacity: int = 0  # samples in a row, this one included, whose live decode is below that figure
 
     @property
     def ok(self) -> bool:

@@ -16,6 +16,7 @@ from ..operation import Observation, OperationRefused, Reach
 from ..releases.record import Release, ReleaseOutcome
 from ..transport.group import Cluster, Connector
 from ..transport.node import NodeError
+from .capacity import figure_of
 from .model import Engine, NodeFacts, Rank, RankState, Sample, judge
 
 GENERATION = "vllm:generation_tokens_total"
@@ -152,4 +153,5 @@ def take(inventory_path: Path, recipe: str | None, reserve_gib: float | None, wi
             engine = engine_facts(endpoint_at(inv.ranked[0].address, kept.serve.port), kept.served_name, window)
     return judge(Sample(time.time(), inv.cluster, release.id if release else None, release.recipe if release else recipe,
                         release.plan_hash if release else None, plans, ranks, nodes, engine,
-                        reserve if reserve is not None else 4.0))
+                        reserve if reserve is not None else 4.0,
+                        capacity=figure_of(release.id, release.bench) if release else None))

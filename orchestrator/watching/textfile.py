@@ -50,6 +50,11 @@ def render(sample: Sample) -> str:
            [({}, e.spec_acceptance)])
     metric("spec_acceptance_total_ratio", "Accepted over drafted tokens since the engine started",
            [({}, e.spec_acceptance_total)])
+    cap = sample.capacity
+    metric("capacity_tokens_per_second", "The release's lowest capacity figure (bench --replicates)",
+           [({"profile": cap.profile}, cap.tok_s)] if cap else [])
+    metric("below_capacity_samples", "Samples in a row whose live decode is below the capacity figure",
+           [({}, float(sample.below_capacity))] if cap else [])
     return "\n".join(lines) + "\n"
 
 

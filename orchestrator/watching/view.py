@@ -35,6 +35,11 @@ def render(sample: Sample):
                   f"{_f(None if e.spec_acceptance is None else e.spec_acceptance * 100)}% "
                   f"(since start {_f(None if e.spec_acceptance_total is None else e.spec_acceptance_total * 100)}%); "
                   f"{e.probe}")
+    cap = sample.capacity
+    if cap is not None:
+        engine.append(f"\ncapacity {cap.tok_s:.1f} tok/s ({cap.profile}, release {cap.release}'s bench --replicates)"
+                      + (f"; live decode below it {sample.below_capacity} sample(s) in a row"
+                         if sample.below_capacity else ""))
     said = [Text.from_markup(f"[red]problem[/]: {escape(p)}") for p in sample.problems]
     said += [Text.from_markup(f"[yellow]warning[/]: {escape(w)}") for w in sample.warnings if w not in sample.problems]
     return Group(head, ranks, nodes, engine, *said)

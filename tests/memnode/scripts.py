@@ -11,6 +11,7 @@ import posixpath
 from orchestrator.checks import model_cache
 from orchestrator.docker_cli import containers, images
 from orchestrator.deploy import down
+from orchestrator.watching import sample as watch_sample
 from orchestrator.window import store as window_store
 from orchestrator.operation import state
 from orchestrator.releases import audit, identity, lock, store
@@ -18,7 +19,7 @@ from orchestrator.releases import audit, identity, lock, store
 from orchestrator.facts import core as facts
 
 from . import systemd
-from .facts import driver as fact_driver
+from .facts import SAMPLES, driver as fact_driver
 from .docker import Answer, ps_ids, rm, stop, unknown
 from .model import Node
 
@@ -155,6 +156,13 @@ def _forget_secrets(node: Node, directory: str, recipe: str) -> Answer:
     return 0, "", ""
 
 
+def _watch_node(node: Node) -> Answer:
+    """`watch`'s read of a node: MemAvailable and swap (a Spark idle, or serving the sim recipe at 0.7), the SM clock."""
+    serving = any(c.running and c.ours for c in node.containers.values())
+    name = "meminfo-sim-spark-serving-0.7.txt" if serving else "meminfo-sim-spark-idle.txt"
+    return 0, (SAMPLES / name).read_text() + "@@gpu\n2405\n", ""
+
+
 # (the constant the product sends, its handler); compared with `is`, first match wins
 SCRIPTS = [
     (lock._CREATE, _lock_create), (lock._SET_ASIDE, _lock_set_aside), (lock._REFRESH, _lock_refresh),
@@ -164,6 +172,7 @@ SCRIPTS = [
     (containers.RECIPE_OR_NAMED, _recipe_or_named), (containers._REMOVE, _remove),
     (images.INSPECT_IMAGES, _image_inspect), (model_cache._RESOLVE, _resolve),
     (down._FORGET, _forget_secrets), (window_store._READ, _window_read), (facts.DRIVER, fact_driver),
+    (watch_sample.NODE_SCRIPT, _watch_node),
     *systemd.SCRIPTS,
 ]
 
