@@ -92,7 +92,7 @@ def script_for(cluster, markdown: str) -> str:
     for block in code_blocks(markdown):
         if block.lang != "bash" or block.skip:
             continue
-        parts.append(f"echo '### getting-started.md:{block.line}' >&2")
+        parts.append(f"echo \"### getting-started.md:{block.line} at $SECONDS s\" >&2")
         parts.append(block.text)
     script = "\n".join(parts) + "\n"
     for doc, sim in replace.items():
@@ -128,7 +128,8 @@ def test_getting_started_runs_as_written_on_the_simulated_cluster(pair, first_da
     script = script_for(pair, PAGE.read_text())
     run = subprocess.run(["bash", "-c", script], cwd=work, env=env, input=TOKEN + "\n", text=True,
                          capture_output=True, timeout=840)
-    blocks = re.findall(r"^### (getting-started\.md:\d+)$", run.stderr, re.M)
+    print("\n".join(re.findall(r"^### .*$", run.stderr, re.M)))  # where the time went, block by block
+    blocks = re.findall(r"^### (getting-started\.md:\d+) at \d+ s$", run.stderr, re.M)
     assert run.returncode == 0, (f"exit {run.returncode} in the block at {blocks[-1] if blocks else '?'}\n"
                                  f"--- stdout (tail)\n{run.stdout[-4000:]}\n--- stderr (tail)\n{run.stderr[-4000:]}")
     ran = [b for b in code_blocks(PAGE.read_text()) if b.lang == "bash" and not b.skip]
