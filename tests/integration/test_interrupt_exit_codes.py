@@ -1,7 +1,8 @@
 """Ctrl-C exits 130 and SIGTERM 143 from the commands that run until stopped, on the simulated cluster through
 the real command line: `watch`, `logs -f` and `bench` (each interrupted once it is doing its work: a sample
-printed, a log line printed, a request of bench's running on the head). `up` during its load, `rollback`,
-`down` and `model pull` are interrupted in their own files (test_up, test_failure_paths, test_model_pull)."""
+printed, a log line printed, a request of bench's running on the head), and Ctrl-C exits 130 from `up`
+(during the engine's load) and `model pull` (while a blob is crossing a throttled fabric). What each leaves
+behind is tested in its own file (test_up, test_model_pull; `rollback` and `down`: test_failure_paths)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import urllib.request
 
 import pytest
 
-from deploy_helpers import CLI, spark_deploy
+from deploy_helpers import CLI, MODEL_ROOT, recipe_variant, spark_deploy
+from orchestrator.sim import fake_model
 
 pytestmark = pytest.mark.integration
 
@@ -102,3 +104,33 @@ def test_watch_logs_follow_and_bench_exit_130_on_ctrl_c_and_143_on_sigterm(pair)
     finally:
         for run in started:
             run.kill()
+
+
+def test_up_during_its_load_and_model_pull_during_a_copy_exit_130_on_ctrl_c(pair, tmp_path):
+    inventory = pair.inventory_path
+    started: list[Lines] = []
+    slow = recipe_variant(pair, tmp_path / "slow.yaml", env={"SIM_LOAD_SECONDS": "60"})
+    try:
+        up = Lines("up", slow, "-i", inventory, "--json")
+        started.append(up)
+        up.wait_line(r'^(?=.*"event": ?"phase-start")(?=.*"phase": ?"ready")')  # both ranks started, the engine loading
+        code, stderr = up.interrupt()
+        assert code == 130, stderr
+        assert "Traceback" not in stderr, stderr
+
+        pinned = recipe_variant(pair, tmp_path / "pinned.yaml",
+                                model={"revision": fake_model.model_metadata()["revision"]})
+        pair.exec(2, ["rm", "-rf", "--", MODEL_ROOT])
+        pair.fault(1, "throttle", rate="256kbit", net="fabric")  # the model takes ~12 s to cross
+        pull = Lines("model", "pull", pinned, "-i", inventory, "--streams", "1")
+        started.append(pull)
+        pull.wait_line(r"spark-2: [\d.]+ of ")  # a progress line: the copy is under way
+        code, stderr = pull.interrupt()
+        assert code == 130, stderr
+        assert "Traceback" not in stderr, stderr
+    finally:
+        for run in started:
+            run.kill()
+        for node in (1, 2):
+            pair.fault(node, "heal")
+            pair.fault(node, "model-reset")

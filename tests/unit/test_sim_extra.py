@@ -30,8 +30,8 @@ def test_sim_commands_name_the_extra(no_docker_sdk, argv):
 
 
 def test_other_commands_do_not_need_it(no_docker_sdk):
-    # render, not validate: validate also checks this machine's SSH key and known_hosts, which the
-    # example inventory names under /home/spark (absent here).
+    # render, not validate: validate also checks this machine's known_hosts and HF_TOKEN
+    # (tests/unit/test_example_inventory.py gives it both).
     result = CliRunner().invoke(app, ["render", str(REPO / "orchestrator/sim/recipes/sim-tiny.yaml"),
                                       "-i", str(REPO / "inventory.yaml")])
     assert result.exit_code == 0, result.output
