@@ -20,7 +20,7 @@ from .deploy_cmds import _signals_for_up
 
 def tune(
     recipe: RecipeArg,
-    set_: Annotated[list[str], typer.Option("--set", help="KEY=V1,V2,...: a dotted recipe key and the values to try "
+    set_: Annotated[list[str], typer.Option("--set", metavar="KEY=V1,V2,...", help="A dotted recipe key and the values to try "
                                                           "(repeatable: every combination is tried), e.g. "
                                                           "vllm.speculative_config.num_speculative_tokens=2,4,6,8.")],
     inventory: InventoryOpt = None, cluster: ClusterOpt = None,

@@ -52,6 +52,7 @@ SAME_NAME_OTHER_VALUE = {
     "--output": "setup writes an inventory FILE, export k8s a directory of manifests, recipe import a recipe FILE",
     "-o": "the short form of --output",
     "-n": "sim's --name NAME; export k8s's --namespace, as kubectl spells it",
+    "--set": "one value per key where a recipe is deployed or checked (KEY=VALUE); the values to try in tune",
 }
 
 
