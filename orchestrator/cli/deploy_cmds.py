@@ -26,6 +26,8 @@ from ..runner.events import Events
 from ..runner.sinks import JsonSink, TerminalSink
 from ..transport.cancel import signals_interrupt
 from ..transport.group import Cluster, GroupError
+from .gate_cmd import (GateBlocksOpt, GateFlag, GateMaxTokensOpt, GateProfileOpt, GateShotsOpt, GateToleranceOpt,
+                       refuse_gate_options_without_gate, run_gate)
 from .common import (BadInput, ClusterOpt, Failed, InventoryOpt, JsonLines, JsonOpt, NodeOpt, RecipeArg, SetOpt,
                      TailOpt, YesOpt, can_ask, emit_json, err, exit_codes, out)
 
@@ -81,20 +83,12 @@ def up(
     sync_model: Annotated[bool, typer.Option("--sync-model", help="First copy the model's missing or damaged blobs "
                                              "to the nodes that lack them (what `model pull` does; can be "
                                              "hundreds of GB).")] = False,
-    gate: Annotated[bool, typer.Option("--gate", help="Keep the new release only if it measures no slower than "
-                                                      "the serving one (interleaved bench blocks; docs/bench.md); "
-                                                      "exit 1 and the serving one again if not.")] = False,
-    profile: Annotated[str, typer.Option("--profile", help="With --gate: the profiles judged (bench's prompt "
-                                                           "sets, e.g. code,zh).")] = "",
-    shots: Annotated[int, typer.Option("--shots", min=1, help="With --gate: kept shots per profile and "
-                                                              "block.")] = 10,
-    tolerance: Annotated[float, typer.Option("--tolerance", min=0.0, max=0.99,
-                                             help="With --gate: B/A may be this much below 1 when the measured "
-                                                  "spread is smaller.")] = 0.03,
-    blocks: Annotated[str, typer.Option("--blocks", help="With --gate: block order, A the serving release, B "
-                                                         "RECIPE.")] = "ABAB",
-    max_tokens: Annotated[int, typer.Option("--max-tokens", min=2, help="With --gate: output length of a "
-                                                                        "shot (ignore_eos).")] = 800,
+    gate: GateFlag = False,
+    profile: GateProfileOpt = "",
+    shots: GateShotsOpt = 10,
+    tolerance: GateToleranceOpt = 0.03,
+    blocks: GateBlocksOpt = "ABAB",
+    max_tokens: GateMaxTokensOpt = 800,
     overrides: SetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -106,10 +100,8 @@ def up(
     Example: spark-deploy up recipes/dspark-0731-b12x.yaml --set vllm.max_model_len=8192
     """
     with _signals_for_up(), exit_codes(as_json):
-        gate_given = {"--profile": profile != "", "--shots": shots != 10, "--tolerance": tolerance != 0.03,
-                      "--blocks": blocks != "ABAB", "--max-tokens": max_tokens != 800}
-        if not gate and any(gate_given.values()):
-            raise BadInput(", ".join(k for k, v in gate_given.items() if v) + " only go with --gate")
+        refuse_gate_options_without_gate(gate, profile=profile, shots=shots, tolerance=tolerance, blocks=blocks,
+                                         max_tokens=max_tokens)
         dep = load_deployment(recipe, inventory, overrides or ())
         events = _events(as_json)
         opts = UpOptions(force=redeploy, keep_on_failure=keep_on_failure, replace_image=sync_image,
@@ -122,8 +114,6 @@ def up(
         except preflight_registry.UnknownCheck as exc:
             raise BadInput(str(exc)) from exc
         if gate:
-            from .gate_cmd import run_gate
-
             run_gate(dep, str(inventory), opts, profile=profile, shots=shots, tolerance=tolerance, blocks=blocks,
                      max_tokens=max_tokens, as_json=as_json)
             return

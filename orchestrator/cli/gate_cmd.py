@@ -3,10 +3,36 @@ failed, 2 bad input (nothing to gate against, a bad option)."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
 from rich.markup import escape
 from rich.table import Table
 
 from .common import BadInput, Failed, emit_json, err, out
+
+# The gate's options, one definition for `up` and `upgrade` (both deploy a candidate B against what serves).
+GateFlag = Annotated[bool, typer.Option("--gate", help="Keep the new release only if it measures no slower than "
+                                                       "the serving one (interleaved bench blocks; docs/bench.md); "
+                                                       "exit 1 and the serving one again if not.")]
+GateProfileOpt = Annotated[str, typer.Option("--profile", help="With --gate: the profiles judged (bench's prompt "
+                                                               "sets, e.g. code,zh).")]
+GateShotsOpt = Annotated[int, typer.Option("--shots", min=1, help="With --gate: kept shots per profile and block.")]
+GateToleranceOpt = Annotated[float, typer.Option("--tolerance", min=0.0, max=0.99,
+                                                 help="With --gate: B/A may be this much below 1 when the measured "
+                                                      "spread is smaller.")]
+GateBlocksOpt = Annotated[str, typer.Option("--blocks", help="With --gate: block order, A the serving release, B "
+                                                             "RECIPE.")]
+GateMaxTokensOpt = Annotated[int, typer.Option("--max-tokens", min=2, help="With --gate: output length of a shot "
+                                                                           "(ignore_eos).")]
+GATE_DEFAULTS = {"profile": "", "shots": 10, "tolerance": 0.03, "blocks": "ABAB", "max_tokens": 800}
+
+
+def refuse_gate_options_without_gate(gate: bool, **given) -> None:
+    """A gate option without --gate is a mistake, never silently ignored (bad input, exit 2)."""
+    named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v != GATE_DEFAULTS[k]]
+    if not gate and named:
+        raise BadInput(", ".join(named) + " only go with --gate")
 
 
 def run_gate(dep, inventory_path: str, opts, *, profile: str, shots: int, tolerance: float, blocks: str,
