@@ -36,6 +36,17 @@ WEIGHTS: dict[str, float] = {
     "tests/integration/test_preflight_model.py": 39,
     "tests/integration/test_model_pull.py": 45,
     "tests/integration/test_model_fit.py": 15,
+    # files added 2026-12-07, their times from single runs on this machine (loaded), for the order only
+    "tests/integration/test_engine_fingerprint.py": 200,
+    "tests/integration/test_restart.py": 110,
+    "tests/bench/test_bench_replicates.py": 90,
+    "tests/integration/test_fit.py": 80,
+    "tests/integration/test_fabric_test.py": 70,
+    "tests/integration/test_interrupt_restore.py": 60,
+    "tests/integration/test_upgrade.py": 60,
+    "tests/integration/test_preflight_overlays.py": 60,
+    "tests/integration/test_cluster_identity.py": 50,
+    "tests/integration/test_overrides.py": 36,
     "tests/integration/test_getting_started.py": 50,  # the page run as written, one up + rollback, 2026-12-07
     "tests/integration/test_interrupt_exit_codes.py": 40,  # + up and model pull interrupted, 2026-12-07
     "tests/integration/test_setup.py": 30,
