@@ -212,6 +212,9 @@ def _answering(ctx: UpContext, within: float = 3.0) -> list:
 
 def _finish(ctx: UpContext, outcome: ReleaseOutcome | str, replaced: dict | None, **fields) -> None:
     targets = _answering(ctx)
+    for conn in ctx.cluster.nodes:  # the operation's audit line goes only where the records went
+        if conn not in targets:
+            ctx.op.unanswered(conn.name, "did not answer when the outcome was recorded")
     detail = str(outcome)
     records: list[Release] = []
     if ctx.release is not None and isinstance(outcome, ReleaseOutcome):

@@ -191,6 +191,11 @@ class Operation:
                 "detail": _short(detail)[:PART_MAX], **extra}
         self.parts.append({k: v for k, v in said.items() if v not in (None, "", {}, [])})
 
+    def unanswered(self, node: str, why: str) -> None:
+        """A body found `node` gone mid-command: the audit line names it and is not written there (a write
+        to a dead connection would hold the outcome up by its whole timeout)."""
+        self.unreachable.setdefault(node, why)
+
     def reread(self) -> ClusterState:
         """The state read again (after a body this operation ran changed the cluster); no new connection."""
         self.state = read_state(self.cluster, [c for c in self.alive if c.is_open], self.unreachable)
@@ -303,7 +308,7 @@ class Operation:
             self.outer.part(self.action, outcome, detail, release=release,
                             nodes=sorted(said.get("nodes") or {}) or None)
             return
-        targets = [c for c in self.alive if c.is_open]
+        targets = [c for c in self.alive if c.is_open and c.name not in self.unreachable]
         missed = audit.append(self.cluster, self.inventory,
                               _fit(audit.entry(self.action, outcome, release=release, detail=detail, **said)), targets)
         for node, why in missed.items():
