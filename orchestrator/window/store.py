@@ -16,12 +16,10 @@ from pydantic import ValidationError
 
 from ..config.inventory import Inventory
 from ..releases.keys import cluster_key
-from ..transport.group import Cluster, GroupError
+from ..transport.copies import read_copies, write_copies
+from ..transport.group import Cluster
 from ..transport.node import NodeConnection
 from .baseline import Baseline
-
-_READ = '[ -f "$1" ] && cat -- "$1" || echo MISSING'
-
 
 def baseline_path(inventory: Inventory, node: str) -> str:
     return posixpath.join(inventory.node(node).state_dir, "maintenance", f"{cluster_key(inventory)}.json")
@@ -65,25 +63,9 @@ def newest(copies: dict[str, Baseline | None | Exception]) -> Found:
 
 
 def read(cluster: Cluster, inventory: Inventory, conns: list[NodeConnection]) -> Found:
-    def one(conn: NodeConnection) -> Baseline | None | Exception:
-        result = conn.run_script(_READ, baseline_path(inventory, conn.name), timeout=30, check=True)
-        try:
-            return parse_copy(result.stdout)
-        except ValueError as exc:
-            return exc
-
-    try:
-        copies = cluster.each(one, conns)
-    except GroupError as exc:
-        copies = {**exc.results, **{n: RuntimeError(f"unreachable: {e}") for n, e in exc.failures.items()}}
-    return newest(copies)
+    return newest(read_copies(cluster, conns, lambda node: baseline_path(inventory, node), parse_copy))
 
 
 def write(cluster: Cluster, inventory: Inventory, baseline: Baseline, conns: list[NodeConnection]) -> dict[str, str]:
     """The baseline on every given node (atomic, durable). Returns {node: why} where it could not be written."""
-    text = baseline.to_json()
-    try:
-        cluster.each(lambda conn: conn.put_file(baseline_path(inventory, conn.name), text), conns)
-    except GroupError as exc:
-        return {node: str(why) for node, why in exc.failures.items()}
-    return {}
+    return write_copies(cluster, conns, lambda node: baseline_path(inventory, node), baseline.to_json())

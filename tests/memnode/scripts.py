@@ -12,7 +12,7 @@ from orchestrator.checks import model_cache
 from orchestrator.docker_cli import containers, images
 from orchestrator.deploy import down
 from orchestrator.watching import sample as watch_sample
-from orchestrator.window import store as window_store
+from orchestrator.transport import copies
 from orchestrator.operation import state
 from orchestrator.releases import audit, identity, lock, store
 
@@ -145,7 +145,7 @@ def _resolve(node: Node, _cache: str, repo: str, revision: str) -> Answer:
     return 0, f"SNAPSHOT {node.commit(repo, revision)}\n", ""
 
 
-def _window_read(node: Node, path: str) -> Answer:
+def _copy_read(node: Node, path: str) -> Answer:
     return 0, node.files[path] if path in node.files else "MISSING\n", ""
 
 
@@ -171,7 +171,7 @@ SCRIPTS = [
     (store.READ, _store_read), (store._WRITE, _store_write), (state._READ, _state_read), (containers._LIST, _list),
     (containers.RECIPE_OR_NAMED, _recipe_or_named), (containers._REMOVE, _remove),
     (images.INSPECT_IMAGES, _image_inspect), (model_cache._RESOLVE, _resolve),
-    (down._FORGET, _forget_secrets), (window_store._READ, _window_read), (facts.DRIVER, fact_driver),
+    (down._FORGET, _forget_secrets), (copies.READ, _copy_read), (facts.DRIVER, fact_driver),
     (watch_sample.NODE_SCRIPT, _watch_node),
     *systemd.SCRIPTS,
 ]
