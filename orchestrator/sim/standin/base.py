@@ -118,3 +118,23 @@ def env_float(env, name: str, default: float) -> float:
         raise SimError(f"ValueError: {name} must be a number, got {env.get(name)!r}") from None
 
 
+
+
+def read_count(path: str) -> int:
+    """A fault's count kept in a file of the container's own filesystem (so `docker start` of the same
+    container goes on counting, a new container starts afresh): 0 when there is none yet."""
+    try:
+        with open(path) as fh:
+            return int(fh.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def write_count(path: str, count: int, fault: str) -> None:
+    """Keep the count; a file it cannot write is the fault misconfigured, said as such (never a fault that
+    silently stops holding its promise)."""
+    try:
+        with open(path, "w") as fh:
+            fh.write(str(count))
+    except OSError as exc:
+        raise SimError(f"ValueError: {fault} cannot keep its count in {path}: {exc.strerror}") from None

@@ -10,7 +10,7 @@ supervisor's bound must stop, never leaving half a group.
 
 from __future__ import annotations
 
-from .base import SimError, env_float
+from .base import SimError, env_float, read_count, write_count
 
 DEFAULT_START_STATE = "/tmp/sim-starts.count"
 CRASH = "RuntimeError: CUDA error: unspecified launch failure"
@@ -26,16 +26,7 @@ def count_start(env, rank: int) -> None:
     if env.get("SIM_FAULT_CRASH_RANK", "") not in ("", str(rank)):
         return
     state = env.get("SIM_FAULT_START_STATE", DEFAULT_START_STATE)
-    try:
-        with open(state) as fh:
-            starts = int(fh.read().strip() or 0)
-    except (OSError, ValueError):
-        starts = 0
-    starts += 1
-    try:
-        with open(state, "w") as fh:
-            fh.write(str(starts))
-    except OSError:
-        pass  # unwritable: every start counts as the first
+    starts = read_count(state) + 1
+    write_count(state, starts, "SIM_FAULT_CRASH_AFTER_STARTS")
     if starts > bound:
         raise SimError(CRASH)  # what vLLM prints; the count is the fault's, never in the log

@@ -43,7 +43,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
-from .base import SimError, env_float
+from .base import SimError, env_float, read_count, write_count
 
 TRUTH_PREFIX = "SIM truth: "
 TRUTH_RE = re.compile(re.escape(TRUTH_PREFIX) + r"(\{.*\})\s*$", re.MULTILINE)
@@ -190,7 +190,7 @@ class FirstRunFast:
 
     factor: float = 1.0
     requests: int = 0
-    state: str = ""  # the count's file ("" = in memory only)
+    state: str = ""  # the count's file ("" = the fault is off)
     taken: int = 0
 
     @classmethod
@@ -203,11 +203,8 @@ class FirstRunFast:
         if factor == 1.0:
             return cls()
         state = env.get("SIM_FAULT_FIRST_RUN_STATE", DEFAULT_FIRST_RUN_STATE)
-        try:
-            with open(state) as f:
-                taken = int(f.read().strip() or 0)
-        except (OSError, ValueError):
-            taken = 0
+        taken = read_count(state)
+        write_count(state, taken, "SIM_FAULT_FIRST_RUN_FAST")  # at start: an unwritable state is said then
         return cls(factor, requests, state, taken)
 
     def take(self) -> bool:
@@ -216,11 +213,7 @@ class FirstRunFast:
             return False
         self.taken += 1
         if self.state:
-            try:
-                with open(self.state, "w") as f:
-                    f.write(str(self.taken))
-            except OSError:
-                pass  # an unwritable state: the count lives in memory only (a restart starts afresh)
+            write_count(self.state, self.taken, "SIM_FAULT_FIRST_RUN_FAST")
         return True
 
 
