@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ..docker_cli.containers import Container, current_of
+from ..releases.serving import serving_plans
 from ..render.plan import Plan
 
 
@@ -39,7 +40,7 @@ def decide(plan: Plan, found: dict[str, list[Container]], force: bool) -> Decisi
     holding one of the plan's names, whoever made it.
 
     Foreign holders of a name (no `spark-deploy.managed` label) are clashes: never touched, always an error.
-    Ours that run are the current deployment: this plan running on every rank -> already serving (unless
+    Ours that run are the current deployment: this plan serving (serving_plans: on every rank) -> already serving (unless
     --redeploy); anything running otherwise -> replace; nothing running -> fresh. Stopped ones (previous
     releases, kept) are left as they are."""
     names = {l.node.name: l.container for l in plan.ranks}
@@ -53,7 +54,9 @@ def decide(plan: Plan, found: dict[str, list[Container]], force: bool) -> Decisi
     if not current:
         return Decision(Action.FRESH, "no container of this recipe runs on any node", names_taken=taken)
     per_rank = {launch.rank: _holder(current, launch.node.name, launch.rank, plan.plan_hash) for launch in plan.ranks}
-    same = all(c is not None and c.ours.plan_hash == plan.plan_hash for c in per_rank.values())
+    # "this plan serves" is the one rule of releases/serving.py (its plan runs on every rank of its world); the
+    # plan hash covers the placement, so the rank on each node is the plan's
+    same = plan.plan_hash in serving_plans(current)
     if same and not force:
         return Decision(Action.ALREADY_SERVING, f"plan {plan.plan_hash} runs on every rank", current,
                         names_taken=taken)
