@@ -128,7 +128,8 @@ def setup(
         if as_json:
             emit_json({"ok": not outcome.problems and (outcome.written or not outcome.diff),
                        "written": outcome.written, "inventory": str(output), "facts": outcome.decision.rows,
-                       "problems": [vars(p) for p in outcome.problems], "diff": outcome.diff,
+                       "problems": [vars(p) for p in outcome.problems],
+                       "warnings": [vars(w) for w in outcome.decision.warnings], "diff": outcome.diff,
                        "known_hosts_added": outcome.known_hosts_added, "node_keys": outcome.node_keys,
                        "declined": outcome.declined})
         else:
@@ -153,6 +154,8 @@ def _print(outcome, output: Path) -> None:
         out.print(f"node keys: {escape(line)}")
     for p in outcome.problems:
         out.print(f"[bold red]{escape(p.node)}[/]: {escape(p.fact)}: {escape(p.seen)}\n  fix: {escape(p.fix)}")
+    for w in outcome.decision.warnings:
+        out.print(f"[yellow]warning[/]: {escape(w.node)}: {escape(w.fact)}: {escape(w.seen)}\n  fix: {escape(w.fix)}")
     if outcome.problems:
         out.print(f"[bold red]failed[/]: {len(outcome.problems)} problem(s) to fix first; {output} "
                   f"{'left as it was' if os.path.exists(output) else 'not written'}")

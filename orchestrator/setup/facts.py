@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -71,6 +72,36 @@ def parse_speeds(stdout: str) -> dict[str, int | None]:
         name, _, value = line.strip().partition(" ")
         if name:
             out[name] = int(value) if value.lstrip("-").isdigit() and int(value) > 0 else None
+    return out
+
+
+# The rated speed of every link: the fastest mode ethtool lists under "Supported link modes" (a DAC or port
+# negotiated below it still reads its lower speed in /sys/class/net/*/speed). Without ethtool: one line saying so.
+_RATED = r'''command -v ethtool >/dev/null 2>&1 || { echo "no ethtool"; exit 0; }
+for d in /sys/class/net/*; do
+  n=${d##*/}
+  echo "== $n"
+  ethtool "$n" 2>/dev/null | sed -n '/Supported link modes:/,/Supported pause frame use:/p'
+done'''
+
+
+def parse_rated(stdout: str) -> dict[str, int | None] | None:
+    """ethtool's supported link modes per link -> the fastest in Mb/s (`200000baseCR4/Full` -> 200000); a link
+    that reports none (a veth, "Not reported") -> None; no ethtool on the node at all -> None."""
+    if stdout.strip() == "no ethtool":
+        return None
+    out: dict[str, int | None] = {}
+    name = None
+    for line in stdout.splitlines():
+        if line.startswith("== "):
+            name = line[3:].strip()
+            out[name] = None
+            continue
+        if name is None or "Supported pause" in line:
+            continue
+        modes = [int(m) for m in re.findall(r"\b(\d+)base", line)]
+        if modes:
+            out[name] = max([out[name] or 0, *modes])
     return out
 
 
@@ -295,6 +326,7 @@ FACTS: dict[str, Fact] = {f.name: f for f in (
     _fact("links", "ip -j addr", parse_links),
     _fact("default_route", "ip -j -4 route show default", parse_default_route),
     _fact("speeds", _SPEEDS, parse_speeds),
+    _fact("rated", _RATED, parse_rated),
     _fact("roce", _ROCE, parse_roce),
     _fact("docker", _DOCKER, parse_docker),
     _fact("user", "id -un; id -Gn", parse_user),

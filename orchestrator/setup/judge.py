@@ -51,6 +51,7 @@ class Decision:
     nodes: list[NodeValues] = field(default_factory=list)
     interconnect: dict[str, Value] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)  # said, not blocking: the inventory is still written
     rows: dict[str, dict[str, str]] = field(default_factory=dict)  # fact -> node -> what it showed
 
     def show(self, row: str, node: str, text: str) -> None:
@@ -65,6 +66,32 @@ def mapped_gid(ip: str) -> str:
 
 def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
+
+
+def _seen(f: dict[str, Observed], fact: str, link: str):
+    """One link's value in a per-link fact; None when the fact did not run or says nothing of the link."""
+    observed = f.get(fact)
+    return (observed.value or {}).get(link) if observed is not None and observed.ok else None
+
+
+def _mbit(speed: int | None) -> str:
+    return f"{speed} Mb/s" if speed else "speed not reported"
+
+
+def _rated(d: Decision, name: str, cand: Candidate, speed: int | None, f: dict[str, Observed]) -> None:
+    """A link that negotiated below its rated speed (a DAC or port at a lower mode) is said, not refused:
+    it still carries NCCL, only slower (`fabric test` measures how much)."""
+    observed = f.get("rated")
+    if observed is None or not observed.ok or observed.value is None:
+        d.show("fabric rated", name, "not known: " + ("ethtool is not on the node" if observed is not None
+                                                       and observed.ok else "the probe did not run"))
+        return
+    rated = observed.value.get(cand.link)
+    d.show("fabric rated", name, f"{rated} Mb/s" if rated else f"{cand.link} lists no supported link modes")
+    if rated and speed and speed < rated:
+        d.warnings.append(Problem(name, "fabric speed", f"{cand.link} runs at {speed} Mb/s, rated {rated} Mb/s",
+                                  f"reseat or replace the cable on {cand.link} (`ethtool {cand.link}` shows the "
+                                  "negotiated mode); `spark-deploy fabric test` measures what it carries"))
 
 
 def _mtu(d: Decision, fabric: Fabric, names: dict[str, str]) -> None:
@@ -220,9 +247,11 @@ def decide(hosts: list[str], seen: dict[str, dict[str, Observed]], cands: dict[s
         d.show("GPUs", name, str(gpus))
         cand = fabric.chosen.get(host)
         if cand is not None:
-            speed = (f.get("speeds").value or {}).get(cand.link) if f.get("speeds") and f["speeds"].ok else None
+            speed = _seen(f, "speeds", cand.link)
             d.show("fabric", name, f"{cand.link} {cand.addr} mtu {cand.mtu}" + (f" {speed} Mb/s" if speed else ""))
-            fabric_ip = Value(cand.addr, f"{cand.link}: every other node reached it over its own fabric link")
+            _rated(d, name, cand, speed, f)
+            fabric_ip = Value(cand.addr, f"{cand.link} ({_mbit(speed)}, mtu {cand.mtu}): every other node reached "
+                                         "it over its own fabric link")
         else:
             fabric_ip = Value(host, "a single node: its management address")
         d.nodes.append(NodeValues(host, Value(name, "the node's hostname"), fabric_ip,

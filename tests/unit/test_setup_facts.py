@@ -142,3 +142,12 @@ def test_the_jit_script_expands_the_home_and_finds_the_parent_an_absent_dir_woul
     assert (here.path, here.exists, here.writable) == (str(tmp_path), True, True)
     assert (home.path, home.exists, home.writable) == (f"{tmp_path}/.cache/vllm-jit", False, True)
     assert here.fstype == home.fstype != ""
+
+
+def test_the_rated_speed_is_the_fastest_supported_link_mode():
+    """The published `ethtool swp1` output of the kernel commit that added link-mode lanes (012ce4dd3102,
+    "ethtool: Extend link modes settings uAPI with lanes"), cut to the part _RATED's sed prints; a veth lists
+    none; a node without ethtool says so."""
+    assert facts.parse_rated(sample("ethtool-rated-kernel-lanes-commit.txt")) == {
+        "lo": None, "swp1": 100000, "veth0": None}
+    assert facts.parse_rated("no ethtool\n") is None

@@ -224,3 +224,26 @@ def test_node_keys_know_a_host_once_and_refuse_a_different_key_for_it(tmp_path):
     refused = known("192.168.100.11", "AAAA3")
     assert refused.returncode == 3 and "holds another key for 192.168.100.11" in refused.stderr
     assert (tmp_path / ".ssh" / "known_hosts").read_text().count("\n") == 2
+
+
+def test_the_inventory_records_the_links_speed_and_mtu_and_a_link_below_its_rating_is_a_warning(tmp_path, host_key):
+    slow = seen_of(F2)
+    slow["speeds"] = Observed(value={"enp1s0f1np1": 100000})
+    rated = {"enp1s0f1np1": 200000, "enP7s7": 10000}
+    d = decide({**seen_of(F1), "rated": Observed(value=rated)}, {**slow, "rated": Observed(value=rated)})
+    assert d.problems == []  # said, not refused: the link still carries NCCL
+    assert [str(w) for w in d.warnings] == [
+        "spark-1: fabric speed: enp1s0f1np1 runs at 100000 Mb/s, rated 200000 Mb/s; fix: reseat or replace the "
+        "cable on enp1s0f1np1 (`ethtool enp1s0f1np1` shows the negotiated mode); `spark-deploy fabric test` "
+        "measures what it carries"]
+    assert d.rows["fabric rated"] == {"spark-0": "200000 Mb/s", "spark-1": "200000 Mb/s"}
+    kh = tmp_path / "known_hosts"
+    hostkeys.write(str(kh), [host_key])
+    text = document.render(document.build(d, document.Access("lab", "nvidia", 22, None, str(kh))))
+    assert f"  fabric_ip: {F2} # enp1s0f1np1 (100000 Mb/s, mtu 9000): every other node reached it" in text
+
+
+def test_a_node_without_ethtool_says_the_rating_is_not_known_and_warns_of_nothing():
+    d = decide({**seen_of(F1), "rated": Observed(value=None)}, seen_of(F2))
+    assert d.warnings == [] and d.rows["fabric rated"] == {
+        "spark-0": "not known: ethtool is not on the node", "spark-1": "not known: the probe did not run"}
