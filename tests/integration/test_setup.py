@@ -78,7 +78,10 @@ def test_setup_finds_the_fabric_and_the_hca_writes_an_inventory_validate_accepts
     assert MGMT_IFACE not in text
     mtus = {cluster.exec(n.index, ["cat", f"/sys/class/net/{FABRIC_IFACE}/mtu"]).stdout.strip() for n in nodes}
     assert len(mtus) == 1
-    assert f"fabric_ip: {nodes[1].fabric_ip} # {FABRIC_IFACE}: every other node reached it" in text
+    mtu = next(iter(mtus))
+    speed = cluster.exec(nodes[1].index, ["cat", f"/sys/class/net/{FABRIC_IFACE}/speed"]).stdout.strip()
+    assert f"fabric_ip: {nodes[1].fabric_ip} # {FABRIC_IFACE} ({speed} Mb/s, mtu {mtu}): every other node " \
+           "reached it" in text  # the negotiated speed and MTU, recorded
     assert inv["ssh"]["user"] == NODE_USER and inv["ssh"]["known_hosts"] == str(tmp_path / "known_hosts")
     known = paramiko.HostKeys(str(tmp_path / "known_hosts"))
     assert [fingerprint(known.lookup(n.ip)["ssh-ed25519"]) for n in nodes] == transcript
