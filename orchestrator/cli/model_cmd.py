@@ -74,9 +74,11 @@ def pull(
             emit_json({"ok": True, "repo": spec.model.repo, "commit": result.commit, "source": result.source,
                        "downloaded": result.downloaded, "recipe_updated": result.recipe_updated, "offline": offline,
                        "bytes": result.bytes,
-                       "nodes": {n: {"bytes": c.bytes, "blobs": sorted(c.verified)} for n, c in result.copies.items()}})
+                       "nodes": {n: {"bytes": c.bytes, "blobs": sorted(c.verified), "linked": c.linked}
+                                 for n, c in result.copies.items()}})
             return
         for name, copy in sorted(result.copies.items()):
-            out.print(f"{escape(name)}: {len(copy.verified)} blob(s) fetched and verified, {copy.bytes} bytes")
+            out.print(f"{escape(name)}: {len(copy.verified)} blob(s) fetched and verified, {copy.bytes} bytes; "
+                      f"{copy.linked} snapshot link(s) made or mended")
         out.print(f"[green]ok[/]: {escape(spec.model.repo)}@{result.commit} on every node "
                   f"({result.bytes} bytes copied from {escape(result.source)})")

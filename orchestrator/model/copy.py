@@ -64,6 +64,7 @@ class CopyResult:
     target: str
     sent: dict[str, int] = field(default_factory=dict)  # blob -> bytes that crossed the link in this run
     verified: list[str] = field(default_factory=list)  # blobs that arrived and hashed right
+    linked: int = 0  # snapshot links made or mended: a repaired link moves no byte but is work done
 
     @property
     def bytes(self) -> int:
@@ -115,6 +116,8 @@ def copy_blobs(conn: NodeConnection, route: Route, hf_cache: str, repo: str, com
             bad.append((parts[0], parts[1]))
         elif kind == "fail" and len(parts) == 3:
             fails.append(parts)
+        elif kind == "relinked":
+            result.linked += 1
         elif kind != "linked" and line.strip():
             other.append(line)
 

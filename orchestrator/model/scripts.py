@@ -139,7 +139,9 @@ while [ $# -ge 2 ]; do
   [ -f "$blobs/$b" ] || { printf 'fail\t%s\ttarget\tblob missing when linking %s\n' "$b" "$name"; exit 1; }
   up=../..; d=$name; while [ "${d#*/}" != "$d" ]; do up=$up/..; d=${d#*/}; done
   link="$root/snapshots/$commit/$name"
+  [ -L "$link" ] && [ "$(readlink -- "$link")" = "$up/blobs/$b" ] && continue  # already right: not touched
   mkdir -p -- "$(dirname -- "$link")" && ln -sfn -- "$up/blobs/$b" "$link" || exit
+  printf 'relinked\t%s\n' "$name"
 done
 if [ -n "$ref" ]; then mkdir -p -- "$root/refs" && printf '%s' "$commit" > "$root/refs/$ref"; fi
 printf 'linked\t%s\n' "$commit"'''

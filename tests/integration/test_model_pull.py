@@ -65,17 +65,28 @@ def verify_blobs(pair, recipe) -> dict:
 def test_copies_what_is_missing_or_damaged_then_nothing(pair, recipe):
     pair.exec(2, ["rm", "-rf", "--", ROOT])
     first = pulled(pull(pair, recipe))
-    assert first["nodes"]["spark-2"] == {"bytes": META["total_bytes"], "blobs": sorted(BLOBS)}
+    assert first["nodes"]["spark-2"] == {"bytes": META["total_bytes"], "blobs": sorted(BLOBS),
+                                         "linked": len(META["files"])}
     assert first["commit"] == META["revision"] and not first["downloaded"]
     assert verify_blobs(pair, recipe) == {"spark-1": "ok", "spark-2": "ok"}
 
-    assert pulled(pull(pair, recipe))["bytes"] == 0  # a second run moves nothing
+    second = pulled(pull(pair, recipe))  # a second run moves nothing and touches no link
+    assert second["bytes"] == 0 and second["nodes"]["spark-2"]["linked"] == 0
+
+    # a shard's snapshot link gone: mended, and said so (not "0 blobs fetched" and nothing else)
+    pair.exec(2, ["rm", "--", f"{ROOT}/snapshots/{META['revision']}/model-00002-of-00003.safetensors"])
+    mended = pull(pair, recipe)
+    assert pulled(mended)["nodes"]["spark-2"] == {"bytes": 0, "blobs": [], "linked": 1}
+    shown = spark_deploy("model", "pull", str(recipe), "-i", str(pair.inventory_path), timeout=120)
+    assert "spark-2: 0 blob(s) fetched and verified, 0 bytes; 0 snapshot link(s) made or mended" in shown.stdout, \
+        shown.stdout + shown.stderr
 
     pair.exec(2, ["rm", "--", f"{ROOT}/blobs/{SHARD1}"])
     pair.exec(2, ["bash", "-c", 'printf x | dd of="$1" bs=1 seek=100 conv=notrunc status=none', "bash",
                   f"{ROOT}/blobs/{SHARD3}"])  # same name and size, one byte changed
     again = pulled(pull(pair, recipe))
-    assert again["nodes"]["spark-2"] == {"bytes": BLOBS[SHARD1] + BLOBS[SHARD3], "blobs": sorted([SHARD1, SHARD3])}
+    assert again["nodes"]["spark-2"] == {"bytes": BLOBS[SHARD1] + BLOBS[SHARD3], "blobs": sorted([SHARD1, SHARD3]),
+                                         "linked": 0}
     assert verify_blobs(pair, recipe) == {"spark-1": "ok", "spark-2": "ok"}
 
 
