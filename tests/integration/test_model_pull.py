@@ -190,7 +190,7 @@ def test_a_partial_blob_damaged_on_the_target_is_fetched_again_and_a_damaged_sou
     pair.exec(2, ["bash", "-c", 'head -c 4096 /dev/zero > "$1" && chown "$2:$2" "$1"', "bash", partial, str(NODE_UID)])
     res = pull(pair, recipe)
     got = pulled(res)
-    assert got["nodes"]["spark-2"] == {"bytes": BLOBS[SHARD1] - 4096 + BLOBS[SHARD1], "blobs": [SHARD1]}
+    assert got["nodes"]["spark-2"] == {"bytes": BLOBS[SHARD1] - 4096 + BLOBS[SHARD1], "blobs": [SHARD1], "linked": 0}
     assert f"spark-2: blob {SHARD1[:16]} resumed from spark-2's partial file hashed to " in res.stderr, res.stderr
     assert "fetching it again from byte 0" in res.stderr and "damaged" not in res.stderr, res.stderr
     assert blobs_on(pair, 2) == BLOBS
@@ -298,9 +298,9 @@ def test_four_nodes_blob_deleted_on_spark2_and_corrupted_on_spark3(sim_cluster_f
     quad.exec(3, ["bash", "-c", 'printf x | dd of="$1" bs=1 seek=100 conv=notrunc status=none', "bash",
                   f"{ROOT}/blobs/{SHARD3}"])
     again = pulled(pull(quad, recipe))
-    assert again["nodes"] == {"spark-2": {"bytes": BLOBS[SHARD1], "blobs": [SHARD1]},
-                              "spark-3": {"bytes": BLOBS[SHARD3], "blobs": [SHARD3]},
-                              "spark-4": {"bytes": 0, "blobs": []}}
+    assert again["nodes"] == {"spark-2": {"bytes": BLOBS[SHARD1], "blobs": [SHARD1], "linked": 0},
+                              "spark-3": {"bytes": BLOBS[SHARD3], "blobs": [SHARD3], "linked": 0},
+                              "spark-4": {"bytes": 0, "blobs": [], "linked": 0}}
     assert verify_blobs(quad, recipe) == {f"spark-{i}": "ok" for i in (1, 2, 3, 4)}
 
 
