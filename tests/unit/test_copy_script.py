@@ -66,7 +66,7 @@ def test_a_partial_with_wrong_leading_bytes_is_fetched_again_from_byte_0(tmp_pat
     digest = hashlib.sha256(BLOB).hexdigest()
     assert out.returncode == 0, out.stdout + out.stderr
     records = [line.split("\t")[0] for line in out.stdout.splitlines() if not line.startswith("at\t")]
-    assert records == ["got", "refetch", "got", "ok", "linked"], out.stdout
+    assert records == ["got", "refetch", "got", "ok", "relinked", "linked"], out.stdout
     assert f"got\t{digest}\t{len(BLOB) - 4096}" in out.stdout and f"got\t{digest}\t{len(BLOB)}" in out.stdout
     assert (tmp_path / "cache/hub/models--org--m/blobs" / digest).read_bytes() == BLOB
 
