@@ -36,7 +36,7 @@ def engine_events(cluster, since: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("flag, says", [
     ("max-num-seq", "fix: did you mean --max-num-seqs?"),
-    ("frobnicate-widgets", "`spark-deploy preflight RECIPE --only vllm-flags`"),
+    ("frobnicate-widgets", "`spark-deploy pin RECIPE`"),
 ])
 def test_up_refuses_a_flag_as_validate_and_render_do_before_any_node_changes(clean, tmp_path, flag, says):
     cluster = clean
