@@ -7,6 +7,9 @@ vLLM's own accounting (v1 gpu_worker.determine_available_memory, kv_cache_utils)
     KV memory = gpu_memory_utilization x total - (weights + activation peak + non-torch memory + CUDA graphs)
     tokens    = KV memory // (KV bytes per token x block_size) x block_size
 
+DeepSeek-V4 has no per-token rule: its caches are summed for one max_model_len request as vLLM's start-up
+check sums them (kv_layout.deepseek_v4), and tokens = KV memory / that x max_model_len.
+
 The weights are read exactly; the other three are what vLLM measures in its profiling run, estimated
 here (their constants below), so the prediction is close, not exact: `up` records the engine's own line
 next to it.
