@@ -17,23 +17,16 @@ another dtype's rule; a dtype not listed here is "cannot judge" (UnknownLayout),
   The generic MLA layer (layers/attention/mla_attention.py `MLAAttention`) is what DeepSeek V2/V3
   (model_executor/models/deepseek_v2.py) and V3.2 (models/deepseek_v32/attention.py subclasses it) use.
 
-Not the generic layers: DeepSeek-V4 (`own_layout`). vLLM 0.33.0 builds its cache in
-models/deepseek_v4/attention.py out of five kinds of spec per model, none of them one latent per token:
-a compressed MLA state of 584 B (448 fp8 NoPE + 128 B bf16 RoPE + 8 B scales, `state_content_bytes`,
-attention.py:880) per 4 or 128 tokens (`compress_rates[layer_types[i]]`, attention.py:239-240; 1 =
-sliding only), a sliding-window cache per layer (`DeepseekV4SWACache`, v1/attention/backends/mla/
-sparse_swa.py:120-145, window `sliding_window`, 584 B a token, pages padded to 576 B), the compressors'
-state caches (models/deepseek_v4/compressor.py:179), and on the ratio-4 layers a Lightning-Indexer K
-cache (132 B fp8 / 68 B MXFP4 per state, attention.py:1021-1029). Sliding windows are capped at
-window + in-flight tokens, not max_model_len (v1/kv_cache_interface.py:918-956), and vLLM's grouping
-and page-size unification (v1/core/kv_cache_planning.py) decides the blocks a request takes: its
-`GPU KV cache size` is num_blocks / Σ groups' blocks per max_model_len request x max_model_len
-(v1/core/kv_cache_utils.py:1061-1128). No bytes-per-token number models that, so model-fit does not give one.
+Not the generic layers: DeepSeek-V4 (`own_layout`, `deepseek_v4`). vLLM 0.33.0 builds its cache in the
+model's own attention, several specs per layer, none of them one latent per token; `deepseek_v4` sums
+them as vLLM's start-up check does (v1/core/kv_cache_planning.py check_enough_kv_cache_memory: the sum of
+every layer spec's `max_memory_usage_bytes` for one max_model_len request) — see `deepseek_v4`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import ceil
 
 ONE_BYTE = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
 TWO_BYTES = ("bfloat16", "float16")
@@ -125,3 +118,110 @@ def mla(kv_cache_dtype: str | None, cfg: dict, kv_lora_rank: int, rope: int) -> 
         size, how = DS_MLA[kv_cache_dtype]
         return Layout(size, f"{size} B ({how})")
     raise UnknownLayout(f"kv_cache_dtype {kv_cache_dtype}: its KV layout for MLA layers is not known to model-fit")
+
+
+# --- DeepSeek-V4 on a DGX Spark (vLLM 0.33.0) ----------------------------------------------------------
+# On capability 12.x both DSv4 attention classes (nvidia/model.py _select_dsv4_attn_cls: FlashInfer SM120,
+# or FlashMLA when asked) keep `use_fp8_ds_mla_layout = True`, so attention.py _resolve_dsv4_kv_cache_dtype
+# turns auto and every fp8* into fp8_ds_mla and refuses the rest at start.
+V4_FP8 = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla")
+V4_STATE = 584  # attention.py:880 / sparse_swa.py:84: 448 fp8 NoPE + 128 B bf16 RoPE + 8 B UE8M0 scales
+V4_ALIGN = 576  # every fp8_ds_mla page rounds up to 576 B (kv_cache_interface.py _apply_alignment_padding)
+V4_SWA_BLOCK = 64  # DeepseekV4SWACache block_size (sparse_swa.py:82)
+V4_INDEX_ROW = 128 + 128 // 128 * 4  # fp8 indexer K: 128 fp8 + one fp32 scale (attention.py:1024-1029)
+V4_HEAD = 512  # head_dim of the attention (the compressors' states are fp32 of 2 x coff x head_dim)
+
+
+class RefusedLayout(UnknownLayout):
+    """vLLM refuses this KV dtype for this model at start: a failure, not a "cannot judge"."""
+
+
+def _pad(n: int) -> int:
+    return -(-n // V4_ALIGN) * V4_ALIGN
+
+
+@dataclass(frozen=True)
+class V4Part:
+    """One kind of cache spec: `layers` layers of pages of `page` bytes; a growing part takes a page per
+    `block` tokens of the request, a sliding one (`window` > 0) at most window - 1 + in-flight tokens
+    plus one page (SlidingWindowSpec.max_admission_blocks_per_request)."""
+    name: str
+    layers: int
+    page: int
+    block: int
+    window: int = 0
+
+    def pages(self, max_len: int, in_flight: int) -> int:
+        if not self.window:
+            return -(-max_len // self.block)
+        return -(-min(self.window - 1 + in_flight, max_len) // self.block) + 1
+
+    def bytes(self, max_len: int, in_flight: int) -> int:
+        return self.layers * self.pages(max_len, in_flight) * self.page
+
+
+@dataclass(frozen=True)
+class V4Layout:
+    """DeepSeek-V4's cache for one max_model_len request, the same on every rank (max_tp_shards=1)."""
+    parts: tuple[V4Part, ...]
+    max_len: int
+    in_flight: int  # vllm_config.max_in_flight_tokens: concurrent batches x max_num_batched_tokens
+
+    kind = "deepseek-v4"
+
+    @property
+    def request_bytes(self) -> int:
+        return sum(p.bytes(self.max_len, self.in_flight) for p in self.parts)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """One max_model_len request's bytes per token of it (the sliding parts spread over it)."""
+        return ceil(self.request_bytes / self.max_len)
+
+    def tokens(self, kv_memory: int, _block_size: int) -> int:
+        """vLLM's `GPU KV cache size`: concurrency (pool / one request) x max_model_len
+        (kv_cache_utils.get_kv_cache_capacity), here by bytes: vLLM's grouping may pad pages further."""
+        return kv_memory * self.max_len // self.request_bytes
+
+    def formula(self) -> str:
+        return " + ".join(f"{p.name}: {p.layers} x {p.pages(self.max_len, self.in_flight):,} pages x {p.page:,} B"
+                          for p in self.parts)
+
+
+def deepseek_v4(cfg: dict, kv_cache_dtype: str | None, block_size: int, max_len: int, in_flight: int,
+                draft_layers: int) -> V4Layout:
+    """The specs vLLM 0.33.0 gives a DeepSeek-V4 model on a Spark, per layer i of ratio
+    r = compress_rates[layer_types[i]] (0: sliding only; a draft layer is always 1: attention.py:236-241):
+    - every layer: DeepseekV4SWACache (sparse_swa.py:120-145), 64-token pages of 584 B, padded: sliding;
+    - r > 1: the compressed MLA state (attention.py:860-882), block_size / r states of 584 B a page,
+      and the compressor's fp32 state (compressor.py:179-190, state_dim 2 x coff x 512, coff 2 when r is 4,
+      pages of 4 (r 4) or 8 (r 128) rows, window coff x r): sliding;
+    - r = 4: the Lightning indexer's K cache (attention.py:911-925, block_size / 4 rows of 132 B) and its
+      compressor's state (head 128): sliding.
+    UnknownLayout when the config does not say what this needs; RefusedLayout for a dtype vLLM refuses."""
+    dtype = kv_cache_dtype or "auto"
+    if dtype not in V4_FP8:
+        raise RefusedLayout(f"kv_cache_dtype {dtype}: vLLM 0.33.0 refuses it for DeepSeek-V4 on a Spark (\"DeepseekV4 "
+                            f"fp8_ds_mla layout only supports fp8 kv-cache, got {dtype}\", models/deepseek_v4/"
+                            "attention.py:111-116); use fp8_ds_mla (what auto and fp8 become there)")
+    types, rates = cfg.get("layer_types"), cfg.get("compress_rates")
+    window = cfg.get("sliding_window")
+    if not (isinstance(types, list) and isinstance(rates, dict) and isinstance(window, int) and window > 0):
+        raise UnknownLayout(f"model_type {cfg.get('model_type')}: config.json has no layer_types, compress_rates and "
+                            "sliding_window, which vLLM 0.33.0 lays DeepSeek-V4's cache out by")
+    if cfg.get("head_dim", V4_HEAD) != V4_HEAD or cfg.get("index_head_dim", 128) != 128:
+        raise UnknownLayout("DeepSeek-V4's fp8_ds_mla layout is made for head_dim 512 and index_head_dim 128")
+    ratios = [max(1, int(rates.get(t) or 0)) for t in types]
+    if any(r not in (1, 4, 128) for r in ratios):
+        raise UnknownLayout(f"compress ratios {sorted(set(ratios))}: vLLM 0.33.0's compressor takes 4 and 128")
+    c4, c128 = ratios.count(4), ratios.count(128)
+    parts = [V4Part("sliding window", len(ratios) + draft_layers, _pad(V4_SWA_BLOCK * V4_STATE), V4_SWA_BLOCK, window)]
+    for r, n in ((4, c4), (128, c128)):
+        if n:
+            coff, rows = (2, 4) if r == 4 else (1, 8)
+            parts.append(V4Part(f"C{r} states", n, _pad(block_size // r * V4_STATE), block_size))
+            parts.append(V4Part(f"C{r} compressor", n, _pad(rows * 2 * coff * V4_HEAD * 4), rows, coff * r))
+    if c4:
+        parts.append(V4Part("C4 indexer K", c4, _pad(block_size // 4 * V4_INDEX_ROW), block_size))
+        parts.append(V4Part("C4 indexer compressor", c4, _pad(4 * 2 * 2 * 128 * 4), 4, 8))
+    return V4Layout(tuple(parts), max_len, in_flight)

@@ -7,6 +7,9 @@ vLLM's own accounting (v1 gpu_worker.determine_available_memory, kv_cache_utils)
     KV memory = gpu_memory_utilization x total - (weights + activation peak + non-torch memory + CUDA graphs)
     tokens    = KV memory // (KV bytes per token x block_size) x block_size
 
+DeepSeek-V4 has no per-token rule: its caches are summed for one max_model_len request as vLLM's start-up
+check sums them (kv_layout.deepseek_v4), and tokens = KV memory / that x max_model_len.
+
 The weights are read exactly; the other three are what vLLM measures in its profiling run, estimated
 here (their constants below), so the prediction is close, not exact: `up` records the engine's own line
 next to it.
@@ -19,7 +22,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 
 from . import kv_layout
-from .kv_layout import Layout, UnknownLayout
+from .kv_layout import Layout, UnknownLayout, V4Layout
 
 GIB = 1 << 30
 
@@ -48,16 +51,18 @@ class FitState(StrEnum):
     WEIGHTS_SHORT = "weights-do-not-fit"  # no room left for any KV cache: the load fails after the whole load
     KV_SHORT = "kv-tokens-below-max-model-len"  # vLLM refuses to start: not one full-length request fits
     KV_UNJUDGED = "kv-not-judged"  # a KV layout model-fit does not know: the weights are judged, the KV is not
+    KV_REFUSED = "kv-dtype-refused"  # vLLM refuses this KV dtype for this model at start (kv_unknown quotes it)
 
     @property
     def fails(self) -> bool:
-        return self in (FitState.WEIGHTS_SHORT, FitState.KV_SHORT)
+        return self in (FitState.WEIGHTS_SHORT, FitState.KV_SHORT, FitState.KV_REFUSED)
 
 
 class KvKind(StrEnum):
     ATTENTION = "attention"  # K and V per KV head per layer, the KV heads split across TP ranks
     MLA = "mla"  # one compressed latent (kv_lora_rank + rope dims) per layer, whole on every rank
     HYBRID = "hybrid"  # linear-attention layers keep a fixed state per sequence: only attention layers grow
+    DEEPSEEK_V4 = "deepseek-v4"  # compressed states, sliding windows and indexer caches (kv_layout.deepseek_v4)
 
 
 def text_config(config: dict) -> dict:
@@ -94,6 +99,10 @@ class KvShape:
 
     def formula(self) -> str:
         return f"{self.layers} layers x {self.per_layer.how}"
+
+    def tokens(self, kv_memory: int, block_size: int) -> int:
+        """Whole blocks of block_size tokens, as vLLM's `GPU KV cache size` line counts them."""
+        return kv_memory // (self.bytes_per_token * block_size) * block_size
 
 
 def attention_layers(cfg: dict) -> tuple[int, bool]:
@@ -133,6 +142,23 @@ def kv_shape(config: dict, tp: int, kv_cache_dtype: str | None, draft: bool) -> 
     per_rank = max(1, kv_heads // tp)  # fewer KV heads than ranks: vLLM replicates one per rank
     return KvShape(KvKind.HYBRID if hybrid else KvKind.ATTENTION, layers,
                    kv_layout.attention(kv_cache_dtype, cfg, per_rank, head_dim))
+
+
+DSPARK_LAYERS = 3  # models/deepseek_v4/nvidia/dspark.py:106: n_mtp_layers, else 3
+
+
+def v4_shape(cfg: dict, s: Settings, max_len: int, batched: int) -> V4Layout:
+    """DeepSeek-V4's cache for one max_model_len request (kv_layout.deepseek_v4). In flight: one batch per
+    concurrent step, two with async scheduling at PP 1 (config/vllm.py max_concurrent_batches), vLLM's
+    default unless the recipe turns it off; the draft's layers: DSpark's own, else the checkpoint's MTP."""
+    if s.block_size is None:
+        raise UnknownLayout("DeepSeek-V4's block size is picked by its attention backend at start (the recipe "
+                            "sets no block-size)")
+    draft = 0
+    if s.draft:
+        draft = (_int(cfg, "n_mtp_layers") or DSPARK_LAYERS) if s.spec_method == "dspark" else draft_layers(cfg)
+    in_flight = (1 if s.async_scheduling is False else 2) * batched
+    return kv_layout.deepseek_v4(cfg, s.kv_cache_dtype, s.block_size, max_len, in_flight, draft)
 
 
 def _extent(name: str, entry: dict) -> int:
@@ -182,6 +208,8 @@ class Settings:
     block_size: int | None
     enforce_eager: bool
     draft: bool  # speculative decoding loads an in-checkpoint draft head
+    spec_method: str | None = None  # speculative_config.method (DSpark drafts with its own layers)
+    async_scheduling: bool | None = None  # None: vLLM's default (on, unless an option it cannot take)
 
 
 @dataclass(frozen=True)
@@ -193,11 +221,12 @@ class Fit:
     activation: int
     non_torch: int
     cuda_graphs: int
-    kv: KvShape | None  # None: model-fit cannot judge the KV cache (kv_unknown says why); the weights still are
+    kv: KvShape | V4Layout | None  # None: model-fit cannot judge the KV cache (kv_unknown says why)
     block_size: int
     max_model_len: int
     max_num_seqs: int | None
     kv_unknown: str = ""
+    kv_refused: bool = False  # kv_unknown is vLLM's refusal at start, not a layout model-fit does not know
 
     @property
     def budget(self) -> int:
@@ -213,8 +242,7 @@ class Fit:
         (UnknownLayout when the KV cache cannot be judged)."""
         if self.kv is None:
             raise UnknownLayout(self.kv_unknown)
-        page = self.kv.bytes_per_token * self.block_size
-        return max(0, self.kv_memory) // page * self.block_size
+        return self.kv.tokens(max(0, self.kv_memory), self.block_size)
 
     @property
     def weights_fit(self) -> bool:
@@ -228,8 +256,8 @@ class Fit:
     def state(self) -> FitState:
         if not self.weights_fit:
             return FitState.WEIGHTS_SHORT
-        if self.kv is None:  # never a number computed for another layout, so never a KV failure
-            return FitState.KV_UNJUDGED
+        if self.kv is None:  # never a number computed for another layout
+            return FitState.KV_REFUSED if self.kv_refused else FitState.KV_UNJUDGED
         return FitState.KV_SHORT if self.tokens < self.max_model_len else FitState.FITS
 
     def as_dict(self) -> dict:
@@ -237,7 +265,8 @@ class Fit:
         if self.kv is None:
             return {**out, "budget": self.budget, "kv_memory": self.kv_memory}
         return {**out, "kv_kind": str(self.kv.kind), "kv_bytes_per_token": self.kv.bytes_per_token,
-                "budget": self.budget, "kv_memory": self.kv_memory, "tokens": self.tokens}
+                "budget": self.budget, "kv_memory": self.kv_memory, "tokens": self.tokens,
+                **({"kv_request_bytes": self.kv.request_bytes} if isinstance(self.kv, V4Layout) else {})}
 
 
 def fit(headers: dict[str, dict], config: dict, mem_total: int, s: Settings, kv_optional: bool = False) -> Fit:
@@ -250,20 +279,26 @@ def fit(headers: dict[str, dict], config: dict, mem_total: int, s: Settings, kv_
     hidden = _need(cfg, "hidden_size")
     vocab = _int(cfg, "vocab_size") or 0
     activation = batched * hidden * ACTIVATION_BYTES_PER_HIDDEN + seqs * vocab * LOGIT_BYTES
+    refused = False
     try:
-        kv, unknown = kv_shape(config, s.tp, s.kv_cache_dtype, s.draft), ""
-    except UnknownLayout as exc:
+        kv, unknown = (v4_shape(cfg, s, max_len, batched) if kv_layout.own_layout(cfg) else
+                       kv_shape(config, s.tp, s.kv_cache_dtype, s.draft)), ""
+    except UnknownLayout as exc:  # RefusedLayout too: a failure of its own state, never a number
         if not kv_optional:
             raise
-        kv, unknown = None, str(exc)
+        kv, unknown, refused = None, str(exc), isinstance(exc, kv_layout.RefusedLayout)
     return Fit(mem_total, s.utilization, weights_per_rank(headers, config, s.tp, s.draft), activation,
                NON_TORCH_BYTES, 0 if s.enforce_eager else CUDA_GRAPH_BYTES, kv,
-               s.block_size or DEFAULT_BLOCK_SIZE, max_len, s.max_num_seqs, unknown)
+               s.block_size or DEFAULT_BLOCK_SIZE, max_len, s.max_num_seqs, unknown, refused)
 
 
-def fixes(short: list[str], tight: list[str], unjudged: list[str], tp: int) -> list[str]:
-    """What to change, for the nodes in each failing state (preflight's model-fit and `fit` say the same)."""
+def fixes(short: list[str], tight: list[str], unjudged: list[str], tp: int,
+          refused: tuple[list[str], str] = ([], "")) -> list[str]:
+    """What to change, for the nodes in each failing state (preflight's model-fit and `fit` say the same);
+    `refused`: the nodes whose KV dtype vLLM refuses, and its words."""
     out = []
+    if refused[0]:
+        out.append(f"{', '.join(refused[0])}: rule kv-dtype-refused: {refused[1]}")
     if short:
         out.append(f"{', '.join(short)}: the weights do not fit vLLM's share (loading would fail after the "
                    f"whole load): raise vllm.tensor_parallel_size (now {tp}) over more nodes, pick a smaller "
@@ -290,10 +325,17 @@ def describe(f: Fit) -> str:
             f"graphs {gib(f.cuda_graphs)} of {f.utilization:g} x {gib(f.mem_total)} = {gib(f.budget)}")
     if not f.weights_fit:
         return f"{text}: {gib(-f.kv_memory)} short, no room for a KV cache"
+    if f.kv is None and f.kv_refused:
+        return f"{text} leaves {gib(f.kv_memory)} KV"
     if f.kv is None:
         return f"{text} leaves {gib(f.kv_memory)} KV; tokens that fit not judged ({f.kv_unknown})"
-    text += (f" leaves {gib(f.kv_memory)} KV; {f.kv.bytes_per_token:,} B/token ({f.kv.kind}: {f.kv.formula()}) "
-             f"-> {f.tokens:,} tokens = {f.concurrency:.2f}x max_model_len {f.max_model_len:,}")
+    if isinstance(f.kv, V4Layout):
+        text += (f" leaves {gib(f.kv_memory)} KV; one {f.max_model_len:,}-token request needs "
+                 f"{gib(f.kv.request_bytes)} ({f.kv.kind}, fp8_ds_mla: {f.kv.formula()}) -> ~{f.tokens:,} tokens = "
+                 f"{f.concurrency:.2f}x max_model_len")
+    else:
+        text += (f" leaves {gib(f.kv_memory)} KV; {f.kv.bytes_per_token:,} B/token ({f.kv.kind}: {f.kv.formula()}) "
+                 f"-> {f.tokens:,} tokens = {f.concurrency:.2f}x max_model_len {f.max_model_len:,}")
     if f.max_num_seqs:
         need = f.max_num_seqs * f.max_model_len
         text += (f"; max_num_seqs {f.max_num_seqs} at full length needs {need:,}: "

@@ -13,7 +13,7 @@ from ..config.hints import suggest
 from ..config.load import load_deployment
 from ..config.local_checks import local_problems
 from ..config.source import ConfigError
-from ..config.vllm_flags import flag_issues
+from ..config.vllm_flags import flag_issues, judged_against
 from .common import (BadInput, ClusterOpt, InventoryOpt, JsonOpt, NodeOpt, RecipeArg, SetOpt, emit_json, err, exit_codes,
                      out)
 
@@ -39,10 +39,12 @@ def validate(recipe: RecipeArg, inventory: InventoryOpt = None, cluster: Cluster
             emit_json({"ok": True, "recipe": str(recipe), "name": dep.recipe.name, "inventory": str(inventory),
                        "overrides": list(dep.overrides),
                        "nodes": [{"node": n.name, "rank": r} for r, n in enumerate(dep.inventory.ranked)],
-                       "warnings": [unpinned] if dep.recipe.image.id is None else []})
+                       "warnings": [unpinned] if dep.recipe.image.id is None else [],
+                       "flag_table": judged_against(dep.recipe)})
             return
         nodes = ", ".join(f"{n.name} (rank {r})" for r, n in enumerate(dep.inventory.ranked))
         out.print(f"[green]ok[/] {escape(str(recipe))}: {escape(dep.recipe.name)} on {nodes}")
+        out.print(f"  vLLM flags judged against {escape(judged_against(dep.recipe))}")
         if dep.recipe.image.id is None:
             err.print(f"[yellow]warning[/]: {unpinned}")
 
@@ -80,6 +82,7 @@ def render(
         else:
             err.print(f"plan {full.plan_hash} (recipe {escape(full.recipe)} digest {full.recipe_digest}); "
                       f"`up` labels its containers with a fresh run ID where this shows {PREVIEW_RUN!r}")
+            err.print(f"vLLM flags judged against {escape(judged_against(dep.recipe))}")
             for launch in plan:
                 role = "head" if launch.is_head else "peer"
                 out.print(f"# {escape(launch.node.name)}: rank {launch.rank} ({role}), container {launch.container}")

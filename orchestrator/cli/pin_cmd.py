@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from ..config.load import load_inventory, load_recipe
-from ..deploy.pin import PinOutcome, PinRefused, pin as pin_image
+from ..deploy.pin import ParserCache, PinOutcome, PinRefused, pin as pin_image
 from ..releases.lock import LockError
 from ..transport.node import NodeError
 from .common import BadInput, ClusterOpt, Failed, InventoryOpt, JsonOpt, RecipeArg, emit_json, err, exit_codes, out
@@ -22,7 +22,9 @@ def pin(
     replace: Annotated[bool, typer.Option("--replace", help="Replace an image.id that is already set.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Pin the recipe to the image ID that `image.ref` names on a node (RepoDigests do not survive docker load).
+    """Pin the recipe to the image ID that `image.ref` names on a node (RepoDigests do not survive docker load),
+    and cache that image's own `vllm serve` parser by its ID: validate, render and up then judge the
+    recipe's flags by it.
 
     Example: spark-deploy pin recipes/dspark-0731-b12x.yaml --node spark-1
     """
@@ -40,7 +42,8 @@ def pin(
         if as_json:
             emit_json({"ok": True, "recipe": str(recipe), "node": name, "ref": spec.image.ref, "image_id": found.id,
                        "diff_ids": list(found.diff_ids), "repo_digests": list(found.repo_digests),
-                       "digest_verified": result.digest_verified, "outcome": str(result.outcome)})
+                       "digest_verified": result.digest_verified, "outcome": str(result.outcome),
+                       "parser": {"state": str(result.parser), "detail": result.parser_note}})
             return
         out.print(f"{escape(name)}: {escape(spec.image.ref)} is {found.id}")
         out.print(f"  layers (DiffIDs): {len(found.diff_ids)}; RepoDigests: {', '.join(found.repo_digests) or 'none'}")
@@ -49,6 +52,12 @@ def pin(
         else:
             err.print(f"[yellow]note[/]: {escape(spec.image.ref)} is a tag, not a digest: the ID is what {escape(name)} "
                       "holds under that tag today")
+        if result.parser is ParserCache.FAILED:
+            err.print(f"[yellow]warning[/]: the image's vLLM parser is not cached ({escape(result.parser_note)}): "
+                      "validate, render and up judge flags by the table shipped with spark-deploy")
+        else:
+            out.print(f"  vLLM parser {result.parser}: {escape(result.parser_note)} (validate, render and up "
+                      "judge the recipe's flags by it)")
         if result.outcome is PinOutcome.ALREADY:
             out.print(f"already pinned: {escape(str(recipe))} image.id is {found.id}")
         else:

@@ -4,8 +4,9 @@ cached it, else the table shipped with spark-deploy (vLLM 0.33.0, orchestrator/v
 `validate`, `render`, `up` and the typed recipe fields (`vllm.kv_cache_dtype`, `vllm.moe_backend`, ...)
 all ask this one table, so they give one answer, and none of them keeps a list of its own: what vLLM's
 parser accepts is vLLM's data. An image ID names immutable content, so its parser's answer, cached by
-preflight's `vllm-flags` check under $XDG_CACHE_HOME (else ~/.cache)/spark-deploy/vllm-help/, never goes
-stale; a tag can move, so only a pinned `sha256:` ID is looked up.
+`pin` and preflight's `vllm-flags` check under $XDG_CACHE_HOME (else ~/.cache)/spark-deploy/vllm-help/, never goes
+stale; a tag can move, so only a pinned `sha256:` ID is looked up. `pin` writes the same cache when it
+pins (deploy/pin.py).
 
 Accepted values of an option are the choices argparse enforces (`{a,b}` in the help) and the values a
 list-shaped metavar names (`['auto', 'fp8', ...]`: --kv-cache-dtype), which argparse passes through and
@@ -21,12 +22,12 @@ from pathlib import Path
 
 from ..vllm_table import options_table as _bundled
 
-REFRESH = ("`spark-deploy preflight RECIPE --only vllm-flags` reads the pinned image's own parser and "
-           "caches it by image ID; validate, render and up then check against it")
+REFRESH = ("`spark-deploy pin RECIPE` (or `spark-deploy preflight RECIPE --only vllm-flags`) reads the pinned "
+           "image's own parser and caches it by image ID; validate, render and up then check against it")
 
 
 def help_cache_file(image_id: str) -> Path:
-    """Where preflight's vllm-flags check caches an image's parser (facts/vllm.cache_file)."""
+    """Where `pin` and preflight's vllm-flags check cache an image's parser (facts/vllm.cache_file)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "spark-deploy" / "vllm-help" / (image_id.replace(":", "-") + ".json")
 
@@ -83,7 +84,7 @@ def image_table(image_id: str | None) -> FlagTable | None:
         return None
     values = {k: tuple(v) for k, v in options.items() if v}
     values.update({k: tuple(v) for k, v in listed.items() if v})
-    return FlagTable(f"the image {image_id[:19]}'s own parser (cached by preflight in {path})",
+    return FlagTable(f"the image {image_id[:19]}'s own parser (cached in {path})",
                      frozenset(options), values, image_id)
 
 

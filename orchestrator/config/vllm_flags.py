@@ -235,3 +235,9 @@ def flag_issues(recipe: Recipe, doc: Document) -> list[ConfigIssue]:
     issues: `validate`, `render` and `up` all call this, so a flag gets one verdict, before any node is
     contacted."""
     return [doc.issue(loc, msg) for loc, msg in extra_problems(dict(recipe.vllm.extra), table_for(recipe.image.id))]
+
+
+def judged_against(recipe: Recipe) -> str:
+    """The table the recipe's flags and typed choices are judged against, in words (validate, render and up
+    say it)."""
+    return table_for(recipe.image.id).source

@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 from ..config.load import Deployment
 from ..config.local_checks import local_problems
 from ..config.source import ConfigError, Document
-from ..config.vllm_flags import flag_issues
+from ..config.vllm_flags import flag_issues, judged_against
 from ..http_api.endpoint import Endpoint
 from ..operation.operation import AuditAction, Operation, OperationRefused, Reach, enclosing
 from ..releases.identity import IdentityMismatch
@@ -132,6 +132,8 @@ def up(dep: Deployment, events: Events, opts: UpOptions = UpOptions(), plan: Pla
         problems += flag_issues(recipe, dep.recipe_doc or Document(dep.recipe_path, None))
     if problems:
         raise ConfigError(problems)
+    events.note(f"vLLM flags judged against {judged_against(recipe)}" if "vllm-flags" not in opts.skip_checks
+                else "vLLM flags not judged before start (--skip-check vllm-flags): the engine's parser judges them")
     if recipe.image.id is None:
         raise UnpinnedImage(f"{dep.recipe_path}: image.id is not set: pin the verified image ID "
                             "(`spark-deploy pin RECIPE --node NODE`)")

@@ -7,8 +7,10 @@ typed value per rank, the ranks judged against each other, the head's `non-defau
 the argv the plan rendered, and the pre-deploy key `bench --compare` refuses identical A and B by.
 
 vLLM 0.33.0 logs `non-default args` and its engine config (KV cache dtype, speculative config) on the
-head only (entrypoints/launchers/launcher.py:368, v1/engine/core.py:140): a headless rank logs neither.
-Every rank's worker logs its attention backend, MoE backend and CUDA graph profile: those are compared.
+head only (the API server's setup_server, entrypoints/launchers/launcher.py:368 -> common/startup.py:96;
+v1/engine/core.py:140): a headless rank (entrypoints/cli/serve.py run_headless) logs neither. Every rank's
+worker logs its attention backend (platforms/cuda.py:448, :509), MoE backend (each quantization's
+fused_moe/oracle/*.py) and CUDA graph profile: those are compared.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from ..vllm_table.argtypes import resolve
 NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
 ATTENTION = re.compile(r"Using (\w+) attention backend out of potential backends: ")  # cuda.py:509 (auto)
 ATTENTION_SELECTED = re.compile(r"Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) backend\.$")  # cuda.py:448
-MOE = re.compile(r"Using '([^']+)' \w+ MoE backend")  # mxfp4.py and the other quantized oracles
+# every quantization's oracle (fused_moe/oracle/*.py: fp8, nvfp4, mxfp4, unquantized, ...), quoted or not
+MOE = re.compile(r"Using '?([\w.-]+)'? (?:\w+ )*MoE backend")
 GRAPHS = re.compile(r"Profiling CUDA graph memory: (.*)$")
 GRAPH_MODE = re.compile(r"\b([A-Z_]+)=\d+ \(largest=")
 ENGINE = re.compile(r"Initializing a V1 LLM engine \(v[^)]*\) with config: (.*)$")

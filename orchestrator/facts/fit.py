@@ -55,7 +55,16 @@ def recipe_settings(recipe: Recipe) -> Settings:
     in_checkpoint = spec is not None and "model" not in (spec.model_extra or {})
     return Settings(v.tensor_parallel_size, v.gpu_memory_utilization or VLLM_DEFAULT_UTILIZATION, v.kv_cache_dtype,
                     v.max_model_len, _extra_int(recipe, "max-num-seqs"), _extra_int(recipe, "max-num-batched-tokens"),
-                    _extra_int(recipe, "block-size"), v.enforce_eager, in_checkpoint)
+                    _extra_int(recipe, "block-size"), v.enforce_eager, in_checkpoint,
+                    spec.method if spec is not None else None, _async(recipe))
+
+
+def _async(recipe: Recipe) -> bool | None:
+    """`async-scheduling: false` (or `no-async-scheduling: true`) in vllm.extra turns it off; else vLLM decides."""
+    extra = recipe.vllm.extra
+    if extra.get("async-scheduling") is False or extra.get("no-async-scheduling") is True:
+        return False
+    return True if extra.get("async-scheduling") is True else None
 
 
 def head_headers(seen: Seen, dep: Deployment) -> tuple[Headers | None, str]:

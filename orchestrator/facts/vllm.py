@@ -81,17 +81,19 @@ def _help_args(given: FactInput) -> list[str]:
     if not _on_head(given):
         return []
     image = given.plan.image_id
-    cached = read_cache("vllm-help", image)  # one without "listed" (an older spark-deploy's) is read again
-    return [CACHED] if cached is not None and "listed" in cached else [image]
+    return [CACHED] if help_cached(image) else [image]  # one without "listed" (an older spark-deploy's): again
 
 
-@fact("image_help", r'''[ $# -gt 0 ] || { echo '@peer'; exit 0; }
+HELP_SCRIPT = r'''[ $# -gt 0 ] || { echo '@peer'; exit 0; }
 [ "$1" = '@cached' ] && { echo '@cached'; exit 0; }
 run() { docker run --rm --pull never --network none --entrypoint vllm "$1" serve "$2" 2>&1; }
 if out=$(run "$1" --help=all); then printf '@via --help=all\n%s\n' "$out"; exit 0; fi
 first=$out
 if out=$(run "$1" --help) && [ -n "$out" ]; then printf '@via --help\n%s\n' "$out"; exit 0; fi
-printf '%s\n' "$first" >&2; exit 1''', args=_help_args)
+printf '%s\n' "$first" >&2; exit 1'''  # also `pin`'s read of the image it pins (deploy/pin.py)
+
+
+@fact("image_help", HELP_SCRIPT, args=_help_args)
 def parse_image_help(stdout: str) -> dict[str, Any]:
     """-> {"source": Source, "via": the help flag, "options": {option: choices | None}}."""
     head, _, body = stdout.partition("\n")
@@ -106,6 +108,21 @@ def parse_image_help(stdout: str) -> dict[str, Any]:
     if kind is Layout.GROUPS:
         raise ValueError(f"`vllm serve {via}` printed only the list of config groups, no flags")
     return {"source": Source.FRESH, "via": via, "options": parse_help(body), "listed": parse_listed(body)}
+
+
+def help_cached(image_id: str) -> bool:
+    """The image's parser is cached with its listed values (one cached by an older spark-deploy is not)."""
+    cached = read_cache("vllm-help", image_id)
+    return cached is not None and "listed" in cached
+
+
+def cache_help(image_id: str, got: dict[str, Any]) -> Path:
+    """A fresh `image_help` answer cached by image ID (config/flag_table.py reads it for validate, render,
+    up and the typed recipe fields): preflight's vllm-flags and `pin` both write it so."""
+    write_cache("vllm-help", image_id,
+                {"via": got["via"], "options": {k: list(v) if v else None for k, v in got["options"].items()},
+                 "listed": {k: list(v) for k, v in got["listed"].items()}})
+    return cache_file("vllm-help", image_id)
 
 
 def _spec_args(given: FactInput) -> list[str]:

@@ -86,8 +86,9 @@ class FitAnswer:
         def named(state: FitState) -> list[str]:
             return [n.node for n in self.nodes if n.state is state]
         unsized = [f"{n.node}: cannot size the model: {n.error}" for n in self.nodes if n.fit is None]
+        refused = next((n.fit.kv_unknown for n in self.nodes if n.state is FitState.KV_REFUSED), "")
         return unsized + fixes(named(FitState.WEIGHTS_SHORT), named(FitState.KV_SHORT),
-                               named(FitState.KV_UNJUDGED), self.tp)
+                               named(FitState.KV_UNJUDGED), self.tp, (named(FitState.KV_REFUSED), refused))
 
     def summary(self) -> str:
         """One line naming the figures of the first node that does not fit (what `model pull` refuses with)."""
@@ -101,6 +102,8 @@ class FitAnswer:
             return (f"{bad.node}: weights {f.weights / (1 << 30):.1f} GiB/rank + {(f.activation + f.non_torch + f.cuda_graphs) / (1 << 30):.1f} GiB "
                     f"runtime do not fit {f.utilization:g} x MemTotal {f.mem_total / (1 << 30):.1f} GiB = "
                     f"{f.budget / (1 << 30):.1f} GiB ({-f.kv_memory / (1 << 30):.1f} GiB short)")
+        if f.state is FitState.KV_REFUSED:
+            return f"{bad.node}: {f.kv_unknown}"
         return (f"{bad.node}: {f.tokens:,} KV tokens fit ({f.kv.bytes_per_token:,} B/token in "
                 f"{f.kv_memory / (1 << 30):.1f} GiB), fewer than max_model_len {f.max_model_len:,}")
 

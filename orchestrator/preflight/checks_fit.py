@@ -28,7 +28,7 @@ def model_fit(seen: Seen, dep: Deployment) -> Verdict:
         return Verdict("model-fit", Scope.NODE, {n: Cell(Status.SKIP, f"no config.json in {headers.snapshot}")
                                                  for n in seen}, "")
     s = settings(dep)
-    short, tight, unjudged = [], [], []
+    short, tight, unjudged, refused, why = [], [], [], [], ""
     for node, facts in in_rank_order(seen, dep):
         if node in cells:
             continue
@@ -42,6 +42,10 @@ def model_fit(seen: Seen, dep: Deployment) -> Verdict:
         if state is FitState.WEIGHTS_SHORT:
             cells[node] = Cell(Status.FAIL, describe(f))
             short.append(node)
+        elif state is FitState.KV_REFUSED:
+            cells[node] = Cell(Status.FAIL, f"{f.kv_unknown}; {describe(f)}")
+            refused.append(node)
+            why = f.kv_unknown
         elif state is FitState.KV_UNJUDGED:
             cells[node] = Cell(Status.WARN, f"cannot judge the KV cache: {f.kv_unknown}; {describe(f)}")
             unjudged.append(node)
@@ -50,4 +54,4 @@ def model_fit(seen: Seen, dep: Deployment) -> Verdict:
             tight.append(node)
         else:
             cells[node] = Cell(Status.OK, describe(f))
-    return Verdict("model-fit", Scope.NODE, cells, " | ".join(fixes(short, tight, unjudged, s.tp)))
+    return Verdict("model-fit", Scope.NODE, cells, " | ".join(fixes(short, tight, unjudged, s.tp, (refused, why))))

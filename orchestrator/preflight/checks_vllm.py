@@ -20,7 +20,7 @@ from ..checks.flags import judge_flags, rendered_flags
 from ..config.load import Deployment
 from ..render.plan import build_plan
 from ..facts.core import Observed
-from ..facts.vllm import Source, read_cache, write_cache
+from ..facts.vllm import Source, cache_help, read_cache, write_cache
 from .table_agreement import disagreements
 from ..checks.verdict import Cell, Scope, Status, Verdict, worst
 from .registry import check, missing
@@ -65,9 +65,7 @@ def vllm_flags(seen: Seen, dep: Deployment) -> Verdict:
         via = f"{cached['via']}, cached"
     else:
         options, via = got["options"], got["via"]
-        write_cache("vllm-help", plan.image_id,  # config/flag_table.py reads it for validate, render and up
-                    {"via": via, "options": {k: list(v) if v else None for k, v in options.items()},
-                     "listed": {k: list(v) for k, v in got["listed"].items()}})
+        cache_help(plan.image_id, got)  # config/flag_table.py reads it for validate, render and up
     flags = rendered_flags(plan)
     fails, warns = judge_flags(flags, options)
     notes = disagreements(dep.recipe, options)  # why `validate` (the shipped table) answered otherwise

@@ -4,8 +4,12 @@ nothing on any node changes (no container, no image, no release record, no audit
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from deploy_helpers import node_docker, recipe_variant, spark_deploy
+
+from ruamel.yaml import YAML
 
 from orchestrator.sim.state import NODE_STATE_DIR
 
@@ -36,7 +40,7 @@ def engine_events(cluster, since: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("flag, says", [
     ("max-num-seq", "fix: did you mean --max-num-seqs?"),
-    ("frobnicate-widgets", "`spark-deploy preflight RECIPE --only vllm-flags`"),
+    ("frobnicate-widgets", "`spark-deploy pin RECIPE`"),
 ])
 def test_up_refuses_a_flag_as_validate_and_render_do_before_any_node_changes(clean, tmp_path, flag, says):
     cluster = clean
@@ -56,3 +60,29 @@ def test_up_refuses_a_flag_as_validate_and_render_do_before_any_node_changes(cle
     assert "vLLM 0.33.0's option table shipped with spark-deploy" in errors["up"][0] and says in errors["up"][0]
     assert node_state(cluster) == before, "up changed a node"
     assert engine_events(cluster, since) == {info.name: "" for info in cluster.nodes()}
+
+
+def test_pin_caches_the_images_own_parser_and_validate_then_judges_by_it(clean, tmp_path):
+    """`pin` runs the pinned image's `vllm serve --help=all` on the node (the stand-in's parser) and caches
+    it by image ID under the user's cache dir; `validate` then names that table instead of the shipped one."""
+    cluster = clean
+    recipe = recipe_variant(cluster, tmp_path / "r.yaml")
+    image = YAML(typ="safe").load(recipe.read_text())["image"]["id"]
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cached = tmp_path / "cache" / "spark-deploy" / "vllm-help" / (image.replace(":", "-") + ".json")
+    before = spark_deploy("validate", recipe, "-i", cluster.inventory_path, "--json", env=cache)
+    assert before.returncode == 0, before.stderr
+    assert json.loads(before.stdout)["flag_table"].startswith("vLLM 0.33.0's option table shipped with spark-deploy")
+
+    pinned = spark_deploy("pin", recipe, "-i", cluster.inventory_path, "--json", env=cache)
+
+    assert pinned.returncode == 0, f"{pinned.stdout}\n{pinned.stderr}"
+    said = json.loads(pinned.stdout)
+    assert said["image_id"] == image and said["parser"] == {"state": "read and cached", "detail": str(cached)}
+    data = json.loads(cached.read_text())
+    assert data["image"] == image and data["via"] == "--help=all"
+    assert "--max-num-seqs" in data["options"] and "fp8_ds_mla" in data["listed"]["--kv-cache-dtype"]
+    after = spark_deploy("validate", recipe, "-i", cluster.inventory_path, "--json", env=cache)
+    assert json.loads(after.stdout)["flag_table"] == f"the image {image[:19]}'s own parser (cached in {cached})"
+    again = spark_deploy("pin", recipe, "-i", cluster.inventory_path, "--json", env=cache)
+    assert json.loads(again.stdout)["parser"]["state"] == "already cached"

@@ -89,7 +89,7 @@ ANSWERS: dict[str, Callable[..., Answer]] = {
     "gpu": _gpu, "docker_info": _sample("docker-info.json"), "os_release": _sample("os-release.txt"),
     "meminfo": _sample("meminfo-sim-spark-idle.txt"), "model_snapshot": _model_snapshot,
     "maintenance_image": _maintenance_image,
-    "image_refs": _script("_image_inspect"), "recipe_or_named": _script("_recipe_or_named"),
+    "image_refs": _script("_image_inspect"), "image_help": _script("_image_help"), "recipe_or_named": _script("_recipe_or_named"),
     "listeners": lambda node: (0, listening(node), ""),
 }
 

@@ -17,6 +17,7 @@ from orchestrator.operation import state
 from orchestrator.releases import audit, identity, lock, store
 
 from orchestrator.facts import core as facts
+from orchestrator.facts import vllm as vllm_facts
 
 from . import systemd
 from .facts import SAMPLES, driver as fact_driver
@@ -141,6 +142,20 @@ def _image_inspect(node: Node, *refs: str) -> Answer:
     return 0, "".join(line + "\n" for line in lines), ""
 
 
+HELP_ALL = SAMPLES.parent.parent / "data" / "vllm" / "serve-help-all.txt"  # vLLM 0.33.0's, as the stand-in prints it
+
+
+def _image_help(node: Node, image: str = "") -> Answer:
+    """facts/vllm.HELP_SCRIPT (`pin`'s read, and preflight's image_help fact): nothing to do on a peer (no
+    argument) or for a cached image, else the image's `vllm serve --help=all`, or docker's words for an
+    image the node does not hold (`--pull never`)."""
+    if image in ("", vllm_facts.CACHED):
+        return 0, ("@peer" if not image else vllm_facts.CACHED) + "\n", ""
+    if node.image(image) is None:
+        return 125, "", f"docker: Error response from daemon: No such image: {image}\n"
+    return 0, "@via --help=all\n" + HELP_ALL.read_text(), ""
+
+
 def _resolve(node: Node, _cache: str, repo: str, revision: str) -> Answer:
     return 0, f"SNAPSHOT {node.commit(repo, revision)}\n", ""
 
@@ -170,7 +185,7 @@ SCRIPTS = [
     (identity._READ, _cat), (audit._APPEND, _audit_append), (audit._READ, _cat),
     (store.READ, _store_read), (store._WRITE, _store_write), (state._READ, _state_read), (containers._LIST, _list),
     (containers.RECIPE_OR_NAMED, _recipe_or_named), (containers._REMOVE, _remove),
-    (images.INSPECT_IMAGES, _image_inspect), (model_cache._RESOLVE, _resolve),
+    (images.INSPECT_IMAGES, _image_inspect), (model_cache._RESOLVE, _resolve), (vllm_facts.HELP_SCRIPT, _image_help),
     (down._FORGET, _forget_secrets), (copies.READ, _copy_read), (facts.DRIVER, fact_driver),
     (watch_sample.NODE_SCRIPT, _watch_node),
     *systemd.SCRIPTS,

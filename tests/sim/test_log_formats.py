@@ -38,6 +38,7 @@ EXAMPLES = {
                                 "model='sim/tiny', num_spec_tokens=3), tokenizer='sim/tiny', dtype=torch.bfloat16, "
                                 "kv_cache_dtype=fp8, compilation_config={'mode': 3}"),
     "block-size-set": (256, 64),
+    "moe-backend": ("FLASHINFER_CUTLASS", "['FLASHINFER_CUTLASS', 'TRITON']"),
 }
 
 
@@ -62,8 +63,8 @@ def rendered(name: str) -> list[str]:
         if entry["style"] == "fstring":
             parts = entry["format"].split("{}")
             out.append("".join(p + (str(values[i]) if i < len(parts) - 1 else "") for i, p in enumerate(parts)))
-        else:
-            out.append(entry["format"] % values)
+        else:  # a format without a conversion is printed as it is
+            out.append(entry["format"] % values if CONVERSION.search(entry["format"]) else entry["format"])
     return out
 
 
@@ -89,6 +90,7 @@ TOOL_PATTERNS = [
     ("ringbuffer-stall", SIGNATURES_BY_NAME["ringbuffer-stall"].pattern),
     ("non-default-args", fingerprint.NON_DEFAULT), ("attention-backend", fingerprint.ATTENTION),
     ("attention-backend-selected", fingerprint.ATTENTION_SELECTED), ("mxfp4-moe-backend", fingerprint.MOE),
+    ("moe-backend", fingerprint.MOE),
     ("cuda-graph-profile", fingerprint.GRAPHS), ("engine-config", fingerprint.ENGINE),
     ("engine-config", fingerprint.KV_DTYPE), ("engine-config", fingerprint.SPECULATIVE),
     ("block-size-set", fingerprint.BLOCK_SET),
@@ -103,6 +105,18 @@ TOOL_PATTERNS = [
 def test_the_tools_patterns_match_the_real_format(name, pattern):
     lines = rendered(name)
     assert any(pattern.search(line) for line in lines), f"{pattern.pattern!r} matches none of {lines}"
+
+
+def test_every_rank_reads_its_moe_backend_from_each_oracles_line():
+    """Every rank's worker logs the MoE backend its quantization's oracle chose (fused_moe/oracle/*.py), in one
+    of these formats, quoted or not: the fingerprint reads the backend from each, so ranks are compared by it
+    whatever the checkpoint's quantization (vLLM 0.33.0 FP8 checkpoints log `Using X Fp8 MoE backend out of
+    ...`, unquoted)."""
+    names = {e["format"]: fingerprint.rank_engine(1, "spark-2", [f"(Worker_TP1 pid=7) INFO [x.py:1] {line}"]).moe_backend
+             for e, line in zip(FORMATS["moe-backend"], rendered("moe-backend"))}
+    fixed = {f for f in names if "{}" not in f and "%s" not in f}  # the emulation experts name themselves
+    assert {names[f] for f in names if f not in fixed} == {"FLASHINFER_CUTLASS"}, names
+    assert {names[f] for f in fixed} == {"Int4EmulationTritonExperts", "Mxfp8EmulationTritonExperts"}
 
 
 def test_the_standin_prints_its_lines_in_the_real_formats(tmp_path, spawn):  # noqa: F811 (the fixture)

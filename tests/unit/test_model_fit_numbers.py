@@ -125,12 +125,90 @@ V4_WHY = "vLLM 0.33.0 lays DeepSeek-V4's cache out in its own attention (compres
 
 
 @pytest.mark.parametrize("kv", ["fp8", "auto", None, "fp8_ds_mla", "nvfp4_ds_mla", "bfloat16", "nvfp4"])
-def test_deepseek_v4_kv_is_cannot_judge_for_every_dtype_never_the_mla_number(kv):
-    """vLLM 0.33.0 models/deepseek_v4/attention.py: 584 B states (448 fp8 + 128 B bf16 rope + 8 B scales) per
-    4 or 128 tokens, sliding-window caches capped at window + in-flight tokens, compressor and indexer caches,
-    grouped by kv_cache_planning: no bytes-per-token rule, so no number (not the generic MLA 656 B)."""
+def test_deepseek_v4_has_no_per_token_rule_never_the_mla_number(kv):
+    """The per-token rule (kv_shape) refuses V4: its cache is not one latent a token (the generic MLA 656 B
+    would be another layout's number); fit() sizes it by kv_layout.deepseek_v4 instead (below)."""
     with pytest.raises(UnknownLayout, match=re.escape(f"model_type deepseek_v4: {V4_WHY}")):
         mf.kv_shape(DEEPSEEK_V4_CONFIG, 2, kv, draft=True)
+
+
+# One 1,048,576-token request of DEEPSEEK_V4_CONFIG under the shipped recipe (block-size 256, max-num-batched-
+# tokens 8192, async scheduling vLLM's default: 2 batches in flight = 16,384 tokens; dspark: 3 draft layers,
+# models/deepseek_v4/nvidia/dspark.py:106), every part as vLLM 0.33.0's spec computes max_memory_usage_bytes,
+# each page padded up to a multiple of 576 B:
+#   sliding window, 43 + 3 layers: 64 tokens x 584 B = 37,376 -> 37,440 B a page;
+#       cdiv(min(128 - 1 + 16,384, 1M), 64) + 1 = 258 + 1 = 259 pages             46 x 259 x 37,440 =   446,060,160
+#   C4 states, 20 layers: 256 / 4 = 64 x 584 = 37,376 -> 37,440; cdiv(1M, 256) = 4,096   20 x 4,096 x 37,440 = 3,067,084,800
+#   C4 compressor: 4 rows x fp32 (2 x 2 x 512) = 32,768 -> 32,832;
+#       cdiv(min(8 - 1 + 16,384, 1M), 4) + 1 = 4,098 + 1 = 4,099                  20 x 4,099 x 32,832 = 2,691,567,360
+#   C128 states: 256 / 128 = 2 x 584 = 1,168 -> 1,728; 4,096 pages               20 x 4,096 x 1,728  =   141,557,760
+#   C128 compressor: 8 rows x fp32 (2 x 1 x 512) = 32,768 -> 32,832;
+#       cdiv(min(128 - 1 + 16,384, 1M), 8) + 1 = 2,064 + 1 = 2,065                 20 x 2,065 x 32,832 = 1,355,961,600
+#   C4 indexer K: 64 x (128 fp8 + 4 B scale) = 8,448 -> 8,640; 4,096 pages      20 x 4,096 x 8,640  =   707,788,800
+#   C4 indexer compressor: 4 rows x fp32 (2 x 2 x 128) = 8,192 -> 8,640; 4,099    20 x 4,099 x 8,640  =   708,307,200
+#                                                                                               sum = 9,118,327,680
+V4_REQUEST = 446_060_160 + 3_067_084_800 + 2_691_567_360 + 141_557_760 + 1_355_961_600 + 707_788_800 + 708_307_200
+
+
+@pytest.mark.parametrize("kv", ["fp8", "auto", "fp8_ds_mla", "fp8_e4m3"])
+def test_deepseek_v4_kv_by_hand_under_the_shipped_recipe(tmp_path, kv):
+    """On a Spark vLLM stores V4's cache as fp8_ds_mla for auto and every fp8 (attention.py
+    _resolve_dsv4_kv_cache_dtype): the same bytes for each."""
+    dep = shipped(tmp_path, "dspark-0731-b12x", kv_cache_dtype=kv)
+    f = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_V4_CONFIG, SPARK_TOTAL, fit_facts.settings(dep))
+    assert f.kv.kind == mf.KvKind.DEEPSEEK_V4 and f.kv.request_bytes == V4_REQUEST == 9_118_327_680
+    assert [(p.layers, p.pages(f.max_model_len, f.kv.in_flight), p.page) for p in f.kv.parts] == [
+        (46, 259, 37_440), (20, 4_096, 37_440), (20, 4_099, 32_832), (20, 4_096, 1_728), (20, 2_065, 32_832),
+        (20, 4_096, 8_640), (20, 4_099, 8_640)]
+    # the same weights and budget as any checkpoint: 26,377,917,358 B of KV memory
+    assert f.weights == 82_000_008_192 and f.kv_memory == 26_377_917_358
+    # vLLM's `GPU KV cache size`: pool / one request x max_model_len (kv_cache_utils.get_kv_cache_capacity)
+    assert f.tokens == 26_377_917_358 * 1_048_576 // 9_118_327_680 == 3_033_368
+    assert f.state is mf.FitState.FITS  # the 1M context fits (the generic MLA rule said 1,040,640 < 1M)
+    assert f.kv.bytes_per_token == -(-9_118_327_680 // 1_048_576) == 8_696
+    text = mf.describe(f)
+    assert "one 1,048,576-token request needs 8.5 GiB (deepseek-v4, fp8_ds_mla: sliding window: 46 x 259 pages" in text
+    assert "-> ~3,033,368 tokens = 2.89x max_model_len" in text
+
+
+def test_deepseek_v4_without_async_scheduling_holds_one_batch_in_flight(tmp_path):
+    dep = shipped(tmp_path, "dspark-0731-b12x")
+    dep.recipe.vllm.extra["async-scheduling"] = False
+    f = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_V4_CONFIG, SPARK_TOTAL, fit_facts.settings(dep))
+    assert f.kv.in_flight == 8_192
+    # sliding window: cdiv(127 + 8192, 64) + 1 = 131 pages; the compressors: cdiv(7 + 8192, 4) + 1 = 2,051 and
+    # cdiv(127 + 8192, 8) + 1 = 1,041; the growing parts as before
+    assert [p.pages(f.max_model_len, 8_192) for p in f.kv.parts] == [131, 4_096, 2_051, 4_096, 1_041, 4_096, 2_051]
+    assert f.kv.request_bytes == (46 * 131 * 37_440 + 20 * 4_096 * (37_440 + 1_728 + 8_640) + 20 * 2_051 * 32_832
+                                  + 20 * 1_041 * 32_832 + 20 * 2_051 * 8_640) == 6_526_788_480
+
+
+def test_deepseek_v4_kv_below_max_model_len_fails_naming_the_rule(tmp_path):
+    """0.72 x 128,532,348,928 = 92,543,291,228 B budget leaves 8,383,388,508 B < the 9,118,327,680 B one
+    1M request needs: vLLM refuses to start (kv_cache_planning.check_enough_kv_cache_memory)."""
+    dep = shipped(tmp_path, "dspark-0731-b12x", gpu_memory_utilization=0.72)
+    f = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_V4_CONFIG, SPARK_TOTAL, fit_facts.settings(dep))
+    assert f.kv_memory == 92_543_291_228 - 82_000_008_192 - 1_086_152_704 - GRAPHS_AND_NON_TORCH == 8_383_388_508
+    assert f.tokens == 8_383_388_508 * 1_048_576 // 9_118_327_680 == 964_060 and f.state is mf.FitState.KV_SHORT
+    v = checks_fit.model_fit(seen_for(Headers("spark-1", "/snap", DEEPSEEK_V4_CONFIG, DEEPSEEK_HEADERS, 0),
+                                      {"spark-1": SPARK_TOTAL, "spark-2": SPARK_TOTAL}), dep)
+    assert v.status is Status.FAIL and v.failed_nodes() == ["spark-1", "spark-2"]
+    assert "rule kv-tokens-below-max-model-len" in v.fix
+
+
+@pytest.mark.parametrize("kv", ["nvfp4_ds_mla", "bfloat16", "nvfp4"])
+def test_deepseek_v4_kv_dtypes_vllm_refuses_fail_quoting_it_never_a_number(tmp_path, kv):
+    dep = shipped(tmp_path, "dspark-0731-b12x", kv_cache_dtype=kv)
+    with pytest.raises(UnknownLayout, match="fp8_ds_mla layout only supports fp8 kv-cache"):
+        mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_V4_CONFIG, SPARK_TOTAL, fit_facts.settings(dep))
+    f = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_V4_CONFIG, SPARK_TOTAL, fit_facts.settings(dep), kv_optional=True)
+    assert f.kv is None and f.state is mf.FitState.KV_REFUSED and f.state.fails
+    v = checks_fit.model_fit(seen_for(Headers("spark-1", "/snap", DEEPSEEK_V4_CONFIG, DEEPSEEK_HEADERS, 0),
+                                      {"spark-1": SPARK_TOTAL, "spark-2": SPARK_TOTAL}), dep)
+    assert v.status is Status.FAIL and v.failed_nodes() == ["spark-1", "spark-2"]
+    assert v.cells["spark-1"].value.startswith(f"kv_cache_dtype {kv}: vLLM 0.33.0 refuses it for DeepSeek-V4")
+    assert f'"DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache, got {kv}"' in v.fix
+    assert "rule kv-dtype-refused" in v.fix and "tokens" not in v.cells["spark-1"].value
 
 
 def test_what_counts_as_deepseek_v4_and_what_keeps_the_generic_rules():
@@ -144,8 +222,13 @@ def test_what_counts_as_deepseek_v4_and_what_keeps_the_generic_rules():
         assert kv_layout.own_layout(cfg) is None, cfg["model_type"]
 
 
-def test_the_deepseek_v4_recipe_warns_on_kv_and_still_judges_the_weights(tmp_path):
+NO_BLOCK = "DeepSeek-V4's block size is picked by its attention backend at start (the recipe sets no block-size)"
+
+
+def test_the_deepseek_v4_recipe_without_a_block_size_warns_on_kv_and_still_judges_the_weights(tmp_path):
+    """V4's block size is its attention backend's choice at start: without `block-size` the KV is not judged."""
     dep = shipped(tmp_path, "dspark-0731-b12x")
+    del dep.recipe.vllm.extra["block-size"]
     with pytest.raises(UnknownLayout):  # the strict form (kv_report's prediction) refuses to give a number
         mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_V4_CONFIG, SPARK_TOTAL, fit_facts.settings(dep))
     f = mf.fit(DEEPSEEK_HEADERS, DEEPSEEK_V4_CONFIG, SPARK_TOTAL, fit_facts.settings(dep), kv_optional=True)
@@ -160,7 +243,7 @@ def test_the_deepseek_v4_recipe_warns_on_kv_and_still_judges_the_weights(tmp_pat
     # not the 1,040,640 tokens < 1,048,576 failure the generic MLA rule gave: a warning, never a KV failure
     assert v.status is Status.WARN and v.failed_nodes() == [] and set(v.cells) == {"spark-1", "spark-2"}
     for cell in v.cells.values():
-        assert cell.value.startswith(f"cannot judge the KV cache: model_type deepseek_v4: {V4_WHY}")
+        assert cell.value.startswith(f"cannot judge the KV cache: {NO_BLOCK}")
         assert "weights 76.4 GiB/rank" in cell.value and "leaves 24.6 GiB KV" in cell.value
         assert "tokens" not in cell.value.replace("tokens that fit not judged", "")
     assert "rule kv-tokens-below-max-model-len" not in v.fix and "GPU KV cache size" in v.fix
@@ -175,7 +258,7 @@ def test_the_deepseek_v4_recipe_warns_on_kv_and_still_judges_the_weights(tmp_pat
     seen = seen_for(Headers("spark-1", "/snap", DEEPSEEK_V4_CONFIG, DEEPSEEK_HEADERS, 0),
                     {"spark-1": SPARK_TOTAL, "spark-2": SPARK_TOTAL})
     kv = kv_report.record(seen, dep, ["GPU KV cache size: 2,000,000 tokens"])
-    assert V4_WHY in kv["predicted_error"] and kv["logged"] == 2_000_000 and "predicted" not in kv
+    assert NO_BLOCK in kv["predicted_error"] and kv["logged"] == 2_000_000 and "predicted" not in kv
 
 
 def test_the_attention_dtypes_laid_out_as_vllm_does(tmp_path):

@@ -106,8 +106,8 @@ def _with_extra(tmp_path: Path, flag: str) -> Path:
 @pytest.mark.parametrize("flag, says", [
     ("max-num-seq", "is not a `vllm serve` option in vLLM 0.33.0's option table shipped with spark-deploy (the "
                     "image's own parser is not cached yet); fix: did you mean --max-num-seqs?"),
-    ("frobnicate-widgets", "fix: remove it; if the pinned image's vLLM has it: `spark-deploy preflight RECIPE "
-                           "--only vllm-flags` reads the pinned image's own parser"),
+    ("frobnicate-widgets", "fix: remove it; if the pinned image's vLLM has it: `spark-deploy pin RECIPE` (or "
+                           "`spark-deploy preflight RECIPE --only vllm-flags`) reads the pinned image's own parser"),
 ])
 def test_validate_and_render_give_one_verdict_at_the_flags_line(tmp_path, flag, says):
     recipe, inventory = _with_extra(tmp_path, flag), CORPUS / "good-inventory.yaml"
