@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from ..interrupts import interrupt_reason
+from ..verbosity import Verbosity, level
 
 from .common import (
     BadInput,
@@ -210,7 +211,8 @@ def _shoot(http, model: str, plan, quiet: bool, groups: list):
     per_group = plan.max_shots if plan.until_stable else plan.shots
     total = len(plan.prompts) * len(plan.concurrency) * (per_group + plan.warmup)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, disable=quiet or not err.is_terminal, transient=True) as bar:
+                  console=err, disable=quiet or level() is Verbosity.QUIET or not err.is_terminal,
+                  transient=True) as bar:
         task = bar.add_task("shots", total=total)
 
         def on_shot(group, shot) -> None:

@@ -14,6 +14,7 @@ from ..config.load import load_deployment
 from ..config.local_checks import local_problems
 from ..config.source import ConfigError
 from ..config.vllm_flags import flag_issues
+from ..verbosity import Verbosity, level
 from .common import (BadInput, ClusterOpt, InventoryOpt, JsonOpt, NodeOpt, RecipeArg, SetOpt, emit_json, err, exit_codes,
                      out)
 
@@ -83,8 +84,9 @@ def render(
                         "recipe_digest": full.recipe_digest, "argv": list(l.argv), "printed": l.printed,
                         "secrets_env_file": l.env_file} for l in plan])
         else:
-            err.print(f"plan {full.plan_hash} (recipe {escape(full.recipe)} digest {full.recipe_digest}); "
-                      f"`up` labels its containers with a fresh run ID where this shows {PREVIEW_RUN!r}")
+            if level() is not Verbosity.QUIET:
+                err.print(f"plan {full.plan_hash} (recipe {escape(full.recipe)} digest {full.recipe_digest}); "
+                          f"`up` labels its containers with a fresh run ID where this shows {PREVIEW_RUN!r}")
             for launch in plan:
                 role = "head" if launch.is_head else "peer"
                 out.print(f"# {escape(launch.node.name)}: rank {launch.rank} ({role}), container {launch.container}")

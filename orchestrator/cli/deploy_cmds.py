@@ -25,6 +25,7 @@ from ..releases.lock import LockError
 from ..runner.events import Events
 from ..runner.sinks import JsonSink, TerminalSink
 from ..transport.cancel import signals_interrupt
+from ..verbosity import Verbosity, level
 from ..transport.group import Cluster, GroupError
 from .gate_cmd import (GateBlocksOpt, GateFlag, GateMaxTokensOpt, GateProfileOpt, GateShotsOpt, GateToleranceOpt,
                        refuse_gate_options_without_gate, run_gate)
@@ -149,7 +150,8 @@ def _up_and_report(start: Callable[[], UpResult], events: Events, as_json: bool)
     replaced = f", replaces release {result.replaced}" if result.replaced else ""
     out.print(f"[bold green]serving[/] {escape(result.model)} at {escape(result.endpoint)}/v1 (release "
               f"{result.release}, plan {result.plan_hash}{replaced})")
-    out.print("  " + ", ".join(f"{name} {seconds:.2f}s" for name, seconds in timings.items()))
+    if level() is not Verbosity.QUIET:  # -q: the result line only
+        out.print("  " + ", ".join(f"{name} {seconds:.2f}s" for name, seconds in timings.items()))
 
 
 def _cluster(inventory: Path) -> tuple[Cluster, object]:
