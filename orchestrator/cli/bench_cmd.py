@@ -11,7 +11,6 @@ from rich.markup import escape
 
 from ..interrupts import interrupt_reason
 from ..verbosity import Verbosity, level
-
 from .common import (
     BadInput,
     Failed,

@@ -33,8 +33,8 @@ def check_shown(status: str, verbosity: Verbosity) -> bool:
 
 
 def check_summary(tally: Counter, skipped: list[str]) -> str:
-    """'29 checks: 27 ok, 2 skip (model-fit, jit-cache)' ('27 checks ok'): the checks a phase judged, by status; the skipped
-    ones named (a skip is never silent)."""
+    """'29 checks: 27 ok, 2 skip (model-fit, jit-cache)', or '27 checks ok': the checks a phase judged, by
+    status; the skipped ones named (a skip is never silent)."""
     total = sum(tally.values())
     if set(tally) == {"ok"}:
         return f"{total} check{'s' if total != 1 else ''} ok"
@@ -87,7 +87,7 @@ class TerminalSink:
         if in_phase:
             tally, skipped = self._checks.setdefault(event.phase, (Counter(), []))
             tally[status] += 1
-            if status.split()[0] == "skip":
+            if status.startswith("skip"):
                 skipped.append(event.data["name"])
 
     def _end(self, event: Event) -> None:
