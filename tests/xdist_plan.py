@@ -48,7 +48,8 @@ WEIGHTS: dict[str, float] = {
     "tests/integration/test_cluster_identity.py": 50,
     "tests/integration/test_overrides.py": 36,
     "tests/integration/test_getting_started.py": 50,  # the page run as written, one up + rollback, 2026-12-07
-    "tests/integration/test_interrupt_exit_codes.py": 40,  # + up and model pull interrupted, 2026-12-07
+    "tests/integration/test_interrupt_exit_codes.py": 130,  # + bench interrupted after kept shots, 2026-12-07
+    "tests/integration/test_output_levels.py": 55,  # up at -q, default, -v, 2026-12-07
     "tests/integration/test_setup.py": 30,
     "tests/integration/test_image_layers.py": 26,
     "tests/integration/test_transport.py": 37,

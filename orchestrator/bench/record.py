@@ -36,7 +36,8 @@ def summary(result: BenchResult, replicates: dict | None = None) -> dict:
         ceiling = {k: ceiling[k] for k in ("bytes_per_token", "ceiling_tps", "of_ceiling", "nodes", "bandwidth",
                                            "bytes_read", "hypotheses")}
     out = {"at": result.finished_at or time.time(), "headline": result.headline(), "groups": groups,
-           "ceiling": ceiling, "plan": result.as_dict()["plan"], "target": result.target}
+           "ceiling": ceiling, "plan": result.as_dict()["plan"], "target": result.target,
+           "interrupted": result.interrupted}
     if replicates is not None:
         out["replicates"] = replicates
     return out
@@ -44,7 +45,8 @@ def summary(result: BenchResult, replicates: dict | None = None) -> dict:
 
 def headline_text(bench: dict | None) -> str:
     """One line for `history`: decode tok/s per profile at c=1 (a `?` marks a provisional figure), and
-    after `bench --replicates` the capacity figure (`cap 35.0 (3 of 4 runs)`: 1 replicate left out)."""
+    after `bench --replicates` the capacity figure (`cap 35.0 (3 of 4 runs)`: 1 replicate left out); a run
+    stopped by Ctrl-C/SIGTERM ends in `(interrupted)` (its figures are of the shots it took)."""
     if not bench or not bench.get("headline"):
         return "-"
     parts = []
@@ -59,7 +61,7 @@ def headline_text(bench: dict | None) -> str:
             figure = f"{cap['capacity']:.1f}" if cap.get("capacity") is not None else "?"
             steps += f" cap {figure} ({n - out} of {n} runs)"
         parts.append(f"{profile} {h['decode_tps']:.1f}{mark}{steps}")
-    return ", ".join(parts)
+    return ", ".join(parts) + (" (interrupted)" if bench.get("interrupted") else "")
 
 
 def record(result: BenchResult, inventory: Inventory, release_id: int, console, replicates: dict | None = None) -> None:

@@ -28,6 +28,7 @@ class BenchResult:
     ceiling_error: str | None = None
     started_at: float = field(default_factory=time.time)
     finished_at: float | None = None
+    interrupted: str | None = None  # "interrupted (Ctrl-C)" / "(SIGTERM)": the groups hold the shots taken
 
     def single(self) -> list[Group]:
         return [g for g in self.groups if g.concurrency == 1]
@@ -73,6 +74,7 @@ class BenchResult:
     def as_dict(self) -> dict:
         p = self.plan
         return {"schema": 1, "started_at": self.started_at, "finished_at": self.finished_at,
+                "interrupted": self.interrupted,
                 "target": self.target,
                 "plan": {"profiles": list(p.prompts), "shots": p.shots, "warmup": p.warmup,
                          "concurrency": list(p.concurrency), "until_stable": p.until_stable,

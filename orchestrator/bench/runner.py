@@ -130,9 +130,11 @@ def warm_probe(http: httpx.Client, model: str, prompt: str, opts: ShotOptions) -
 
 
 def run_group(http: httpx.Client, model: str, plan: Plan, profile: str, c: int,
-              on_shot: Callable[[Group, Shot], None] = lambda g, s: None) -> Group:
+              on_shot: Callable[[Group, Shot], None] = lambda g, s: None, group: Group | None = None) -> Group:
+    """Shoot one group; into `group` when given, so a caller holds every shot taken even if this is
+    interrupted (a shot lands there once it is whole)."""
     prompts = plan.prompts[profile]
-    group = Group(c, profile, draft_budget=plan.draft_budget)
+    group = group or Group(c, profile, draft_budget=plan.draft_budget)
     first_sent: str | None = None
     attempt = 0
     while not _enough(group, plan):
@@ -164,7 +166,21 @@ def run_group(http: httpx.Client, model: str, plan: Plan, profile: str, c: int,
 
 
 def run(http: httpx.Client, model: str, plan: Plan,
-        on_shot: Callable[[Group, Shot], None] = lambda g, s: None) -> list[Group]:
-    """Every concurrency level x profile, one group after the other."""
-    return [run_group(http, model, plan, profile, c, on_shot)
-            for c in plan.concurrency for profile in plan.prompts]
+        on_shot: Callable[[Group, Shot], None] = lambda g, s: None,
+        groups: list[Group] | None = None) -> list[Group]:
+    """Every concurrency level x profile, one group after the other. Each group joins `groups` before its
+    first shot: after an interrupt (Ctrl-C, SIGTERM) the caller still holds the shots already taken."""
+    groups = [] if groups is None else groups
+    for c in plan.concurrency:
+        for profile in plan.prompts:
+            group = Group(c, profile, draft_budget=plan.draft_budget)
+            groups.append(group)
+            run_group(http, model, plan, profile, c, on_shot, group)
+    return groups
+
+
+def interrupted(groups: list[Group], reason: str) -> list[Group]:
+    """The groups an interrupt left: the one it cut short says so (`stopped`), the empty ones are dropped."""
+    if groups and not groups[-1].stopped:
+        groups[-1].stopped = f"{reason} after {len(groups[-1].kept)} kept shot(s)"
+    return [g for g in groups if g.shots]

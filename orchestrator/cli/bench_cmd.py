@@ -9,6 +9,8 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
+from ..interrupts import interrupt_reason
+from ..verbosity import Verbosity, level
 from .common import (
     BadInput,
     Failed,
@@ -157,12 +159,14 @@ def bench(
             if tgt.headers is not None:
                 result.ceiling_input = report.CeilingInput(tgt.headers, tgt.nodes, bandwidth * 1e9)
             result.ceiling_error = tgt.headers_error
+            taken: list = []  # the groups as they are shot: what an interrupt leaves is kept and recorded
             try:
-                result.groups = _shoot(http, tgt.model, plan, quiet=as_json)
+                _shoot(http, tgt.model, plan, quiet=as_json, groups=taken)
             except (RequestFailed, MetricsError) as exc:
                 raise Failed(f"{tgt.url}: {exc}") from exc
-            except KeyboardInterrupt:
-                raise Failed("interrupted: no results (a partial run would not follow the protocol)") from None
+            except KeyboardInterrupt as exc:
+                result.interrupted = interrupt_reason(exc)
+            result.groups = runner.interrupted(taken, result.interrupted) if result.interrupted else taken
             result.finished_at = time.time()
         finally:
             http.close()
@@ -174,20 +178,25 @@ def bench(
             path, png, why = report.write(result, report_dir)
             (err if as_json else out).print(f"report: {escape(str(path))}"
                                             + (f", {escape(str(png))}" if png else f" ({escape(why or '')})"))
-        if not any(g.kept for g in result.groups):
-            raise Failed("no shot was kept: every one was discarded (see the reasons above)")
+        kept = sum(len(g.kept) for g in result.groups)
+        if not kept:
+            raise Failed(f"{result.interrupted}: no shot was kept yet, nothing recorded" if result.interrupted
+                         else "no shot was kept: every one was discarded (see the reasons above)")
         if recipe is not None and not no_record and tgt.release is not None:
             from ..bench.record import NotRecorded, record
 
             try:
                 record(result, dep.inventory, tgt.release, err)
-                err.print(f"recorded with release {tgt.release} (`spark-deploy history` shows the headline)")
+                err.print(f"recorded with release {tgt.release}" + (" as interrupted" if result.interrupted else "")
+                          + " (`spark-deploy history` shows the headline)")
             except NotRecorded as exc:
                 err.print(f"[yellow]warning[/]: {escape(str(exc))}")
+        if result.interrupted:  # exit 130/143 (common.exit_codes): stopped, with the figures of the shots taken
+            raise Failed(f"{result.interrupted} after {kept} kept shot(s): the figures above are of those")
 
 
-def _shoot(http, model: str, plan, quiet: bool):
-    """Run the plan with a progress bar over shots (on stderr, so --json stays clean)."""
+def _shoot(http, model: str, plan, quiet: bool, groups: list):
+    """Run the plan with a progress bar over shots (on stderr, so --json stays clean), into `groups`."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -201,13 +210,14 @@ def _shoot(http, model: str, plan, quiet: bool):
     per_group = plan.max_shots if plan.until_stable else plan.shots
     total = len(plan.prompts) * len(plan.concurrency) * (per_group + plan.warmup)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, disable=quiet or not err.is_terminal, transient=True) as bar:
+                  console=err, disable=quiet or level() is Verbosity.QUIET or not err.is_terminal,
+                  transient=True) as bar:
         task = bar.add_task("shots", total=total)
 
         def on_shot(group, shot) -> None:
             bar.update(task, advance=1, description=f"{group.profile} c={group.concurrency}")
 
-        return runner.run(http, model, plan, on_shot)
+        return runner.run(http, model, plan, on_shot, groups)
 
 
 def _compare(paths, blocks_text: str, inventory: Path, sets, shots, warmup, levels, width, max_shots, the_api,

@@ -14,6 +14,7 @@ from ..config.load import load_deployment
 from ..config.local_checks import local_problems
 from ..config.source import ConfigError
 from ..config.vllm_flags import flag_issues, judged_against
+from ..verbosity import Verbosity, level
 from .common import (BadInput, ClusterOpt, InventoryOpt, JsonOpt, NodeOpt, RecipeArg, SetOpt, emit_json, err, exit_codes,
                      out)
 
@@ -54,13 +55,18 @@ def render(
     inventory: InventoryOpt = None, cluster: ClusterOpt = None,
     node: NodeOpt = None,
     overrides: SetOpt = None,
+    one_line: Annotated[bool, typer.Option("--one-line", help="Each command on one line instead of one argument "
+                                                              "per line.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print each node's `docker run` command (head first) without running anything.
+    """Print each node's `docker run` command (head first) without running anything: one argument per line,
+    continued with `\\`, quoted so it pastes into a shell as it is (--one-line: one line each).
 
     Example: spark-deploy render recipes/dspark-0731-b12x.yaml --node spark-2
+    Example: spark-deploy render recipes/dspark-0731-b12x.yaml --one-line
     """
     from ..render.plan import PREVIEW_RUN, build_plan  # jinja2: only `render` needs it
+    from ..render.shell import continued
 
     with exit_codes(as_json):
         dep = load_deployment(recipe, inventory, overrides or ())
@@ -80,13 +86,14 @@ def render(
                         "recipe_digest": full.recipe_digest, "argv": list(l.argv), "printed": l.printed,
                         "secrets_env_file": l.env_file} for l in plan])
         else:
-            err.print(f"plan {full.plan_hash} (recipe {escape(full.recipe)} digest {full.recipe_digest}); "
-                      f"`up` labels its containers with a fresh run ID where this shows {PREVIEW_RUN!r}")
-            err.print(f"vLLM flags judged against {escape(judged_against(dep.recipe))}")
+            if level() is not Verbosity.QUIET:
+                err.print(f"plan {full.plan_hash} (recipe {escape(full.recipe)} digest {full.recipe_digest}); "
+                          f"`up` labels its containers with a fresh run ID where this shows {PREVIEW_RUN!r}")
+                err.print(f"vLLM flags judged against {escape(judged_against(dep.recipe))}")
             for launch in plan:
                 role = "head" if launch.is_head else "peer"
                 out.print(f"# {escape(launch.node.name)}: rank {launch.rank} ({role}), container {launch.container}")
-                out.print(escape(launch.printed), markup=True)
+                out.print(launch.printed if one_line else continued(launch.argv), markup=False)
                 out.print()
         if dep.recipe.image.id is None:
             err.print("[yellow]warning[/]: image.id is not pinned: shown with the reference; `up` refuses to run it")

@@ -8,13 +8,15 @@ anything; tests/unit/test_cli_conventions.py walks every registered command and 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from functools import partial
+from functools import lru_cache, partial
 from importlib import metadata
 from typing import Any, Iterator
 
 import typer
 from typer import _click as click  # typer vendors its own click: its classes are these
 from typer.core import TyperArgument, TyperGroup, TyperOption
+
+from ..verbosity import Verbosity, set_level
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
@@ -97,11 +99,50 @@ def examples_one_per_line(text: str) -> str:
     return "\n\n".join(paragraphs)
 
 
+_VERBOSITY_META = "spark_deploy.verbosity"
+
+
+def _verbosity(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """-q and -v of this invocation, into orchestrator/verbosity.py (the terminal sink reads it)."""
+    given = ctx.meta.setdefault(_VERBOSITY_META, {})
+    given[param.name] = value
+    if given.get("quiet") and given.get("verbose"):
+        raise click.exceptions.BadParameter("give -q or -v, not both", ctx=ctx, param=param)
+    set_level(Verbosity.QUIET if given.get("quiet") else Verbosity.VERBOSE if given.get("verbose")
+              else Verbosity.NORMAL)
+
+
+@lru_cache(maxsize=1)
+def verbosity_options() -> tuple[click.Parameter, ...]:
+    """`-q`/`-v`: every command has them, one meaning each (orchestrator/verbosity.py). Built by typer from a
+    signature, then set to feed _verbosity instead of the command's function (they hold no state: one pair
+    serves every command)."""
+    holder = typer.Typer(add_completion=False)
+
+    @holder.command()
+    def _options(
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="Say only errors and the result (no phases, "
+                                                               "progress, notes or warnings)."),
+        verbose: bool = typer.Option(False, "--verbose", "-v", help="Say every check line as it is judged (the "
+                                                                   "default sums up each phase's passing checks "
+                                                                   "on its end line)."),
+    ) -> None:
+        pass
+
+    params = tuple(p for p in typer.main.get_command(holder).params if p.name in ("quiet", "verbose"))
+    for param in params:
+        param.expose_value, param.callback = False, _verbosity
+    return params
+
+
 def make_readable(command: click.Command) -> click.Command:
     """Give every parameter of a command (and of a sub-group's commands, when asked for) a readable metavar,
-    and its help text one example per line."""
+    its help text one example per line, and a command (not a group) `-q`/`-v`."""
     if command.help:
         command.help = examples_one_per_line(command.help)
+    if not hasattr(command, "list_commands") and not any(p.name == "quiet" for p in command.params):
+        json_at = next((i for i, p in enumerate(command.params) if p.name == "as_json"), len(command.params))
+        command.params[json_at:json_at] = list(verbosity_options())
     for param in command.params:
         if param.metavar is None and not getattr(param, "is_flag", False) and not getattr(param, "count", False):
             if isinstance(param, (TyperArgument, TyperOption)):

@@ -15,6 +15,7 @@ from ..http_api.endpoint import Endpoint
 from ..deploy.up import DeployFailed, UpOptions, up
 from ..runner.events import Events
 from ..runner.sinks import TerminalSink
+from ..verbosity import Verbosity, level
 from .common import Failed, JsonOpt, emit_json, err, exit_codes
 from .common import out as _out
 from .extras import require_sim
@@ -26,6 +27,7 @@ def demo(
     as_json: JsonOpt = False,
 ) -> None:
     """Bring up a simulated cluster (real sshd + dockerd per node), deploy the sim recipe, show it serving.
+    It shows every check line, as `up -v` does (-q: errors and the result).
 
     Example: spark-deploy demo --nodes 2
     """
@@ -50,7 +52,8 @@ def demo(
             raise Failed(f"cluster {name} has {len(dep.inventory.nodes)} nodes but its recipe wants "
                          f"{dep.recipe.vllm.tensor_parallel_size}; `spark-deploy sim down --name {name}` and retry")
         out.print(f"[bold]2. spark-deploy up[/] {escape(str(recipe))} -i {escape(str(inventory))}")
-        events = Events(TerminalSink(out))
+        shown = Verbosity.VERBOSE if level() is Verbosity.NORMAL else level()  # a demonstration shows its proofs
+        events = Events(TerminalSink(out, shown))
         try:
             result = up(dep, events, UpOptions())
         except DeployFailed as exc:

@@ -25,11 +25,12 @@ from ..releases.lock import LockError
 from ..runner.events import Events
 from ..runner.sinks import JsonSink, TerminalSink
 from ..transport.cancel import signals_interrupt
+from ..verbosity import Verbosity, level
 from ..transport.group import Cluster, GroupError
 from .gate_cmd import (GateBlocksOpt, GateFlag, GateMaxTokensOpt, GateProfileOpt, GateShotsOpt, GateToleranceOpt,
                        refuse_gate_options_without_gate, run_gate)
 from .common import (BadInput, ClusterOpt, Failed, InventoryOpt, JsonLines, JsonOpt, NodeOpt, RecipeArg, SetOpt,
-                     TailOpt, YesOpt, can_ask, emit_json, err, exit_codes, out)
+                     YesOpt, can_ask, emit_json, err, exit_codes, out)
 
 OptionalRecipe = Annotated[Optional[Path], typer.Argument(help="Limit to this recipe's containers.", show_default=False)]
 
@@ -149,7 +150,8 @@ def _up_and_report(start: Callable[[], UpResult], events: Events, as_json: bool)
     replaced = f", replaces release {result.replaced}" if result.replaced else ""
     out.print(f"[bold green]serving[/] {escape(result.model)} at {escape(result.endpoint)}/v1 (release "
               f"{result.release}, plan {result.plan_hash}{replaced})")
-    out.print("  " + ", ".join(f"{name} {seconds:.2f}s" for name, seconds in timings.items()))
+    if level() is not Verbosity.QUIET:  # -q: the result line only
+        out.print("  " + ", ".join(f"{name} {seconds:.2f}s" for name, seconds in timings.items()))
 
 
 def _cluster(inventory: Path) -> tuple[Cluster, object]:
@@ -286,10 +288,14 @@ def logs(
     node: NodeOpt = None,
     follow_: Annotated[bool, typer.Option("--follow", "-f", help="Keep streaming (not with --json).")] = False,
     since: Annotated[Optional[str], typer.Option("--since", help="e.g. 10m, 2h, or a timestamp.")] = None,
-    tail: TailOpt = None,
+    tail: Annotated[Optional[int], typer.Option("--tail", min=1, help="The last N lines of each node (by the time "
+                                                "docker stamped on each line), merged by time: N per node, not in "
+                                                "all. With -f: each container's last N, then what follows.",
+                                                show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Logs of this tool's containers, each line prefixed by its node, merged in time order.
+    """Logs of this tool's containers, each line prefixed by its node, merged in time order (the time docker
+    stamped on each line).
 
     \b
     Example: spark-deploy logs --node spark-2 --since 10m
@@ -298,7 +304,6 @@ def logs(
     with exit_codes(as_json):
         if follow_ and as_json:
             raise BadInput("--follow streams without end; --json prints one object: use one of them")
-        tail_arg = str(tail) if tail is not None else None
         name = _recipe_name(recipe, inventory)
         cluster, inv = _cluster(inventory)
         try:
@@ -317,14 +322,14 @@ def logs(
 
                 stop = threading.Event()
                 try:
-                    logs_mod.follow(cluster, nodes, name, since, tail_arg, emit, stop)
+                    logs_mod.follow(cluster, nodes, name, since, tail, emit, stop)
                 except KeyboardInterrupt:
                     stop.set()
             elif as_json:
                 emit_json({"ok": True, "lines": [{"at": at, "node": node_name, "line": line} for at, node_name, line
-                                                 in logs_mod.merged(cluster, nodes, name, since, tail_arg)]})
+                                                 in logs_mod.merged(cluster, nodes, name, since, tail)]})
             else:
-                for _, node_name, line in logs_mod.merged(cluster, nodes, name, since, tail_arg):
+                for _, node_name, line in logs_mod.merged(cluster, nodes, name, since, tail):
                     out.print(f"[cyan]{escape(node_name.ljust(width))}[/] | {escape(line)}")
         except GroupError as exc:
             raise Failed(str(exc)) from exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from ..verbosity import Verbosity, set_level
 from .common import set_debug
 from .conventions import CONTEXT_SETTINGS, version_callback
 from .lazy import LazyCommand as Lazy, lazy_group
@@ -66,6 +67,7 @@ def _options(
                                   help="Print the version and exit."),
 ) -> None:
     set_debug(debug)  # never the environment: a test's in-process `--debug` would reach every later command
+    set_level(Verbosity.NORMAL)  # the command's own -q/-v (cli/conventions.py) set it again
 
 
 def run() -> None:

@@ -26,6 +26,9 @@ and the CLI differ. The same text, per command: `spark-deploy COMMAND -h`.
   report events as they happen (`up`, `rollback`, `prune`, `maintenance begin|end`) print one JSON object per
   line, the last one the result. A command that ends in an error before its JSON prints
   `{"ok": false, "exit_code": N, "errors": [...]}`.
+- `-q` (`--quiet`): errors and the result only. The default: each phase with its progress, a phase's checks
+  summed up on its end line (one that warns or fails in full). `-v` (`--verbose`): every check line.
+  `--json` is not affected.
 - `--yes` (`-y`) means one thing: do not ask. A command that asks (a confirmation on a terminal) refuses
   without a terminal, or with `--json`, and names `--yes`; nothing is changed then.
 - `--force` means one thing: override the one named safety refusal of that command. The refusal's message

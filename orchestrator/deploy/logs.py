@@ -1,4 +1,8 @@
-"""Container logs from every node, prefixed by node; merged in time order, or followed live."""
+"""Container logs from every node, prefixed by node; merged in time order, or followed live.
+
+`--tail N` is N lines per node: docker's own `--tail` bounds each container's read, then a node's containers
+(several recipes) are merged by the time docker stamped on each line (`--timestamps`) and cut to their last
+N, and the nodes merged by that time."""
 
 from __future__ import annotations
 
@@ -24,23 +28,44 @@ def _argv(container: str, since: str | None, follow: bool, tail: str | None) -> 
     return argv + [container]
 
 
-def merged(cluster: Cluster, nodes: list[NodeConnection], recipe: str | None, since: str | None,
-           tail: str | None) -> list[tuple[str, str, str]]:
-    """(timestamp, node, line) for every container of ours on `nodes`, sorted by time."""
-    containers = current(cluster, nodes, recipe)
+Row = tuple[str, str, str]  # (sortable timestamp, node, line)
 
-    def read(conn: NodeConnection) -> list[tuple[str, str, str]]:
+
+def merged(cluster: Cluster, nodes: list[NodeConnection], recipe: str | None, since: str | None,
+           tail: int | None) -> list[Row]:
+    """(timestamp, node, line) for every container of ours on `nodes`: the last `tail` lines of each node,
+    all sorted by time."""
+    containers = current(cluster, nodes, recipe)
+    docker_tail = str(tail) if tail is not None else None
+
+    def read(conn: NodeConnection) -> list[Row]:
         out = []
         for name in containers.get(conn.name, []):
-            result = conn.run_script('"$@" 2>&1', *_argv(name, since, False, tail), timeout=120)
-            for line in result.stdout.splitlines():
-                found = _STAMP.match(line)
-                stamp, text = (found.group(1), found.group(2)) if found else ("", line)
-                out.append((_sortable(stamp), conn.name, text))
+            result = conn.run_script('"$@" 2>&1', *_argv(name, since, False, docker_tail), timeout=120)
+            out += stamped(conn.name, result.stdout)
         return out
 
-    found = cluster.each(read, nodes)
-    return sorted((row for rows in found.values() for row in rows), key=lambda r: r[0])
+    return merge_nodes(cluster.each(read, nodes), tail)
+
+
+def stamped(node: str, text: str) -> list[Row]:
+    """`docker logs --timestamps` output as rows; a line without a stamp sorts first."""
+    rows = []
+    for line in text.splitlines():
+        found = _STAMP.match(line)
+        stamp, said = (found.group(1), found.group(2)) if found else ("", line)
+        rows.append((_sortable(stamp), node, said))
+    return rows
+
+
+def merge_nodes(per_node: dict[str, list[Row]], tail: int | None) -> list[Row]:
+    """Each node's rows in time order cut to its last `tail` (None: all), then every node's merged by time
+    (a stable sort: lines of one instant keep their order)."""
+    kept: list[Row] = []
+    for rows in per_node.values():
+        ordered = sorted(rows, key=lambda r: r[0])
+        kept += ordered[-tail:] if tail is not None else ordered
+    return sorted(kept, key=lambda r: r[0])
 
 
 def current(cluster: Cluster, nodes: list[NodeConnection], recipe: str | None) -> dict[str, list[str]]:
@@ -56,16 +81,18 @@ def _sortable(stamp: str) -> str:
     return stamp.replace("Z", ".000000000Z")
 
 
-def follow(cluster: Cluster, nodes: list[NodeConnection], recipe: str | None, since: str | None, tail: str | None,
+def follow(cluster: Cluster, nodes: list[NodeConnection], recipe: str | None, since: str | None, tail: int | None,
            emit: Callable[[str, str], None], stop: threading.Event) -> None:
-    """Stream every container's log until all end or `stop` is set; emit(node, line) as lines arrive."""
+    """Stream every container's log until all end or `stop` is set; emit(node, line) as lines arrive (each
+    container's last `tail` lines first)."""
     containers = current(cluster, nodes, recipe)
+    tail_arg = str(tail) if tail is not None else None
     threads = []
     for conn in nodes:
         for name in containers.get(conn.name, []):
             def run(conn=conn, name=name):
                 try:
-                    conn.stream(_argv(name, since, True, tail),
+                    conn.stream(_argv(name, since, True, tail_arg),
                                 lambda line: emit(conn.name, _STAMP.sub(r"\2", line, count=1)), stop)
                 except Exception as exc:  # noqa: BLE001 - said as a line, never a thread's traceback
                     if not stop.is_set():  # once stopping, the connection closed under it is ours

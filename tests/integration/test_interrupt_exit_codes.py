@@ -6,6 +6,7 @@ behind is tested in its own file (test_up, test_model_pull; `rollback` and `down
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -63,10 +64,15 @@ class Lines:
             self.proc.wait(30)
 
 
-def _running_requests(head_ip: str) -> float:
+def _metric(head_ip: str, name: str) -> float:
+    """The head's metric, summed over its labels (request_success_total has one line per finish reason)."""
     with urllib.request.urlopen(f"http://{head_ip}:8000/metrics", timeout=5) as answer:
-        found = re.search(r"^vllm:num_requests_running(?:\{[^}]*\})? ([\d.]+)$", answer.read().decode(), re.M)
-    return float(found.group(1)) if found else 0.0
+        found = re.findall(rf"^{name}(?:\{{[^}}]*\}})? ([\d.]+)$", answer.read().decode(), re.M)
+    return sum(float(value) for value in found)
+
+
+def _running_requests(head_ip: str) -> float:
+    return _metric(head_ip, "vllm:num_requests_running")
 
 
 def test_watch_logs_follow_and_bench_exit_130_on_ctrl_c_and_143_on_sigterm(pair):
@@ -100,7 +106,7 @@ def test_watch_logs_follow_and_bench_exit_130_on_ctrl_c_and_143_on_sigterm(pair)
             time.sleep(0.1)
         code, stderr = bench.interrupt()
         assert code == 130, stderr
-        assert "interrupted: no results" in stderr, stderr
+        assert "interrupted (Ctrl-C): no shot was kept yet, nothing recorded" in stderr, stderr
     finally:
         for run in started:
             run.kill()
@@ -134,3 +140,40 @@ def test_up_during_its_load_and_model_pull_during_a_copy_exit_130_on_ctrl_c(pair
         for node in (1, 2):
             pair.fault(node, "heal")
             pair.fault(node, "model-reset")
+
+
+def test_bench_interrupted_after_kept_shots_records_them_and_exits_143(pair):
+    """SIGTERM while the third shot after the warm-up decodes: the two whole ones stay, shown, and recorded
+    with the serving release as interrupted (history says so); the exit is still 143."""
+    inventory = pair.inventory_path
+    served = spark_deploy("up", pair.recipe_path, "-i", inventory, timeout=600)
+    assert served.returncode == 0, served.stderr + served.stdout
+    head_ip = pair.nodes()[0].ip
+    assert _running_requests(head_ip) == 0, "nothing else may be asking the head"
+    before = _metric(head_ip, "vllm:request_success_total")
+    bench = Lines("bench", pair.recipe_path, "-i", inventory, "--profile", "code", "--shots", "8", "--warmup", "1",
+                  "--max-tokens", "600")  # 600 tokens at the recipe's 40 steps/s: a few seconds per shot
+    try:
+        deadline = time.monotonic() + 120
+        while not (_metric(head_ip, "vllm:request_success_total") >= before + 3 and _running_requests(head_ip) >= 1):
+            assert bench.proc.poll() is None, f"bench ended first: {bench.proc.stderr.read()}"
+            assert time.monotonic() < deadline, "bench never had a third shot decoding after two kept ones"
+            time.sleep(0.1)
+        code, stderr = bench.interrupt(signal.SIGTERM)
+    finally:
+        bench.kill()
+    assert code == 143, stderr
+    assert "Traceback" not in stderr, stderr
+    found = re.search(r"interrupted \(SIGTERM\) after (\d+) kept shot\(s\)", stderr)
+    assert found and "recorded with release" in stderr and "as interrupted" in stderr, stderr
+    assert "decode" in "".join(bench.seen).lower(), bench.seen  # the table of the shots taken was shown
+
+    releases = json.loads(spark_deploy("history", "-i", inventory, "--json").stdout)
+    recorded = next(r for r in releases if r["serving"])["bench"]
+    assert recorded["interrupted"] == "interrupted (SIGTERM)"
+    (group,) = recorded["groups"]
+    assert group["profile"] == "code" and group["kept"] == int(found.group(1)) >= 1
+    assert group["kept"] + group["discarded"] >= 2 and "interrupted (SIGTERM)" in group["stopped"]
+    assert recorded["headline"]["code"]["shots"] == group["kept"]
+    text = spark_deploy("history", "-i", inventory)
+    assert "(interrupted)" in text.stdout, text.stdout

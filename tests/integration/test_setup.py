@@ -109,7 +109,7 @@ def test_setup_finds_the_fabric_and_the_hca_writes_an_inventory_validate_accepts
 
     valid = spark_deploy("validate", str(cluster.recipe_path), "-i", str(tmp_path / "inventory.yaml"))
     assert valid.returncode == 0, valid.stderr
-    up = spark_deploy("up", str(cluster.recipe_path), "-i", str(tmp_path / "inventory.yaml"), timeout=240)
+    up = spark_deploy("up", str(cluster.recipe_path), "-i", str(tmp_path / "inventory.yaml"), "-v", timeout=240)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "NET/IB on every node" in up.stdout
     assert completion(cluster)

@@ -55,7 +55,7 @@ def test_a_serving_release_holds_its_share_and_an_up_over_it_is_judged_after_the
 
     # a changed plan over the serving one: judged on the node as it will be, then measured after the stop
     changed = recipe_variant(cluster, tmp_path / "r72.yaml", vllm={"gpu_memory_utilization": 0.72})
-    over = spark_deploy("up", changed, "-i", cluster.inventory_path)
+    over = spark_deploy("up", changed, "-i", cluster.inventory_path, "-v")  # -v: every check line
     assert over.returncode == 0, over.stdout + over.stderr
     assert "replaces release" in over.stdout
     measured = over.stdout.split("memory-headroom with the previous release stopped", 1)[-1]

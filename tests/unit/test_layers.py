@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2] / "orchestrator"
 LAYER = {"cli": 9, "watching": 8, "bench": 8, "maintenance": 8, "deploy": 7, "setup": 7, "model": 7, "operation": 6,
          "preflight": 6, "acceptance": 6, "releases": 5, "window": 5, "fabric": 5, "facts": 5, "docker_cli": 4, "runner": 4,
          "export": 4, "checks": 4, "transport": 3, "render": 3, "config": 2, "http_api": 2, "bugs": 2,
-         "interrupts": 2, "vllm_table": 1}
+         "interrupts": 2, "verbosity": 2, "vllm_table": 1}
 
 
 def _package(module: str) -> str:

@@ -26,6 +26,7 @@ from orchestrator.config.load import load_deployment, load_inventory, load_recip
 from orchestrator.config.recipe import Recipe
 from orchestrator.render.plan import render_plan
 from cli_zygote import run_cli as run_spark_deploy
+from shell_words import shell_words
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = "recipes/dspark-0731-b12x.yaml"
@@ -113,12 +114,15 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def printed_commands(stdout: str) -> dict[str, str]:
-    """`render`'s text output: a `# <node>: rank ...` header, then that node's command on one line."""
+    """`render`'s text output: a `# <node>: rank ...` header, then that node's command up to a blank line
+    (one argument per line, `\\`-continued), as the text a shell would be given."""
     lines = stdout.splitlines()
     commands = {}
     for n, line in enumerate(lines):
         if line.startswith("# "):
-            commands[line[2:].split(":", 1)[0]] = lines[n + 1]
+            block = lines[n + 1:]
+            end = block.index("") if "" in block else len(block)
+            commands[line[2:].split(":", 1)[0]] = "\n".join(block[:end])
     return commands
 
 
@@ -158,7 +162,7 @@ def test_cli_render_succeeds(cli_render):
 
 def test_head_command_holds_the_whole_report_command_and_adds_only_the_tool_parts(cli_render, recipe, inventory):
     head = inventory.node(inventory.head)
-    ours = parse_docker_run(shlex.split(printed_commands(cli_render.stdout)[head.name]))
+    ours = parse_docker_run(shell_words(printed_commands(cli_render.stdout)[head.name]))
     report = parse_docker_run(report_argv(inventory))
 
     # Every docker option, env var, mount and vLLM argument of the report is in ours (as a multiset).
@@ -203,7 +207,7 @@ def plan_of(argv: list[str]) -> str:
 
 def test_peer_differs_from_head_only_by_rank_parts(cli_render, recipe):
     commands = printed_commands(cli_render.stdout)
-    head, peer = shlex.split(commands["spark-1"]), shlex.split(commands["spark-2"])
+    head, peer = shell_words(commands["spark-1"]), shell_words(commands["spark-2"])
     changes = [(tag, head[i1 - 1], head[i1:i2], peer[j1:j2])
                for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, head, peer, autojunk=False).get_opcodes()
                if tag != "equal"]
@@ -257,7 +261,7 @@ def test_json_argv_is_the_printed_command(cli_render):
     for rank, entry in enumerate(plan):
         assert entry["rank"] == rank
         assert entry["argv"] == shlex.split(entry["printed"])
-        assert entry["argv"] == shlex.split(text[entry["node"]])
+        assert entry["argv"] == shell_words(text[entry["node"]])
         assert entry["container"] == entry["argv"][entry["argv"].index("--name") + 1]
         assert entry["secrets_env_file"] == entry["argv"][entry["argv"].index("--env-file") + 1]
 
