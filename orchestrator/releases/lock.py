@@ -24,6 +24,13 @@ from ..transport.node import NodeConnection
 from .keys import cluster_key
 from .record import who
 
+# Every change of the lock file (take, set aside, refresh, release) holds flock on "$1.guard" first: a
+# refresh checks the token and then replaces the file, and without the guard a lock released by hand and
+# taken by another command between the two would be overwritten, leaving two commands holding it. Where
+# the guard cannot be had (no flock, an unwritable dir: said by the step itself) the step goes on unguarded.
+GUARD = r'''set -u
+{ exec 9>>"$1.guard" && flock -w 20 9; } 2>/dev/null || true'''
+
 # "$1" lock path, "$2" our details. Hard-linking a complete temp file is the atomic create: the lock
 # appears whole or not at all, and `ln` refuses when it exists. Optionally "$3" a read-only script and
 # "$4".. its args, run once the lock is ours, its output after TAKEN: what the holder reads first (the
@@ -34,7 +41,9 @@ _CREATE = r'''set -u
 err=$(mkdir -p -- "$(dirname -- "$1")" 2>&1) || { echo UNWRITABLE; printf '%s\n' "$err"; exit 0; }
 tmp="$1.new-$$"
 err=$( { printf '%s' "$2" > "$tmp" && sync -- "$tmp"; } 2>&1) || { rm -f -- "$tmp"; echo UNWRITABLE; printf '%s\n' "$err"; exit 0; }
+{ exec 9>>"$1.guard" && flock -w 20 9; } 2>/dev/null || true
 if ln -- "$tmp" "$1" 2>/dev/null; then
+  exec 9>&-
   rm -f -- "$tmp"; echo TAKEN
   if [ $# -gt 2 ]; then s=$3; shift 3; bash -c "$s" then "$@" || echo "@then-failed $?"; fi
   exit 0
@@ -43,17 +52,21 @@ rm -f -- "$tmp"; echo HELD; cat -- "$1" 2>/dev/null || true'''
 
 # "$1" lock path, "$2" the stale details we saw, "$3" a token. Moving the lock aside is atomic: of two
 # takers only one moves it. If what was moved is not what we judged stale, it goes back untouched.
-_SET_ASIDE = r'''set -u
+_SET_ASIDE = GUARD + r'''
 aside="$1.stale-$3"
 mv -- "$1" "$aside" 2>/dev/null || { echo GONE; exit 0; }
 if [ "$(cat -- "$aside")" = "$2" ]; then rm -f -- "$aside"; echo ASIDE; exit 0; fi
 ln -- "$aside" "$1" 2>/dev/null; rm -f -- "$aside"; echo CHANGED'''
 
 # "$1" lock path, "$2" our token, "$3" new details: only the holder replaces or removes its lock.
-_REFRESH = r'''grep -q -- "\"token\": \"$2\"" "$1" 2>/dev/null || { echo LOST; exit 0; }
+_REFRESH = GUARD + r'''
+grep -q -- "\"token\": \"$2\"" "$1" 2>/dev/null || { echo LOST; exit 0; }
 printf '%s' "$3" > "$1.refresh-$$" && mv -f -- "$1.refresh-$$" "$1" && echo OK'''
-_RELEASE = r'''grep -q -- "\"token\": \"$2\"" "$1" 2>/dev/null || { echo NOT-OURS; exit 0; }
+_RELEASE = GUARD + r'''
+grep -q -- "\"token\": \"$2\"" "$1" 2>/dev/null || { echo NOT-OURS; exit 0; }
 rm -f -- "$1" && echo RELEASED'''
+_FORCE = GUARD + r'''
+rm -f -- "$1"'''  # `lock release --force`: never between another holder's check and its write
 _READ = '[ -f "$1" ] && cat -- "$1" || true'
 
 
@@ -238,4 +251,8 @@ def read_lock(conn: NodeConnection, inventory: Inventory) -> LockDetails | None 
 
 
 def force_release(conn: NodeConnection, inventory: Inventory) -> None:
-    conn.run(["rm", "-f", "--", lock_path(inventory)], timeout=30, check=True)
+    force_release_at(conn, lock_path(inventory))
+
+
+def force_release_at(conn: NodeConnection, path: str) -> None:
+    conn.run_script(_FORCE, path, timeout=30, check=True)

@@ -76,6 +76,11 @@ def _lock_release(node: Node, path: str, token: str) -> Answer:
     return 0, "RELEASED\n", ""
 
 
+def _lock_force(node: Node, path: str) -> Answer:
+    node.files.pop(path, None)
+    return 0, "", ""
+
+
 def _audit_append(node: Node, path: str, text: str) -> Answer:
     node.files[path] = node.files.get(path, "") + text + "\n"
     return 0, "", ""
@@ -181,7 +186,7 @@ def _watch_node(node: Node) -> Answer:
 # (the constant the product sends, its handler); compared with `is`, first match wins
 SCRIPTS = [
     (lock._CREATE, _lock_create), (lock._SET_ASIDE, _lock_set_aside), (lock._REFRESH, _lock_refresh),
-    (lock._RELEASE, _lock_release), (lock._READ, _cat), (identity._CREATE, _identity_create),
+    (lock._RELEASE, _lock_release), (lock._FORCE, _lock_force), (lock._READ, _cat), (identity._CREATE, _identity_create),
     (identity._READ, _cat), (audit._APPEND, _audit_append), (audit._READ, _cat),
     (store.READ, _store_read), (store._WRITE, _store_write), (state._READ, _state_read), (containers._LIST, _list),
     (containers.RECIPE_OR_NAMED, _recipe_or_named), (containers._REMOVE, _remove),
