@@ -314,13 +314,15 @@ class Supervisor:
     def recover(self, trigger: RankState, cause: str) -> None:
         down_since = trigger.finished_at or time.time()
         said = words(trigger, cause)
+        looks = 0  # at a held deploy lock
         while True:
             now = time.time()
             if not may_attempt(self.attempts, now, self.cfg["attempts"], self.cfg["window"]):
                 return self.crash_loop(said, cause)
             held = self.take_lock()
             if held:
-                self.write_state("waiting-lock", f"{said}; waiting for the deploy lock, held: {held}")
+                looks += 1
+                self.write_state("waiting-lock", f"{said}; waiting for the deploy lock (look {looks}), held: {held}")
                 time.sleep(self.cfg["lock_poll"])
                 continue
             try:
@@ -351,13 +353,15 @@ class Supervisor:
                 said, cause = f"{said}; then {why}", cause or why
                 self.last = {**fields, "failed": why}
                 if not may_attempt(self.attempts, time.time(), self.cfg["attempts"], self.cfg["window"]):
-                    return self.crash_loop(said, why)
+                    return self.crash_loop(said, why, locked=True)
             finally:
                 self.release_lock()
             time.sleep(backoff(attempt, self.cfg["backoff"], self.cfg["backoff_cap"]))
 
-    def crash_loop(self, said: str, cause: str) -> None:
-        held = self.take_lock()
+    def crash_loop(self, said: str, cause: str, locked: bool = False) -> None:
+        """Past the bound: every rank stopped (under the lock; a holder's own command is left to finish), the
+        state file says crash-looped with the last cause, one audit line; the program then ends."""
+        held = "" if locked else self.take_lock()
         try:
             if not held:
                 self.stop_all()
@@ -368,7 +372,7 @@ class Supervisor:
             self.write_state("crash-looped", detail)
             self.audit(audit_entry(self.cfg, "crash-loop", detail, time.time(), attempt=n, cause=cause or said))
         finally:
-            if not held:
+            if not held and not locked:
                 self.release_lock()
 
     def tick(self, count: int) -> None:
