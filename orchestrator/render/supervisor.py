@@ -16,6 +16,9 @@ from .plan import Plan
 from .unit import UNIT_DIR, UNIT_PREFIX, command_line, escape_name, setting_value
 
 
+PYTHON = "/usr/bin/python3"  # DGX OS's (Ubuntu's) python3; the sim node image's too
+
+
 @dataclass(frozen=True)
 class Bounds:
     """How the supervisor watches and how far it goes (docs/recovery.md)."""
@@ -99,7 +102,7 @@ def render_unit(cluster: str, recipe: str, release: int, user: str, script: str,
         "[Service]",
         "Type=simple",
         f"User={user}",
-        "ExecStart=" + command_line(["python3", script, config]),
+        "ExecStart=" + command_line([PYTHON, script, config]),
         "Restart=on-failure",  # a crash loop it stopped exits 0: it stays stopped, as recorded
         "RestartSec=10",
         "",
