@@ -212,7 +212,8 @@ def test_earlyoom_killing_rank_0_is_recovered_with_earlyoom_named(supervised):
         cluster.fault("spark-1", "meminfo", reset="true")
         (line,) = wait_for("a recover audit line", lambda: recovers(cluster), BOUND_S)
         assert line["outcome"] == "ok" and (line["rank"], line["exit_code"]) == (0, 137), line
-        assert line["cause"].startswith("earlyoom"), line
+        assert line["cause"].startswith("earlyoom (") and "SIGKILL" in line["cause"], line  # its kill line
+        assert "earlyoom" in spark_deploy("status", "-i", cluster.inventory_path).stdout
         assert completion(cluster)
     finally:
         cluster.fault("spark-1", "earlyoom", stop="true")
