@@ -72,11 +72,14 @@ def parse_state(rank: int, node: str, text: str, exit_code: int) -> RankState:
 
 
 def first_down(states: list[RankState]) -> RankState | None:
-    """The rank that went first (earliest stop; unknown stops after known ones, then by rank), or None."""
+    """The rank whose stop took the group down, or None: a killed one (SIGKILL, OOMKilled) before one that
+    exited (a rank whose peer vanished exits 1 at once, and earlyoom's SIGTERM before its SIGKILL lets it go
+    first), then the earliest stop (unknown stops after known ones), then by rank."""
     down = [s for s in states if not s.running]
     if not down:
         return None
-    return min(down, key=lambda s: (s.finished_at is None, s.finished_at or 0.0, s.rank))
+    return min(down, key=lambda s: (not (s.oom_killed or s.exit_code == 137), s.finished_at is None,
+                                    s.finished_at or 0.0, s.rank))
 
 
 def cause_of(state: RankState, earlyoom_running: bool, earlyoom_said: str = "") -> str:

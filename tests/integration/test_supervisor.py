@@ -211,7 +211,9 @@ def test_earlyoom_killing_rank_0_is_recovered_with_earlyoom_named(supervised):
         assert waited.stdout.strip() == "137", waited.stdout + waited.stderr
         cluster.fault("spark-1", "meminfo", reset="true")
         (line,) = wait_for("a recover audit line", lambda: recovers(cluster), BOUND_S)
-        assert line["outcome"] == "ok" and (line["rank"], line["exit_code"]) == (0, 137), line
+        journal = cluster.exec(1, ["journalctl", "-u", supervisor_unit_name(load_inventory(
+            cluster.inventory_path)[0].cluster), "--no-pager"], check=False).stdout
+        assert line["outcome"] == "ok" and (line["rank"], line["exit_code"]) == (0, 137), (line, journal)
         assert line["cause"].startswith("earlyoom (") and "SIGKILL" in line["cause"], line  # its kill line
         assert "earlyoom" in spark_deploy("status", "-i", cluster.inventory_path).stdout
         assert completion(cluster)

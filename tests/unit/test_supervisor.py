@@ -41,6 +41,8 @@ def test_the_rank_that_went_first_is_the_trigger():
     assert node.first_down([c]) is None
     unknown = node.RankState(0, "spark-1", False, missing="ssh: connect refused")
     assert node.first_down([unknown, a]) is a  # a known stop before one the node could not say
+    killed_later = node.RankState(0, "spark-1", False, 137, finished_at=30.0)
+    assert node.first_down([killed_later, node.RankState(1, "spark-2", False, 1, finished_at=29.0)]) is killed_later
 
 
 def test_causes_named_from_what_the_node_knows():
