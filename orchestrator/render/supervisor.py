@@ -31,6 +31,7 @@ class Bounds:
     backoff: float = 5.0  # seconds after a failed attempt, doubling
     backoff_cap: float = 60.0
     lock_poll: float = 5.0  # how often a held deploy lock is looked at again
+    lock_ttl: float = 300.0  # the supervisor's lock expires this long after its last refresh (a killed one's)
     listen_timeout: float = 300.0
     ready_timeout: float = 1800.0
     stop_seconds: int = 30
@@ -85,7 +86,6 @@ def render_config(plan: Plan, inventory: Inventory, release: int, *, record: str
         "record": record, "lock": lock, "state_file": state_file,
         "served_model": head.labels.served_model, "api_host": "127.0.0.1", "serve_port": head.spec.serve_port,
         "master_host": str(head.node.fabric_ip), "master_port": head.spec.master_port,
-        "lock_ttl": bounds.listen_timeout + bounds.ready_timeout + 2 * bounds.stop_seconds + 600,
         **limits,
     }
 

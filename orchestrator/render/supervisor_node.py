@@ -139,6 +139,7 @@ class Supervisor:
     last: dict = field(default_factory=dict)
     token: str = ""
     started: list = field(default_factory=list)  # the ranks this restart started so far
+    refreshed: float = 0.0  # monotonic time of the lock's last refresh
 
     # the nodes
     def run(self, node: str, argv: list[str], timeout: float = 60) -> tuple[int, str]:
@@ -215,7 +216,7 @@ class Supervisor:
         """"" when the lock is ours; else who holds it. Never moves or removes another's lock."""
         path = self.cfg["lock"]
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        self.token = secrets.token_hex(8)
+        self.token, self.refreshed = secrets.token_hex(8), time.monotonic()
         tmp = f"{path}.new-{os.getpid()}"
         with open(tmp, "w") as handle:
             handle.write(lock_text(self.cfg, self.token, time.time(), self.cfg["lock_ttl"], os.getpid()))
@@ -233,17 +234,28 @@ class Supervisor:
         finally:
             os.unlink(tmp)
 
-    def refresh_lock(self) -> None:
-        path = self.cfg["lock"]
+    def refresh_lock(self, force: bool = False) -> bool:
+        """Push the lock's expiry forward (at most every quarter of its life, unless `force`); False when it is
+        no longer ours (released by hand and taken by another: this restart must stop acting)."""
+        path, now = self.cfg["lock"], time.monotonic()
+        if not force and now - self.refreshed < self.cfg["lock_ttl"] / 4:
+            return True
         try:
             with open(path) as handle:
                 if f'"token": "{self.token}"' not in handle.read():
-                    return
+                    return False
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # unreadable now: a missed refresh only shortens the expiry
+        try:
             with open(path + ".refresh", "w") as handle:
                 handle.write(lock_text(self.cfg, self.token, time.time(), self.cfg["lock_ttl"], os.getpid()))
             os.replace(path + ".refresh", path)
+            self.refreshed = now
         except OSError:
             pass
+        return True
 
     def release_lock(self) -> None:
         path = self.cfg["lock"]
@@ -265,6 +277,8 @@ class Supervisor:
         """Poll `ready()` (an event: a port that listens, a completion) while every started rank runs."""
         deadline = time.monotonic() + timeout
         while True:
+            if not self.refresh_lock():
+                return "the deploy lock is no longer the supervisor's (released by hand?): it stopped acting"
             if ready():
                 return ""
             gone = self.rank_exited_started()
@@ -293,6 +307,7 @@ class Supervisor:
     def restart_group(self) -> str:
         """`up`'s order; "" when the group serves again, else why not (every rank then stopped)."""
         self.started = []
+        self.refresh_lock(force=True)
         self.stop_all()
         head, *peers = sorted(self.cfg["ranks"], key=lambda r: r["rank"])
         for step in ([head], peers):
@@ -302,7 +317,6 @@ class Supervisor:
                 if code:
                     self.stop_all()
                     return f"docker start of rank {r['rank']} on {r['node']} failed: {said.strip()[:300]}"
-            self.refresh_lock()
             if step == [head]:
                 why = self.wait("the head's rendezvous port LISTEN", self.listens, self.cfg["listen_timeout"])
                 if why:

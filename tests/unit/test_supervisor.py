@@ -233,3 +233,23 @@ def test_status_names_a_crash_loop_until_another_release_serves():
     assert crash_loop(looped, 3) == ""  # rolled back: release 3 serves
     assert crash_loop(facts.SupervisorState("active", facts.Watch.WATCHING, 2), None) == ""
     assert crash_loop(None, None) == ""
+
+
+def test_the_lock_is_the_tools_own_taken_only_when_free_and_refreshed_only_while_ours(tmp_path):
+    """The real file operations on a local directory: a held lock is left as it is; ours is refreshed and
+    released; one taken from us is reported lost and never removed."""
+    lock = tmp_path / "lock" / "sim.json"
+    sup = node.Supervisor({**CFG, "lock": str(lock), "lock_ttl": 300.0})
+    lock.parent.mkdir()
+    lock.write_text('{"token": "someone"}')
+    assert "someone" in sup.take_lock() and lock.read_text() == '{"token": "someone"}'
+    lock.unlink()
+    assert sup.take_lock() == "" and sup.token in lock.read_text()
+    assert sup.refresh_lock(force=True) and sup.token in lock.read_text()
+    sup.release_lock()
+    assert not lock.exists()
+    assert sup.take_lock() == ""
+    lock.write_text('{"token": "another"}')  # released by hand, taken by another command
+    assert sup.refresh_lock(force=True) is False
+    sup.release_lock()
+    assert lock.read_text() == '{"token": "another"}'
