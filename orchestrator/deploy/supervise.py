@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass
+from functools import partial
 
 from ..config.inventory import Inventory
 from ..facts import supervisor as facts_supervisor
@@ -25,6 +26,7 @@ from ..releases.store import record_path
 from ..render.plan import build_plan
 from ..render.supervisor import Bounds, SupervisorFiles, render_files, supervisor_unit_name
 from ..runner.events import Events
+from ..transport.group import Cluster, Connector
 from ..transport.node import NodeConnection
 from . import privilege
 from .restart import RestartRefused, whole
@@ -115,8 +117,12 @@ def _root(op: Operation, doing: str) -> privilege.Root:
     return roots[head.name]
 
 
-def enable(inventory: Inventory, inventory_path: str, events: Events, bounds: Bounds | None = None) -> EnableResult:
-    with Operation(inventory, events, AuditAction.SUPERVISE_ENABLE, reach=Reach.ALL, ttl=600) as op:
+def enable(inventory: Inventory, inventory_path: str, events: Events, bounds: Bounds | None = None, *,
+           connector: Connector | None = None) -> EnableResult:
+    """One operation: the serving release's supervisor rendered, proven runnable, installed and started on the
+    head; refused (one `refused` line, nothing installed) when nothing serves or the head cannot run it."""
+    with Operation(inventory, events, AuditAction.SUPERVISE_ENABLE, reach=Reach.ALL, ttl=600,
+                   cluster_factory=partial(Cluster, connector=connector)) as op:
         try:
             release, files = files_for(op, inventory_path, bounds or Bounds())
             head = op.cluster.head
@@ -135,8 +141,9 @@ def enable(inventory: Inventory, inventory_path: str, events: Events, bounds: Bo
         return EnableResult(release, files)
 
 
-def disable(inventory: Inventory, events: Events) -> str:
-    with Operation(inventory, events, AuditAction.SUPERVISE_DISABLE, reach=Reach.HEAD, ttl=300) as op:
+def disable(inventory: Inventory, events: Events, *, connector: Connector | None = None) -> str:
+    with Operation(inventory, events, AuditAction.SUPERVISE_DISABLE, reach=Reach.HEAD, ttl=300,
+                   cluster_factory=partial(Cluster, connector=connector)) as op:
         try:
             root = _root(op, "supervise disable")
         except SuperviseRefused as exc:
