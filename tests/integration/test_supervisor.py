@@ -220,3 +220,19 @@ def test_earlyoom_killing_rank_0_is_recovered_with_earlyoom_named(supervised):
     finally:
         cluster.fault("spark-1", "earlyoom", stop="true")
         cluster.fault("spark-1", "meminfo", reset="true")
+
+
+def test_an_engine_that_stops_generating_is_found_by_the_probe_and_restarted(supervised):
+    """Every container runs and /health answers, but the head's scheduler is stuck (`sim fault spark-1
+    stall`): the completion probe (every 2 looks) fails and the group is restarted, the probe's failure named."""
+    cluster = supervised
+    up(cluster, cluster.recipe_path)
+    enable(cluster, "--probe-every", "2")
+    (head,) = running(cluster, 1)
+    started = states(cluster, 1)[head]["StartedAt"]
+    cluster.fault("spark-1", "stall")
+    (line,) = wait_for("a recover audit line", lambda: recovers(cluster), BOUND_S + 30)  # + the probe's 30 s
+    assert line["outcome"] == "ok" and line["rank"] == 0, line
+    assert line["cause"].startswith("the completion probe failed"), line
+    assert states(cluster, 1)[head]["StartedAt"] != started
+    assert completion(cluster)
