@@ -93,6 +93,7 @@ def install(conn: NodeConnection, files: SupervisorFiles, root: privilege.Root, 
     conn.run(["mkdir", "-p", "--", posixpath.dirname(files.script_path)], timeout=30, check=True)
     conn.run(["rm", "-f", "--", files.state_path], timeout=30, check=True)  # a new release: a new record
     conn.put_file(files.script_path, files.script_text)
+    conn.put_file(files.rules_path, files.rules_text)
     conn.put_file(files.config_path, files.config_text)
     root.put_file(conn, files.unit_path, files.unit_text, scratch)
     conn.run(root.argv(["systemctl", "daemon-reload"]), timeout=60, check=True)

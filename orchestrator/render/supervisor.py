@@ -45,6 +45,8 @@ class SupervisorFiles:
     unit_text: str
     script_path: str
     script_text: str
+    rules_path: str  # beside the script: its pure decisions, imported by it
+    rules_text: str
     config_path: str
     config_text: str
     state_path: str
@@ -58,8 +60,8 @@ def supervisor_unit_name(cluster: str) -> str:
     return f"{UNIT_PREFIX}supervise-{escape_name(cluster)}.service"
 
 
-def script_text() -> str:
-    return resources.files("orchestrator.render").joinpath("supervisor_node.py").read_text()
+def script_text(name: str = "supervisor_node.py") -> str:
+    return resources.files("orchestrator.render").joinpath(name).read_text()
 
 
 def render_config(plan: Plan, inventory: Inventory, release: int, *, record: str, lock: str, audit: dict[str, str],
@@ -117,8 +119,9 @@ def render_files(plan: Plan, inventory: Inventory, release: int, *, base: str, r
     """Pure: every file of the supervisor for the head; `base`: its directory in the head's state dir."""
     name = supervisor_unit_name(plan.cluster)
     script, config, state = f"{base}/supervisor.py", f"{base}/config.json", f"{base}/state.json"
+    rules = f"{base}/supervisor_rules.py"
     cfg = render_config(plan, inventory, release, record=record, lock=lock, audit=audit, state_file=state,
                         bounds=bounds, containers=containers)
     return SupervisorFiles(plan.head.node.name, name,
                            render_unit(plan.cluster, plan.recipe, release, cfg["user"], script, config),
-                           script, script_text(), config, json.dumps(cfg, indent=1, sort_keys=True) + "\n", state)
+                           script, script_text(), rules, script_text("supervisor_rules.py"), config, json.dumps(cfg, indent=1, sort_keys=True) + "\n", state)

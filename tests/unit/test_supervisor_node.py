@@ -16,6 +16,7 @@ from fakes import deployment
 from orchestrator.deploy.status import crash_loop
 from orchestrator.facts import supervisor as facts
 from orchestrator.render import supervisor_node as node
+from orchestrator.render import supervisor_rules as rules
 from orchestrator.render.plan import build_plan
 from orchestrator.render.supervisor import Bounds, render_files, supervisor_unit_name
 
@@ -25,50 +26,50 @@ from orchestrator.render.supervisor import Bounds, render_files, supervisor_unit
 def test_docker_state_parsed_with_exit_code_oom_and_stop_time():
     text = json.dumps({"Running": False, "ExitCode": 137, "OOMKilled": False,
                        "FinishedAt": "2026-12-07T14:00:05.500000000Z"})
-    s = node.parse_state(1, "spark-2", text, 0)
+    s = rules.parse_state(1, "spark-2", text, 0)
     assert (s.running, s.exit_code, s.oom_killed, s.missing) == (False, 137, False, "")
     assert s.finished_at == pytest.approx(1796652005.5)
-    assert node.parse_state(0, "spark-1", json.dumps({"Running": True, "FinishedAt": node.NO_TIME}), 0).finished_at is None
-    gone = node.parse_state(1, "spark-2", "Error: No such container: x", 1)
+    assert rules.parse_state(0, "spark-1", json.dumps({"Running": True, "FinishedAt": rules.NO_TIME}), 0).finished_at is None
+    gone = rules.parse_state(1, "spark-2", "Error: No such container: x", 1)
     assert not gone.running and "No such container" in gone.missing
 
 
 def test_the_rank_that_went_first_is_the_trigger():
-    a = node.RankState(0, "spark-1", False, 1, finished_at=20.0)
-    b = node.RankState(1, "spark-2", False, 137, finished_at=10.0)
-    c = node.RankState(2, "spark-3", True)
-    assert node.first_down([a, b, c]) is b
-    assert node.first_down([c]) is None
-    unknown = node.RankState(0, "spark-1", False, missing="ssh: connect refused")
-    assert node.first_down([unknown, a]) is a  # a known stop before one the node could not say
-    killed_later = node.RankState(0, "spark-1", False, 137, finished_at=30.0)
-    assert node.first_down([killed_later, node.RankState(1, "spark-2", False, 1, finished_at=29.0)]) is killed_later
+    a = rules.RankState(0, "spark-1", False, 1, finished_at=20.0)
+    b = rules.RankState(1, "spark-2", False, 137, finished_at=10.0)
+    c = rules.RankState(2, "spark-3", True)
+    assert rules.first_down([a, b, c]) is b
+    assert rules.first_down([c]) is None
+    unknown = rules.RankState(0, "spark-1", False, missing="ssh: connect refused")
+    assert rules.first_down([unknown, a]) is a  # a known stop before one the node could not say
+    killed_later = rules.RankState(0, "spark-1", False, 137, finished_at=30.0)
+    assert rules.first_down([killed_later, rules.RankState(1, "spark-2", False, 1, finished_at=29.0)]) is killed_later
 
 
 def test_causes_named_from_what_the_node_knows():
-    killed = node.RankState(0, "spark-1", False, 137)
-    assert node.cause_of(node.RankState(0, "spark-1", False, 137, oom_killed=True), True) == node.OOM_KILLER
-    assert node.cause_of(killed, True, "earlyoom: sending SIGKILL to process 42 \"vllm\"") == \
+    killed = rules.RankState(0, "spark-1", False, 137)
+    assert rules.cause_of(rules.RankState(0, "spark-1", False, 137, oom_killed=True), True) == rules.OOM_KILLER
+    assert rules.cause_of(killed, True, "earlyoom: sending SIGKILL to process 42 \"vllm\"") == \
         'earlyoom (earlyoom: sending SIGKILL to process 42 "vllm")'
-    assert node.cause_of(killed, False) == ""  # no earlyoom on the node: exit 137 says no more
-    assert node.cause_of(node.RankState(0, "spark-1", False, 1), True) == ""  # an exit, not a kill
+    assert rules.cause_of(killed, False) == ""  # no earlyoom on the node: exit 137 says no more
+    assert rules.cause_of(rules.RankState(0, "spark-1", False, 1), True) == ""  # an exit, not a kill
 
 
 def test_attempts_bounded_per_window_with_doubling_backoff():
-    assert node.may_attempt([100.0, 200.0], 250.0, bound=3, window=600)
-    assert not node.may_attempt([100.0, 200.0, 240.0], 250.0, bound=3, window=600)
-    assert node.may_attempt([100.0, 200.0, 240.0], 701.0, bound=3, window=600)  # the first left the window
-    assert [node.backoff(a, 5, 60) for a in (1, 2, 3, 4, 5)] == [5, 10, 20, 40, 60]
+    assert rules.may_attempt([100.0, 200.0], 250.0, bound=3, window=600)
+    assert not rules.may_attempt([100.0, 200.0, 240.0], 250.0, bound=3, window=600)
+    assert rules.may_attempt([100.0, 200.0, 240.0], 701.0, bound=3, window=600)  # the first left the window
+    assert [rules.backoff(a, 5, 60) for a in (1, 2, 3, 4, 5)] == [5, 10, 20, 40, 60]
 
 
 def test_audit_line_and_lock_in_the_tools_formats():
     from orchestrator.releases.lock import LockDetails
 
     cfg = {"user": "spark", "head_host": "spark-1", "cluster": "sim", "release": 2}
-    line = node.audit_entry(cfg, "ok", "rank 1 ...", 5.0, rank=1, exit_code=137, down_seconds=12.0, attempt=1)
+    line = rules.audit_entry(cfg, "ok", "rank 1 ...", 5.0, rank=1, exit_code=137, down_seconds=12.0, attempt=1)
     assert {"id", "at", "by", "command", "action", "outcome", "release", "detail"} <= set(line)
     assert (line["action"], line["rank"], line["exit_code"], line["attempt"]) == ("recover", 1, 137, 1)
-    details = LockDetails.parse(node.lock_text(cfg, "tok", 100.0, 60.0, 42))
+    details = LockDetails.parse(rules.lock_text(cfg, "tok", 100.0, 60.0, 42))
     assert details is not None and details.token == "tok" and details.expires_at == 160.0
     assert "supervisor" in details.describe()
 
@@ -88,7 +89,7 @@ class Seams(node.Supervisor):
         self.lock_taken_from: list[str] = []
 
     def states(self):
-        return self.looks.pop(0) if self.looks else [node.RankState(0, "a", True), node.RankState(1, "b", True)]
+        return self.looks.pop(0) if self.looks else [rules.RankState(0, "a", True), rules.RankState(1, "b", True)]
 
     def cause(self, state):
         return ""
@@ -124,7 +125,7 @@ class Seams(node.Supervisor):
 CFG = {"user": "spark", "head_host": "a", "cluster": "sim", "release": 2, "recipe": "r", "head": "a",
        "attempts": 2, "window": 600.0, "backoff": 1.0, "backoff_cap": 4.0, "lock_poll": 1.0, "probe_every": 0,
        "probe_timeout": 5.0}
-DEAD = [node.RankState(0, "a", True), node.RankState(1, "b", False, 137, finished_at=1.0)]
+DEAD = [rules.RankState(0, "a", True), rules.RankState(1, "b", False, 137, finished_at=1.0)]
 
 
 @pytest.fixture(autouse=True)
@@ -191,15 +192,29 @@ def test_rendered_config_names_every_rank_port_and_path(tmp_path):
     assert set(cfg["nodes"]) == {r.node.name for r in plan.ranks}
     assert files.unit_name == supervisor_unit_name(plan.cluster)
     assert f'ExecStart="/usr/bin/python3" "{files.script_path}" "{files.config_path}"' in files.unit_text
-    ast.parse(files.script_text)  # the program as installed
+    ast.parse(files.script_text)  # the program as installed, and its rules beside it
+    ast.parse(files.rules_text)
+    assert files.rules_path == "/s/sup/supervisor_rules.py" and files.script_path == "/s/sup/supervisor.py"
 
 
-def test_the_program_needs_nothing_but_the_standard_library():
-    tree = ast.parse(Path(node.__file__).read_text())
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+def test_the_program_needs_nothing_but_the_standard_library_and_its_rules():
+    imported = set()
+    for module in (node, rules):
+        tree = ast.parse(Path(module.__file__).read_text())
+        imported |= {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported <= {"__future__", "json", "os", "secrets", "shlex", "socket", "subprocess", "sys", "time",
-                        "urllib", "dataclasses"}, imported
+                        "urllib", "dataclasses", "supervisor_rules"}, imported
+
+
+def test_the_installed_pair_runs_from_one_directory_outside_the_package(tmp_path):
+    """As on the head: the two files side by side, python3 importing the rules from the script's directory."""
+    (tmp_path / "supervisor.py").write_text(Path(node.__file__).read_text())
+    (tmp_path / "supervisor_rules.py").write_text(Path(rules.__file__).read_text())
+    done = subprocess.run(["python3", "-c", "import runpy, sys; sys.path.insert(0, sys.argv[1]); "
+                           "m = runpy.run_path(sys.argv[1] + '/supervisor.py'); print(m['first_down']([]))",
+                           str(tmp_path)], capture_output=True, text=True, timeout=60, cwd="/")
+    assert done.returncode == 0 and done.stdout.strip() == "None", done.stderr
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
