@@ -21,7 +21,6 @@ import json
 import os
 import secrets
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -205,11 +204,10 @@ class Supervisor:
         return ""
 
     def listens(self) -> bool:
-        try:
-            with socket.create_connection((self.cfg["master_host"], self.cfg["master_port"]), timeout=3):
-                return True
-        except OSError:
-            return False
+        """The head's rendezvous port LISTENING, as `up` asks (`ss`): never a connection the engine would take
+        for a peer's."""
+        code, out = self.run(self.cfg["head"], ["ss", "-Hltn", f"sport = :{self.cfg['master_port']}"], timeout=10)
+        return code == 0 and bool(out.strip())
 
     def restart_group(self) -> str:
         """`up`'s order; "" when the group serves again, else why not (every rank then stopped)."""

@@ -203,7 +203,7 @@ def test_the_program_needs_nothing_but_the_standard_library_and_its_rules():
         tree = ast.parse(Path(module.__file__).read_text())
         imported |= {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= {"__future__", "json", "os", "secrets", "shlex", "socket", "subprocess", "sys", "time",
+    assert imported <= {"__future__", "json", "os", "secrets", "shlex", "subprocess", "sys", "time",
                         "urllib", "dataclasses", "supervisor_rules"}, imported
 
 
