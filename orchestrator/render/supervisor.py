@@ -87,7 +87,7 @@ def render_config(plan: Plan, inventory: Inventory, release: int, *, record: str
                   for r in plan.ranks],
         "record": record, "lock": lock, "state_file": state_file,
         "served_model": head.labels.served_model, "api_host": "127.0.0.1", "serve_port": head.spec.serve_port,
-        "master_host": str(head.node.fabric_ip), "master_port": head.spec.master_port,
+        "master_port": head.spec.master_port,
         **limits,
     }
 
