@@ -15,6 +15,7 @@ from fakes import deployment
 
 from orchestrator.deploy.status import crash_loop
 from orchestrator.facts import supervisor as facts
+from orchestrator.operation import AuditAction
 from orchestrator.render import supervisor_node as node
 from orchestrator.render import supervisor_rules as rules
 from orchestrator.render.plan import build_plan
@@ -68,7 +69,7 @@ def test_audit_line_and_lock_in_the_tools_formats():
     cfg = {"user": "spark", "head_host": "spark-1", "cluster": "sim", "release": 2}
     line = rules.audit_entry(cfg, "ok", "rank 1 ...", 5.0, rank=1, exit_code=137, down_seconds=12.0, attempt=1)
     assert {"id", "at", "by", "command", "action", "outcome", "release", "detail"} <= set(line)
-    assert (line["action"], line["rank"], line["exit_code"], line["attempt"]) == ("recover", 1, 137, 1)
+    assert (line["action"], line["rank"], line["exit_code"], line["attempt"]) == (AuditAction.RECOVER, 1, 137, 1)
     details = LockDetails.parse(rules.lock_text(cfg, "tok", 100.0, 60.0, 42))
     assert details is not None and details.token == "tok" and details.expires_at == 160.0
     assert "supervisor" in details.describe()
