@@ -39,6 +39,7 @@ WEIGHTS: dict[str, float] = {
     # files added 2026-12-07, their times from single runs on this machine (loaded), for the order only
     "tests/integration/test_engine_fingerprint.py": 200,
     "tests/integration/test_restart.py": 110,
+    "tests/integration/test_supervisor.py": 280,  # four ups and recoveries on the systemd pair, 2026-12-07
     "tests/bench/test_bench_replicates.py": 90,
     "tests/integration/test_fit.py": 80,
     "tests/integration/test_fabric_test.py": 70,

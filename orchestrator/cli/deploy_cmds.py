@@ -276,6 +276,10 @@ def status(
                 health = "[green]healthy[/]" if e.healthy else f"[red]not healthy[/] ({escape(e.error)})"
                 gen = {None: "not probed", True: "[green]generates[/]", False: f"[red]does not generate[/] ({escape(e.probe)})"}[e.generates]
                 out.print(f"endpoint {escape(e.url)}: {health}, {gen}, models: {escape(', '.join(e.models) or '-')}")
+            if report.supervisor is not None and report.supervisor.watch != "none":
+                out.print(escape(report.supervisor.line()))
+            if report.crash_loop:
+                err.print(f"[bold red]crash loop[/]: {escape(report.crash_loop)}")
             for why in report.unreachable.values():
                 err.print(f"[red]unreachable[/] {escape(why)}")
         if not report.ok:

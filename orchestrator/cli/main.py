@@ -36,6 +36,7 @@ COMMANDS = lazy_group([
     Lazy("tune", "tune_cmd:tune"),
     Lazy("setup", "setup_cmd:setup"),
     Lazy("boot", "boot_cmd:app", "What comes back when the nodes boot: enable, disable, status."),
+    Lazy("supervise", "supervise_cmd:app", "The group supervisor on the head: enable, disable, status."),
     # Always mounted: without the `sim` extra its commands exit 2 with the install line (cli/extras.py).
     Lazy("sim", "sim:app", "A simulated DGX Spark cluster (real sshd and dockerd per node)."),
     Lazy("maintenance", "maintenance_cmd:app"),

@@ -142,7 +142,7 @@ def fault(
     node: Annotated[str, typer.Argument(help="Node: 1, spark-1, or 'all'.")],
     kind: Annotated[str, typer.Argument(help="stop-sshd, start-sshd, stop-dockerd, start-dockerd, partition, "
                                               "heal, netem, throttle, fabric-slow, gpu, shared-jit, local-jit, "
-                                              "occupy-port, free-port, fill-disk, free-disk, meminfo, mtu, kernel, earlyoom, roce, reboot, "
+                                              "occupy-port, free-port, fill-disk, free-disk, meminfo, mtu, kernel, earlyoom, stall, roce, reboot, "
                                               "model-remove-shard, model-change-blob, model-incomplete, model-reset")],
     args: Annotated[Optional[list[str]], typer.Argument(help="key=value options, e.g. driver=575.57.08 clock=2200")] = None,
     name: NameOpt = "demo",

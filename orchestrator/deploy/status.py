@@ -7,12 +7,14 @@ from dataclasses import asdict, dataclass, field
 
 from ..config.inventory import Inventory
 from ..docker_cli.containers import Container, current_of
+from ..facts.supervisor import SupervisorState
 from ..http_api.endpoint import Endpoint
 from ..operation import Observation
 from ..transport.group import GroupError
 from ..transport.node import NodeConnection
 from .killers import earlyoom_note
 from .readiness import completes, health
+from .supervise import read_state as supervisor_state
 
 
 @dataclass
@@ -61,15 +63,18 @@ class StatusReport:
     unreachable: dict[str, str]
     endpoints: list[EndpointState]
     deployments: list[DeploymentState] = field(default_factory=list)
+    supervisor: SupervisorState | None = None  # None: the head was not read
+    crash_loop: str = ""  # the supervisor stopped the release that would serve: its words, with the last cause
 
     @property
     def ok(self) -> bool:
-        return not self.unreachable and all(d.ok for d in self.deployments) and all(
+        return not self.unreachable and not self.crash_loop and all(d.ok for d in self.deployments) and all(
             e.healthy and e.generates is not False for e in self.endpoints)
 
     def as_dict(self) -> dict:
         return {"ok": self.ok, "containers": [asdict(r) for r in self.rows], "unreachable": self.unreachable,
-                "endpoints": [asdict(e) for e in self.endpoints], "deployments": [asdict(d) for d in self.deployments]}
+                "endpoints": [asdict(e) for e in self.endpoints], "deployments": [asdict(d) for d in self.deployments],
+                "supervisor": asdict(self.supervisor) if self.supervisor else None, "crash_loop": self.crash_loop}
 
 
 def _rows(conn: NodeConnection, containers: list[Container], recipe: str | None) -> list[ContainerRow]:
@@ -121,6 +126,7 @@ def collect(inventory: Inventory, recipe: str | None = None, probe: bool = True,
         except GroupError as exc:
             found = exc.results
             unreachable.update({n: str(e) for n, e in exc.failures.items()})
+        supervisor = _supervisor(seen.cluster, inventory, [c.name for c in seen.alive])
     rows = sorted((r for rs in found.values() for r in rs), key=lambda r: (r.recipe, int(r.rank or 0)))
     endpoints = [_endpoint(inventory, row, probe, probe_timeout) for row in rows
                  if row.rank == "0" and row.state == "running"]
@@ -132,7 +138,27 @@ def collect(inventory: Inventory, recipe: str | None = None, probe: bool = True,
             d.release, d.release_outcome = serving.id, serving.outcome_text()
             d.kv_cache = serving.kv_cache
             d.engine = serving.engine
-    return StatusReport(rows, unreachable, endpoints, deployments)
+    return StatusReport(rows, unreachable, endpoints, deployments, supervisor,
+                        crash_loop(supervisor, serving.id if serving is not None else None))
+
+
+def _supervisor(cluster, inventory: Inventory, alive: list[str]) -> SupervisorState | None:
+    """The head's supervisor, when the head answered (a report: a failure is no supervisor said)."""
+    if inventory.head not in alive:
+        return None
+    try:
+        return supervisor_state(cluster[inventory.head], inventory)
+    except Exception:  # noqa: BLE001 - status goes on; `supervise status` says why
+        return None
+
+
+def crash_loop(supervisor: SupervisorState | None, serving: int | None) -> str:
+    """Pure: the supervisor's crash-loop words when the release it stopped is not replaced by one serving."""
+    if supervisor is None or not supervisor.crash_looped:
+        return ""
+    if serving is not None and serving != supervisor.release:
+        return ""
+    return supervisor.detail
 
 
 def _endpoint(inventory: Inventory, row: ContainerRow, probe: bool, probe_timeout: float) -> EndpointState:

@@ -82,6 +82,9 @@ class AuditAction(StrEnum):
     TUNE = "tune"  # `tune`: every variant's up and rollback are its parts
     MODEL_PULL = "model-pull"
     RESTART = "restart"  # `restart`: the serving release's whole group stopped and started in order
+    SUPERVISE_ENABLE = "supervise-enable"  # the group supervisor installed on the head for the serving release
+    SUPERVISE_DISABLE = "supervise-disable"
+    RECOVER = "recover"  # written by the group supervisor on the head (render/supervisor_rules.audit_entry)
     FABRIC_BASELINE = "fabric-baseline"  # `fabric test --save`: the figures kept on every node
 
 

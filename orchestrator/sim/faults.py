@@ -342,6 +342,7 @@ KINDS: dict[str, Callable] = {
     "mtu": faults_host.mtu,
     "kernel": faults_host.kernel,
     "earlyoom": faults_host.earlyoom,
+    "stall": faults_host.stall,
     "roce": faults_roce.roce,
     "reboot": reboot,
 }

@@ -209,3 +209,20 @@ def earlyoom(cluster, node: NodeInfo, opts: dict) -> str:
             return f"{node.name}: earlyoom -m {opts['m']} runs ({found.split()[0]})"
         cluster.exec(node.index, ["sleep", "0.1"])
     raise SimError(f"{node.name}: earlyoom did not start; see /var/log/sim-earlyoom.log in the node")
+
+
+_STALL = ('ids=$(docker ps -q --filter label=spark-deploy.managed=true --filter status=running); '
+          '[ -n "$ids" ] || { echo "no running spark-deploy container"; exit 3; }; '
+          'docker kill --signal USR1 $ids >/dev/null && echo $ids')
+
+
+def stall(cluster, node: NodeInfo, opts: dict) -> str:
+    """The engine of every running spark-deploy container on the node stops generating while its process and
+    container run on and /health answers 200 (the stand-in's SIGUSR1: its scheduler stuck). Undone only by
+    the container's restart (what the reset does: it removes the containers)."""
+    if opts:
+        raise SimInputError(f"fault stall takes no options, got {sorted(opts)}")
+    done = cluster.exec(node.index, ["sh", "-c", _STALL], check=False)
+    if done.code != 0:
+        raise SimError(f"{node.name}: fault stall: {(done.stdout + done.stderr).strip()}")
+    return f"{node.name}: engine stalled in {len(done.stdout.split())} container(s) (/health still 200)"

@@ -17,6 +17,7 @@ from orchestrator.operation import state
 from orchestrator.releases import audit, identity, lock, store
 
 from orchestrator.facts import core as facts
+from orchestrator.facts import supervisor as supervisor_facts
 from orchestrator.facts import vllm as vllm_facts
 
 from . import systemd
@@ -183,6 +184,14 @@ def _watch_node(node: Node) -> Answer:
     return 0, (SAMPLES / name).read_text() + "@@gpu\n2405\n", ""
 
 
+def _supervisor_state(node: Node, unit: str, state_file: str) -> Answer:
+    """facts/supervisor.SCRIPT: systemd's word for the unit, then the state file (absent: nothing after)."""
+    sd = node.systemd
+    active = "active" if unit in sd.active else "failed" if unit in sd.failed else "inactive"
+    text = node.files.get(state_file, "")
+    return 0, f"@active\n{active}\n@state\n" + (text + "\n" if text else ""), ""
+
+
 # (the constant the product sends, its handler); compared with `is`, first match wins
 SCRIPTS = [
     (lock._CREATE, _lock_create), (lock._SET_ASIDE, _lock_set_aside), (lock._REFRESH, _lock_refresh),
@@ -192,7 +201,7 @@ SCRIPTS = [
     (containers.RECIPE_OR_NAMED, _recipe_or_named), (containers._REMOVE, _remove),
     (images.INSPECT_IMAGES, _image_inspect), (model_cache._RESOLVE, _resolve), (vllm_facts.HELP_SCRIPT, _image_help),
     (down._FORGET, _forget_secrets), (copies.READ, _copy_read), (facts.DRIVER, fact_driver),
-    (watch_sample.NODE_SCRIPT, _watch_node),
+    (watch_sample.NODE_SCRIPT, _watch_node), (supervisor_facts.SCRIPT, _supervisor_state),
     *systemd.SCRIPTS,
 ]
 

@@ -289,3 +289,14 @@ def test_up_gate_with_nothing_serving_is_refused_with_one_line(mem):
     line = audit_lines(mem)[-1]
     assert (line["action"], line["outcome"]) == ("up-gate", "refused"), line
     assert not locked(mem)
+
+
+def test_supervise_enable_with_nothing_serving_is_refused_with_one_line(mem):
+    from orchestrator.deploy import supervise
+
+    with pytest.raises(supervise.SuperviseRefused, match="no release serves on .*: nothing to supervise"):
+        supervise.enable(mem.inventory, str(mem.dep.inventory_path), mem.events, connector=connector(mem.world))
+    line = audit_lines(mem)[-1]
+    assert (line["action"], line["outcome"]) == ("supervise-enable", "refused"), line
+    assert not locked(mem)
+    assert not [p for p in mem.node("spark-1").files if "/supervise/" in p]  # nothing installed

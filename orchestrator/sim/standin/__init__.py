@@ -41,6 +41,7 @@ Other knobs:
 Faults: SIM_FAULT_JIT_ASSERT, SIM_FAULT_CRASH_AT_START, SIM_FAULT_HANG_LOAD, SIM_FAULT_OOM,
 SIM_FAULT_COMPLETIONS_HANG (=1), SIM_FAULT_CUDA_GRAPH_RANK (=<rank>),
 SIM_FAULT_RANK_BACKEND (=<rank>:<attention backend>, e.g. 1:TRITON_ATTN).
+SIGUSR1 (the `stall` fault, `sim fault NODE stall`): the scheduler stuck from then on; /health still 200.
 SIM_FAULT_FIRST_RUN_FAST=<factor>: the first SIM_FAULT_FIRST_RUN_REQUESTS [20] fixed-length (ignore_eos)
 requests a deployment serves decode factor x faster, then normal (readiness and acceptance requests do not
 count); the count is kept in SIM_FAULT_FIRST_RUN_STATE [/tmp/sim-first-run.count], in the container's own

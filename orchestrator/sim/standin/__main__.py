@@ -18,6 +18,7 @@ def serve_forever(args: argparse.Namespace) -> None:
     node = Node(args)
     signal.signal(signal.SIGTERM, node.on_signal)
     signal.signal(signal.SIGINT, node.on_signal)
+    signal.signal(signal.SIGUSR1, node.on_stall)
     code = 0
     try:
         node.run()

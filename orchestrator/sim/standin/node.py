@@ -52,6 +52,12 @@ class Node:
         self.life.end(0)
         raise Stopped()
 
+    def on_stall(self, signum, frame) -> None:
+        """SIGUSR1 (the sim's `stall` fault): the scheduler stuck from now on — /health still answers 200, no
+        request ever finishes, the process and its container keep running (field note 2's half-dead engine)."""
+        if self.engine is not None:
+            self.engine.stalled.set()
+
     def run(self) -> None:
         args, env, log = self.args, self.env, self.log
         t_start = time.monotonic()

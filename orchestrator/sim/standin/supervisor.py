@@ -77,6 +77,7 @@ def supervise(serve, watch_oom: bool, limit: int) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGUSR1, forward)  # the `stall` fault (`docker kill --signal USR1`): the server's to act on
     while True:
         pid, status = os.waitpid(-1, os.WNOHANG if watch_oom else 0)  # -1: PID 1 reaps orphans too
         if pid == child:
