@@ -17,6 +17,8 @@ this file does what they say.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -36,6 +38,30 @@ except ImportError:
 
 
 # ---- doing --------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def guarded(path: str, wait: float = 20.0):
+    """The lock's guard, as the tool's lock scripts hold it (releases/lock.py GUARD: flock on PATH.guard):
+    a check of the token and the write after it are one step to every other holder. Unavailable: unguarded."""
+    try:
+        fd = os.open(path + ".guard", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break  # as `flock -w 20 ... || true`: go on unguarded rather than never act
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
 
 @dataclass
 class Supervisor:
@@ -129,7 +155,8 @@ class Supervisor:
             handle.flush()
             os.fsync(handle.fileno())
         try:
-            os.link(tmp, path)
+            with guarded(path):
+                os.link(tmp, path)
             return ""
         except FileExistsError:
             try:
@@ -146,31 +173,33 @@ class Supervisor:
         path, now = self.cfg["lock"], time.monotonic()
         if not force and now - self.refreshed < self.cfg["lock_ttl"] / 4:
             return True
-        try:
-            with open(path) as handle:
-                if f'"token": "{self.token}"' not in handle.read():
-                    return False
-        except FileNotFoundError:
-            return False
-        except OSError:
-            return True  # unreadable now: a missed refresh only shortens the expiry
-        try:
-            with open(path + ".refresh", "w") as handle:
-                handle.write(lock_text(self.cfg, self.token, time.time(), self.cfg["lock_ttl"], os.getpid()))
-            os.replace(path + ".refresh", path)
-            self.refreshed = now
-        except OSError:
-            pass
+        with guarded(path):
+            try:
+                with open(path) as handle:
+                    if f'"token": "{self.token}"' not in handle.read():
+                        return False
+            except FileNotFoundError:
+                return False
+            except OSError:
+                return True  # unreadable now: a missed refresh only shortens the expiry
+            try:
+                with open(path + ".refresh", "w") as handle:
+                    handle.write(lock_text(self.cfg, self.token, time.time(), self.cfg["lock_ttl"], os.getpid()))
+                os.replace(path + ".refresh", path)
+                self.refreshed = now
+            except OSError:
+                pass
         return True
 
     def release_lock(self) -> None:
         path = self.cfg["lock"]
-        try:
-            with open(path) as handle:
-                if f'"token": "{self.token}"' in handle.read():
-                    os.unlink(path)
-        except OSError:
-            pass
+        with guarded(path):
+            try:
+                with open(path) as handle:
+                    if f'"token": "{self.token}"' in handle.read():
+                        os.unlink(path)
+            except OSError:
+                pass
 
     # the group
     def stop_all(self) -> None:
