@@ -214,9 +214,8 @@ def test_a_log_line_that_comes_sooner_than_the_recheck_minimum_still_wakes_the_w
     monitor = Monitor()
     threading.Timer(0.01, monitor.activity).start()  # well within MIN_RECHECK of the sleep's start
     started = time.monotonic()
-    monitor.sleep(5)
-    took = time.monotonic() - started
-    assert watch_mod.MIN_RECHECK <= took < 1.0, took
+    monitor.sleep(3600)  # returns only because the line woke it (else the unit timeout fails the test)
+    assert time.monotonic() - started >= watch_mod.MIN_RECHECK
 
 
 def test_a_wait_with_no_line_sleeps_its_interval():
