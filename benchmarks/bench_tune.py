@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The tool's own time in a 4-variant `tune`, as a fraction of 4 x (the stand-in's load + the shots), in one run.
+
+    .venv/bin/python benchmarks/bench_tune.py [--shots 3] [--max-tokens 200] [--load 2] [--json FILE]
+
+Brings up its own 2-node simulated cluster (real sshd and dockerd per node, the vLLM stand-in), deploys
+the sim recipe once (what serves before the tune), then runs `tune` itself (bench/tune.tune, as the CLI
+calls it) over `num_speculative_tokens=1,3` on the sim recipe (k = 5): with the original and the
+no-speculation baseline, four variants, one round (one block each: four starts), profiles code and chat,
+one warm-up shot and --shots kept per profile and block. The cluster is removed at the end, on an error
+or Ctrl-C too.
+
+What is not the tool's: each start's load (SIM_LOAD_SECONDS, the stand-in's configured weight loading) and
+every shot's request, warm-up included (send to last token: TTFT + the decode, as the client saw it).
+Everything else is the tool's own time: the operation (connect, lock, state), the lint, each `up` (preflight,
+containers, readiness, its acceptance checks), the metrics scrapes around each shot, the final settle
+(a rollback to the winner when it is not the last block's) and the record. Printed: the wall time, the
+parts, the ratio tool / (4 x (load + shots)) against the target 0.10, and the tool's time per phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from benchsim import phase_seconds, recipe_variant  # noqa: E402
+from orchestrator.bench import prompts as prompt_sets  # noqa: E402
+from orchestrator.bench import runner, tune_plan  # noqa: E402
+from orchestrator.bench import tune as tune_mod  # noqa: E402
+from orchestrator.bench.shot import ShotOptions  # noqa: E402
+from orchestrator.config.load import load_deployment  # noqa: E402
+from orchestrator.deploy.up import UpOptions, up  # noqa: E402
+from orchestrator.runner.events import Events  # noqa: E402
+from orchestrator.sim.cluster import SimCluster  # noqa: E402
+
+KEY = "vllm.speculative_config.num_speculative_tokens"
+TARGET = 0.10
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def shot_seconds(shot) -> float:
+    """One shot's requests as the client timed them: send to first token, then first to last chunk."""
+    total = 0.0
+    for r in shot.requests:
+        if r.ttft_s is not None:
+            total += r.ttft_s
+        if r.t_first_ns and r.t_last_ns:
+            total += (r.t_last_ns - r.t_first_ns) / 1e9
+    return total
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shots", type=int, default=3, help="kept shots per profile and block (default 3)")
+    ap.add_argument("--max-tokens", type=int, default=200, help="a shot's output length (default 200)")
+    ap.add_argument("--load", type=float, default=2.0, help="SIM_LOAD_SECONDS of every start (default 2)")
+    ap.add_argument("--json", type=Path, help="also write every raw figure here")
+    args = ap.parse_args()
+    os.environ.setdefault("SPARK_DEPLOY_SIM_HOME", tempfile.mkdtemp(prefix="bench-tune-"))
+    sim = SimCluster(f"tn{os.getpid() % 100000}")
+    load_start = os.getloadavg()[0]
+    shots: list[tuple[str, bool, float]] = []
+    try:
+        log(f"sim cluster {sim.name}: 2 nodes, the image on both")
+        sim.up(nodes=2, load_image_on=(1, 2))
+        recipe = recipe_variant(sim.recipe_path, Path(sim.recipe_path).with_name("bench-tune.yaml"),
+                                env={"SIM_LOAD_SECONDS": f"{args.load:g}"})
+        dep = load_deployment(recipe, sim.inventory_path)
+        up(dep, Events(), UpOptions())  # what serves before the tune
+        log("the sim recipe serves; tune starts")
+        variants = tune_plan.expand(dep.text(), [tune_plan.parse_set(f"{KEY}=1,3")])
+        order = tune_plan.order(len(variants), 1)
+        sets = prompt_sets.select(["code", "chat"], None)
+
+        def plan_of(tgt):
+            return runner.Plan(prompts=sets, shots=args.shots, warmup=1, concurrency=(1,), until_stable=None,
+                               max_shots=args.shots, draft_budget=tgt.draft_budget,
+                               shot=ShotOptions(max_tokens=args.max_tokens))
+
+        events = Events()
+        t0 = time.monotonic()
+        result = tune_mod.tune(dep, variants, order, plan_of, events,
+                               on_shot=lambda g, s: shots.append((g.profile, s.warmup, shot_seconds(s))))
+        wall = time.monotonic() - t0
+    finally:
+        sim.down()
+    n = len(variants)
+    rolled = "rolled back" in result.serving
+    loads = args.load * (len(result.blocks) + (1 if rolled else 0))
+    shot_total = sum(s for _, _, s in shots)
+    tool = wall - loads - shot_total
+    base = n * args.load + shot_total
+    phases = phase_seconds(events)
+    print(f"\n4-variant tune on the stand-in ({', '.join(result.labels)}), 1 round, profiles code, chat, "
+          f"{args.shots} shots + 1 warm-up per profile and block, max_tokens {args.max_tokens}, "
+          f"SIM_LOAD_SECONDS {args.load:g}; load average {load_start:.2f} -> {os.getloadavg()[0]:.2f} "
+          f"({os.cpu_count()} CPUs)")
+    print(f"  wall time of tune()             {wall:8.3f} s")
+    print(f"  stand-in's load                 {loads:8.3f} s ({len(result.blocks)} starts{' + the settle rollback' if rolled else ''} x {args.load:g} s)")
+    print(f"  shots ({len(shots)}, warm-ups included)   {shot_total:8.3f} s")
+    print(f"  the tool's own time             {tool:8.3f} s")
+    print(f"  4 x (load + shots) = {n} x {args.load:g} + shots {base:8.3f} s")
+    print(f"  tool / (4 x (load + shots))     {tool / base:8.3f}  (target <= {TARGET:.2f}: "
+          f"{'PASS' if tool / base <= TARGET else 'FAIL'})")
+    print("  phases of the run (s, load and shots inside them): "
+          + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
+    print(f"  serving at the end: {result.serving}")
+    if args.json:
+        args.json.write_text(json.dumps({"wall": wall, "loads": loads, "shots": shots, "tool": tool, "base": base,
+                                         "phases": phases, "labels": result.labels}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
