@@ -61,6 +61,33 @@ def shot_seconds(shot) -> float:
     return total
 
 
+SPANS = ("_lint", "_side", "run", "_tables", "_stop_early", "_settle", "_write")
+
+
+def timed(spans: dict[str, float]) -> None:
+    """Wrap tune's own parts (module attributes of bench/tune.py) and its Operation's open and close so
+    their seconds add up in `spans`: where the tool's time goes."""
+    def wrap(name, fn):
+        def inner(*a, **kw):
+            t0 = time.monotonic()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spans[name] = spans.get(name, 0.0) + time.monotonic() - t0
+        return inner
+    for name in SPANS:
+        setattr(tune_mod, name, wrap(name, getattr(tune_mod, name)))
+    op = tune_mod.Operation
+    op.__enter__, op.__exit__ = wrap("operation open", op.__enter__), wrap("operation close", op.__exit__)
+
+
+def _merged(phases: dict[str, float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k, v in phases.items():
+        out[k.split(" (")[0]] = out.get(k.split(" (")[0], 0.0) + v
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shots", type=int, default=3, help="kept shots per profile and block (default 3)")
@@ -90,6 +117,8 @@ def main() -> int:
                                shot=ShotOptions(max_tokens=args.max_tokens))
 
         events = Events()
+        spans: dict[str, float] = {}
+        timed(spans)
         t0 = time.monotonic()
         result = tune_mod.tune(dep, variants, order, plan_of, events,
                                on_shot=lambda g, s: shots.append((g.profile, s.warmup, shot_seconds(s))))
@@ -114,12 +143,23 @@ def main() -> int:
     print(f"  4 x (load + shots) = {n} x {args.load:g} + shots {base:8.3f} s")
     print(f"  tool / (4 x (load + shots))     {tool / base:8.3f}  (target <= {TARGET:.2f}: "
           f"{'PASS' if tool / base <= TARGET else 'FAIL'})")
-    print("  phases of the run (s, load and shots inside them): "
-          + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()))
+    block_loads = args.load * len(result.blocks)
+    parts = {"operation open (connect, lock, state)": spans.get("operation open", 0.0),
+             "lint (speculative-tokens on every variant)": spans.get("_lint", 0.0),
+             "making each variant serve (up), minus its load": spans.get("_side", 0.0) - block_loads,
+             "around the shots (scrapes, client)": spans.get("run", 0.0) - shot_total,
+             "table and stop rule": spans.get("_tables", 0.0) + spans.get("_stop_early", 0.0),
+             "settle (winner serves), minus its load": spans.get("_settle", 0.0) - (loads - block_loads),
+             "record into the release": spans.get("_write", 0.0),
+             "operation close (audit, unlock)": spans.get("operation close", 0.0)}
+    parts["the rest"] = tool - sum(parts.values())
+    print("  the tool's time by part (s): " + "; ".join(f"{k} {v:.3f}" for k, v in parts.items()))
+    print("  phases of every up and rollback (s, load inside `ready`): "
+          + ", ".join(f"{k.split(' (')[0]} {v:.3f}" for k, v in _merged(phases).items()))
     print(f"  serving at the end: {result.serving}")
     if args.json:
         args.json.write_text(json.dumps({"wall": wall, "loads": loads, "shots": shots, "tool": tool, "base": base,
-                                         "phases": phases, "labels": result.labels}, indent=2))
+                                         "phases": phases, "parts": parts, "labels": result.labels}, indent=2))
     return 0
 
 
