@@ -116,8 +116,9 @@ def test_tune_names_each_profiles_best_and_the_winner_serves(tuned_cluster):
     assert labels[data["original"]] == "num_speculative_tokens=8 (original)"
     base = data["baseline"]
     assert labels[base] == "no speculation" and data["variants"][base]["release"] is not None
-    assert len(data["order"]) == 2 * len(labels) and data["order"][:len(labels)] == labels  # balanced: 0..n n..0
-    assert data["order"][len(labels):] == labels[::-1]
+    first = [labels[data["original"]]] + [x for i, x in enumerate(labels) if i != data["original"]]
+    assert len(data["order"]) == 2 * len(labels) and data["order"][:len(labels)] == first  # balanced, the
+    assert data["order"][len(labels):] == first[::-1]  # original first and last: the run ends on it
 
     truth = _truth_rates()
     for profile, rates in truth.items():
