@@ -9,7 +9,6 @@ from .charsets import cjk_count, simplified_only
 from .model import AcceptContext, AcceptStatus, Answer, Malformed, Request, Result, finite, shown
 from .registry import acceptance
 
-LOGPROB_PROMPT = "The DGX Spark cluster serves"
 GREEDY_PROMPTS = {"prose": "Two nodes joined by one cable each load half of the weights and",
                   "code": "def add(a, b):\n    return"}
 NEEDLE_FACT = "pass phrase"
@@ -42,6 +41,12 @@ def _model(ctx: AcceptContext, body: dict) -> dict:
     return {"model": ctx.model, **body}
 
 
+def greedy_request(ctx: AcceptContext, prompt: str) -> Request:
+    """greedy-digest's request for one prompt, logprobs included: logprobs-finite asks the very same one for
+    the prose prompt, so a run sends it once (run.Sender) and the engine decodes one request, not two."""
+    return Request("POST", "/v1/completions", _model(ctx, completion(prompt, 16, logprobs=1)))
+
+
 # ---- logprobs-finite ------------------------------------------------------------------------------------
 
 def judge_logprobs(name: str, answer: Answer) -> Result:
@@ -62,7 +67,7 @@ def judge_logprobs(name: str, answer: Answer) -> Result:
 
 @acceptance("logprobs-finite", "an output gone NaN, which shows nowhere else (field note: NaN logprobs)")
 def logprobs_finite(ctx: AcceptContext):
-    answer = yield Request("POST", "/v1/completions", _model(ctx, completion(LOGPROB_PROMPT, 8, logprobs=1)))
+    answer = yield greedy_request(ctx, GREEDY_PROMPTS["prose"])
     return judge_logprobs("logprobs-finite", answer)
 
 
@@ -94,8 +99,7 @@ def judge_greedy(name: str, outputs: dict[str, str], previous: dict | None, expe
                              "verified byte-identical at T=0 in the field notes)")
 def greedy_digest(ctx: AcceptContext):
     # both prompts at once: independent, so the engine batches them (one request's time, not two)
-    answers = yield [Request("POST", "/v1/completions", _model(ctx, completion(prompt, 16)))
-                     for prompt in GREEDY_PROMPTS.values()]
+    answers = yield [greedy_request(ctx, prompt) for prompt in GREEDY_PROMPTS.values()]
     outputs = {}
     for key, answer in zip(GREEDY_PROMPTS, answers):
         problem = answer.problem()
@@ -218,7 +222,7 @@ def judge_language(name: str, answer: Answer) -> Result:
                         "output checked by hand)", default=False)
 def language(ctx: AcceptContext):
     answer = yield Request("POST", "/v1/chat/completions",
-                           _model(ctx, chat([{"role": "user", "content": ZH_HANT_ASK}], 32)))
+                           _model(ctx, chat([{"role": "user", "content": ZH_HANT_ASK}], 8)))
     return judge_language("language", answer)
 
 

@@ -7,6 +7,7 @@ waits for an answer still on its way (up to a request's timeout)."""
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import threading
 import urllib.error
@@ -52,23 +53,50 @@ def spawn(fn: Callable, *args) -> Future:
     return future
 
 
-def together(endpoint: Endpoint, reqs: list[Request]) -> list[Answer]:
-    """Independent requests sent at once; their answers in the same order."""
-    return [f.result() for f in [spawn(send, endpoint, r) for r in reqs]]
+class Sender:
+    """One run's way to the engine: a request identical to one already sent (or on its way) in this run is
+    not sent again, its answer is shared. Checks that can judge the same answer ask the same question (a
+    greedy answer's logprobs and its text), so the engine decodes it once instead of batching a second copy
+    beside every other check's requests (each running request makes a step dearer)."""
+
+    def __init__(self, endpoint: Endpoint):
+        self.endpoint = endpoint
+        self.lock = threading.Lock()
+        self.sent: dict[str, Future] = {}
+
+    def start(self, req: Request) -> Future:
+        key = json.dumps([req.method, req.path, req.body], sort_keys=True, default=repr)
+        with self.lock:
+            if key not in self.sent:
+                self.sent[key] = spawn(send, self.endpoint, req)
+            return self.sent[key]
+
+    def one(self, req: Request) -> Answer:
+        return self.start(req).result()
+
+    def together(self, reqs: list[Request]) -> list[Answer]:
+        """Independent requests sent at once; their answers in the same order."""
+        return [f.result() for f in [self.start(r) for r in reqs]]
 
 
-def in_turn(endpoint: Endpoint, reqs: list[Request]) -> list[Answer]:
-    """The same, one after another (a caller that must not be entered from two threads)."""
-    return [send(endpoint, r) for r in reqs]
+class InTurn(Sender):
+    """Every request sent on the caller's thread, one after another, nothing shared (a caller that must not
+    be entered from two threads, or a check measured alone)."""
+
+    def one(self, req: Request) -> Answer:
+        return send(self.endpoint, req)
+
+    def together(self, reqs: list[Request]) -> list[Answer]:
+        return [self.one(r) for r in reqs]
 
 
-def drive(name: str, exchange, endpoint: Endpoint, send_list=together) -> Result:
+def drive(name: str, exchange, sender: Sender) -> Result:
     """Feed a check's generator the answers to its requests until it returns its Result; an answer of the
     wrong shape is that check's failure, naming the field."""
     req = next(exchange)
     while True:
         try:
-            req = exchange.send(send_list(endpoint, req) if isinstance(req, list) else send(endpoint, req))
+            req = exchange.send(sender.together(req) if isinstance(req, list) else sender.one(req))
         except StopIteration as done:
             return done.value
         except Malformed as exc:
@@ -88,23 +116,24 @@ def plan(ctx: AcceptContext, only: list[str] | None = None) -> list[tuple[str, o
     return out
 
 
-def one(name: str, check, ctx: AcceptContext, endpoint: Endpoint) -> Result:
+def one(name: str, check, ctx: AcceptContext, sender: Sender) -> Result:
     """One check's result: skipped (saying why) when it does not apply, else driven to its verdict."""
     if name in CHECKS:
         why = check.applies(ctx)
         if why:
             return Result(name, AcceptStatus.SKIP, f"not applicable: {why}")
-        result = drive(name, check.exchange(ctx), endpoint)
+        result = drive(name, check.exchange(ctx), sender)
         result.advisory = name in ctx.settings.advisory
         return result
-    result = drive(name, custom_exchange(check)(ctx), endpoint)
+    result = drive(name, custom_exchange(check)(ctx), sender)
     result.advisory = check.advisory
     return result
 
 
 def run_checks(endpoint: Endpoint, ctx: AcceptContext, only: list[str] | None = None, on_result=None) -> list[Result]:
     """Every planned check at once; the results (and on_result, called on this thread) in the plan's order."""
-    pending = [spawn(one, name, check, ctx, endpoint) for name, check in plan(ctx, only)]
+    sender = Sender(endpoint)
+    pending = [spawn(one, name, check, ctx, sender) for name, check in plan(ctx, only)]
     results = []
     for future in pending:
         result = future.result()

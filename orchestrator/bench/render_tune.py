@@ -20,6 +20,9 @@ def rows(result: TuneResult, profile_index: int) -> list[tuple[str, ...]]:
         v = result.variants[cell.variant]
         acc = cell.acceptance
         mark = " *" if cell.variant == table.best else ""
+        if cell.skipped:
+            out.append((v.label, "-", "-", "skipped: cannot win", "-", "-"))
+            continue
         span = f"{cell.interval[0]:.1f}-{cell.interval[1]:.1f}" if cell.interval else "-"
         ratio = "1.00 (baseline)" if v.baseline else (
             f"{cell.ratio:.2f}" + (f" [{cell.ratio_interval[0]:.2f}-{cell.ratio_interval[1]:.2f}]"
@@ -41,6 +44,7 @@ def lines(result: TuneResult) -> list[str]:
                     "of the shots' median):")
         text += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in body]
         text.append(f"  {table.verdict(result.labels)}")
+    text += [f"{result.labels[v]}: skipped: cannot win ({why})" for v, why in result.skipped.items()]
     if result.winner is not None:
         text.append(f"winner: {result.labels[result.winner.variant]}: {result.winner.reason}")
     return text

@@ -27,6 +27,7 @@ class Plan:
     max_shots: int = 40  # bound on kept shots with --until-stable
     shot: ShotOptions = field(default_factory=ShotOptions)
     draft_budget: int | None = None  # k from the recipe, when there is one
+    warm_probe: bool = True  # bench's TTFT-when-cached probe after each c = 1 group (tune's table has no use for it)
 
     def attempts_bound(self) -> int:
         """Discarded shots are re-taken, but never more than this many attempts per group."""
@@ -160,7 +161,7 @@ def run_group(http: httpx.Client, model: str, plan: Plan, profile: str, c: int,
         shown = "none yet" if width is None else f"{width:.1%}"
         group.stopped = (f"--max-shots {plan.max_shots} reached before the median's 95% CI was within "
                          f"{plan.until_stable:.1%} (it is {shown})")
-    if c == 1 and first_sent is not None:
+    if c == 1 and first_sent is not None and plan.warm_probe:
         group.warm = warm_probe(http, model, first_sent, plan.shot)
     return group
 

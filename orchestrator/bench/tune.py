@@ -7,11 +7,18 @@ variant goes through preflight's speculative-tokens check (num_speculative_token
 n_predict, read from the nodes): an illegal value refuses the whole tune, nothing deployed. At the end the
 winner (tune_rule.py) serves — or the original when nothing beats it beyond the spread — and the table is
 written into that release's record; one `tune` audit line, every `up` and rollback a part of it.
+
+Fair to the first variant: the run's first block takes as many warm-up shots per profile as it keeps, so
+kernels a cold JIT cache (the per-node cache the recipe mounts) compiles on first use are compiled before
+anything is counted, on the first variant as on the ones after it, which find the cache warm. After every
+block an ordered numeric key is checked for a direction that cannot win (tune_rule.cannot_win): its larger
+values are never started and the table says why.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Callable
 
@@ -30,7 +37,7 @@ from .runner import Group, Plan, run
 from .stats import acceptance
 from .target import Target, TargetError, of_recipe
 from .tune_plan import Variant
-from .tune_rule import Cell, ProfileTable, Winner, profile_table, winner
+from .tune_rule import Cell, ProfileTable, Winner, axis, cannot_win, profile_table, winner
 
 SPEC_CHECK = "speculative-tokens"
 
@@ -51,6 +58,7 @@ class TuneResult:
     blocks: list[tuple[int, Block]] = field(default_factory=list)  # (variant, block)
     releases: dict[int, int] = field(default_factory=dict)  # variant -> its release
     tables: list[ProfileTable] = field(default_factory=list)
+    skipped: dict[int, str] = field(default_factory=dict)  # variant -> why it cannot win (never started)
     winner: Winner | None = None
     serving: str = ""
 
@@ -75,6 +83,7 @@ class TuneResult:
                 "winner": w.variant if w else None, "best": w.best if w else None,
                 "scores": {self.labels[v]: s for v, s in (w.score if w else {}).items()},
                 "spread": w.spread if w else None, "reason": w.reason if w else "",
+                "skipped": {self.labels[v]: why for v, why in self.skipped.items()},
                 "profiles": {t.profile: t.as_dict(self.labels) for t in self.tables}}
 
     def as_dict(self) -> dict:
@@ -97,13 +106,15 @@ def bind_variants(variants: list[Variant], dep: Deployment) -> list[Deployment]:
 
 
 def _lint(op: Operation, deps: list[Deployment], variants: list[Variant]) -> list[str]:
-    """The speculative-tokens check for every speculative variant, on facts read from the nodes now."""
+    """The speculative-tokens check for every speculative variant, on facts read from the nodes now: every
+    variant's read at once (one round trip's time, not one per variant)."""
     specs = select(only=[SPEC_CHECK])
+    todo = [(dep, v) for dep, v in zip(deps, variants) if dep.recipe.vllm.speculative_config is not None]
+    with ThreadPoolExecutor(max(1, min(len(todo), 4)), thread_name_prefix="tune-lint") as pool:
+        reports = list(pool.map(lambda dv: run_checks(dv[0], build_plan(dv[0]), op.cluster, specs, opened=True),
+                                todo))
     bad = []
-    for dep, v in zip(deps, variants):
-        if dep.recipe.vllm.speculative_config is None:
-            continue
-        report = run_checks(dep, build_plan(dep), op.cluster, specs, opened=True)
+    for (_dep, v), report in zip(todo, reports):
         for verdict in report.failed():
             cells = "; ".join(f"{n}: {c.value}" for n, c in verdict.cells.items() if c.status is Status.FAIL)
             bad.append(f"{v.label}: {verdict.name}: {cells}" + (f" ({verdict.fix})" if verdict.fix else ""))
@@ -124,7 +135,9 @@ def _side(op: Operation, i: int, dep: Deployment, result: TuneResult, inventory_
         raise CompareError(f"{result.labels[i]}: {exc}") from None
 
 
-def _tables(result: TuneResult) -> None:
+def _profile_tables(result: TuneResult) -> list[ProfileTable]:
+    """Every profile's table from the blocks run so far."""
+    tables = []
     first = min((g.concurrency for _, b in result.blocks for g in b.groups), default=1)
     profiles = list(dict.fromkeys(g.profile for _, b in result.blocks for g in b.groups))
     for profile in profiles:
@@ -136,9 +149,28 @@ def _tables(result: TuneResult) -> None:
             shots = [x for g in groups for x in g.decode_values()]
             acc = acceptance([s.delta for g in groups for s in g.kept if s.delta is not None],
                              groups[0].draft_budget if groups else None)
-            cells.append(Cell(i, heads, shots, acc))
-        result.tables.append(profile_table(profile, cells, result.baseline))
+            cells.append(Cell(i, heads, shots, acc, skipped=result.skipped.get(i, "")))
+        tables.append(profile_table(profile, cells, result.baseline))
+    return tables
+
+
+def _tables(result: TuneResult) -> None:
+    result.tables = _profile_tables(result)
     result.winner = winner(result.tables, result.original, result.labels)
+
+
+def _stop_early(result: TuneResult) -> list[int]:
+    """Skip the larger values of a direction that cannot win (never the original or the baseline); the
+    variants newly skipped."""
+    baseline = result.baseline
+    line = axis([v.changes for v in result.variants], set() if baseline is None else {baseline})
+    if line is None:
+        return []
+    started = {i for i, _ in result.blocks}
+    new = {v: why for v, why in cannot_win(_profile_tables(result), line, result.labels, started,
+                                           {result.original}).items() if v not in result.skipped}
+    result.skipped.update(new)
+    return list(new)
 
 
 def tune(dep: Deployment, variants: list[Variant], order: list[int], plan_of: Callable[[Target], Plan],
@@ -162,10 +194,16 @@ def tune(dep: Deployment, variants: list[Variant], order: list[int], plan_of: Ca
         failure: Exception | None = None
         try:
             for i in order:
+                if i in result.skipped:
+                    continue
                 tgt = _side(op, i, deps[i], result, dep.inventory_path, events, seams)
-                plan = plan_of(tgt)
+                plan = replace(plan_of(tgt), warm_probe=False)  # the table shows no TTFT: no request for it
+                if not result.blocks:  # the run's first block: the JIT cache warmed before anything counts
+                    plan = replace(plan, warmup=plan.warmup + plan.shots)
                 with open_client(tgt.url) as http:
                     result.blocks.append((i, Block(result.labels[i], tgt.release, run(http, tgt.model, plan, on_shot))))
+                for v in _stop_early(result):
+                    events.note(f"tune: {result.labels[v]} skipped: cannot win ({result.skipped[v]})")
         except Exception as exc:  # noqa: BLE001 - what served before comes back first, then this is reported
             failure = exc
         except BaseException:

@@ -129,12 +129,18 @@ def expand(text: str, settings: list[Setting]) -> list[Variant]:
     return out
 
 
-def order(n: int, rounds: int) -> list[int]:
+def order(n: int, rounds: int, last: int | None = None) -> list[int]:
     """Balanced: round 1 in the given order, round 2 reversed, and so on (0123 3210 0123 ...), so a drift
-    through the sitting favours no variant; and a variant's two visits in a row at the turn share one deploy."""
+    through the sitting favours no variant; and a variant's two visits in a row at the turn share one deploy.
+    `last` (the original) is moved to where the run ends (the end of round 1 when the rounds are odd, its
+    start when even): when it stays the winner, nothing is started again after the last block."""
     if rounds < 1:
         raise TuneInputError(f"--rounds {rounds}: at least 1")
+    perm = list(range(n))
+    if last is not None and 0 <= last < n:
+        perm.remove(last)
+        perm = perm + [last] if rounds % 2 else [last] + perm
     seq: list[int] = []
     for r in range(rounds):
-        seq += list(range(n)) if r % 2 == 0 else list(reversed(range(n)))
+        seq += perm if r % 2 == 0 else list(reversed(perm))
     return seq

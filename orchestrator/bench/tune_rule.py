@@ -10,6 +10,11 @@ agree while the shots behind them spread 15%). The winner replaces the original 
 more than the spread, the gate's rule. One recipe serves every
 profile, so the winner is the variant with the best geometric mean over the profiles of its ratio to the
 original (each profile weighs the same); the per-profile bests say what a workload alone would pick.
+
+A direction is stopped early (`cannot_win`): on an ordered numeric key (one --set, every value a number), a
+variant below the best smaller value by more than the spread on every profile, while its saturation says
+the budget does not limit (tokens per step under the budget), cannot be beaten by a larger value: more
+draft positions that are rarely accepted only add their cost. Larger values not yet started are skipped.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from dataclasses import dataclass, field
 
 from . import stats
 from .gate_rule import ratio_interval, spread_of
+
+
+LOW_SATURATION = 1.0  # tokens per step / budget below 1: fewer tokens per step than draft positions
 
 
 @dataclass
@@ -36,10 +44,11 @@ class Cell:
     spread: float = 0.0
     ratio: float | None = None  # median / the baseline's median
     ratio_interval: tuple[float, float] | None = None
+    skipped: str = ""  # why this variant was never run ("" = it was)
 
     def as_dict(self) -> dict:
         acc = self.acceptance
-        return {"variant": self.variant, "median": self.median, "blocks": self.blocks,
+        return {"variant": self.variant, "skipped": self.skipped, "median": self.median, "blocks": self.blocks,
                 "interval": list(self.interval) if self.interval else None, "interval_kind": self.interval_kind,
                 "spread": self.spread, "ratio": self.ratio,
                 "ratio_interval": list(self.ratio_interval) if self.ratio_interval else None,
@@ -142,3 +151,50 @@ def winner(tables: list[ProfileTable], original: int, labels: list[str]) -> Winn
         result.reason = (f"{labels[best]} is {score[best] - 1:+.1%} over the original ({labels[original]}), within "
                          f"the spread {spread:.1%}: the original stays")
     return result
+
+
+def axis(changes: list[tuple[tuple[str, object], ...]], fixed: set[int]) -> list[tuple[float, int]] | None:
+    """(value, variant) along an ordered numeric key, ascending: every variant but those in `fixed` (the
+    baseline) changes the same one key to a number; None when the variants are not such a line."""
+    points, keys = [], set()
+    for i, change in enumerate(changes):
+        if i in fixed:
+            continue
+        if len(change) != 1:
+            return None
+        key, value = change[0]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        keys.add(key)
+        points.append((float(value), i))
+    return sorted(points) if len(keys) == 1 and len(points) > 2 else None
+
+
+def cannot_win(tables: list[ProfileTable], line: list[tuple[float, int]], labels: list[str],
+               started: set[int], keep: set[int]) -> dict[int, str]:
+    """Variants along `line` not yet started (and not in `keep`: the original) that cannot win: a larger
+    value than one measured below the best smaller value by more than the spread on every profile, with
+    low saturation there. -> {variant: why}."""
+    if not tables:
+        return {}
+    cells = [{c.variant: c for c in t.cells} for t in tables]
+    for n, (value, v) in enumerate(line):
+        smaller = [u for _, u in line[:n]]
+        why = []
+        for table, by in zip(tables, cells):
+            cell = by.get(v)
+            measured = [by[u] for u in smaller if u in by and by[u].median is not None]
+            if cell is None or cell.median is None or not measured or cell.acceptance is None:
+                break
+            best = max(measured, key=lambda c: c.median)
+            spread = max(cell.spread, best.spread)
+            sat = cell.acceptance.saturation
+            if not (cell.median < best.median * (1 - spread) and sat < LOW_SATURATION):
+                break
+            why.append(f"{table.profile}: {cell.median / best.median - 1:+.1%} against {labels[best.variant]}, "
+                       f"spread {spread:.1%}, saturation {sat:.0%}")
+        else:
+            reason = (f"{labels[v]} is below a smaller value by more than the spread with the budget not limiting ("
+                      + "; ".join(why) + ")")
+            return {u: reason for _, u in line[n + 1:] if u not in started and u not in keep}
+    return {}

@@ -58,7 +58,7 @@ def tune(
         dep = load_deployment(recipe, inventory)
         try:
             variants = tune_plan.expand(dep.text(), settings)
-            order = tune_plan.order(len(variants), rounds)
+            order = tune_plan.order(len(variants), rounds, last=next(i for i, v in enumerate(variants) if v.original))
             sets = prompt_sets.select([p.strip() for p in profile.split(",") if p.strip()], None)
         except (tune_plan.TuneInputError, prompt_sets.PromptError, ValueError) as exc:
             raise BadInput(str(exc)) from exc

@@ -1,4 +1,4 @@
-"""Running the real `spark-deploy bench` CLI from the bench tests."""
+"""Running the real `spark-deploy` CLI from the bench tests, and reading back what a run recorded."""
 
 from __future__ import annotations
 
@@ -27,3 +27,28 @@ def head_truth(cluster, recipe: str):
     assert ids, f"no rank-0 container of {recipe} on the head"
     log = cluster.exec(1, ["sh", "-c", 'docker logs "$1" 2>&1', "sh", ids[0]]).stdout
     return Truth.from_line(log)
+
+
+def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The installed `spark-deploy ARGS` (a real process)."""
+    return subprocess.run([str(SPARK_DEPLOY), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def history(cluster) -> dict[int, dict]:
+    """Every release record of the cluster (`history --json`), by id."""
+    res = cli("history", "-i", str(cluster.inventory_path), "--json", timeout=120)
+    assert res.returncode == 0, res.stderr
+    return {r["id"]: r for r in json.loads(res.stdout)}
+
+
+def serving(records: dict[int, dict]) -> dict:
+    """The one release that serves."""
+    (now,) = [r for r in records.values() if r["serving"]]
+    return now
+
+
+def audit_lines(cluster, action: str, tail: int = 300) -> list[dict]:
+    """The cluster's last `tail` audit lines of `action` (`audit --json`)."""
+    res = cli("audit", "-i", str(cluster.inventory_path), "--tail", str(tail), "--json", timeout=120)
+    assert res.returncode == 0, res.stderr
+    return [a for a in json.loads(res.stdout) if a["action"] == action]

@@ -14,11 +14,10 @@ import json
 import math
 import shlex
 import statistics
-import subprocess
 from pathlib import Path
 
 import pytest
-from bench_helpers import SPARK_DEPLOY
+from bench_helpers import audit_lines, cli, history, serving
 from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_inventory
@@ -47,27 +46,6 @@ def _doc_command(needle: str, recipe: Path, out: Path) -> list[str]:
     return [str(recipe) if a == "spec.yaml" else str(out) if a == "spec-tuned.yaml" else a for a in args]
 
 
-def _cli(*args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SPARK_DEPLOY), *args], capture_output=True, text=True, timeout=timeout)
-
-
-def _history(cluster) -> dict[int, dict]:
-    res = _cli("history", "-i", str(cluster.inventory_path), "--json", timeout=120)
-    assert res.returncode == 0, res.stderr
-    return {r["id"]: r for r in json.loads(res.stdout)}
-
-
-def _serving(records: dict[int, dict]) -> dict:
-    (now,) = [r for r in records.values() if r["serving"]]
-    return now
-
-
-def _tune_lines(cluster) -> list[dict]:
-    res = _cli("audit", "-i", str(cluster.inventory_path), "--tail", "300", "--json", timeout=120)
-    assert res.returncode == 0, res.stderr
-    return [a for a in json.loads(res.stdout) if a["action"] == "tune"]
-
-
 def _truth_rates() -> dict[str, dict[int, float]]:
     """Expected decode tok/s per profile and budget (0 = no speculation), from the stand-in's formula."""
     truth = Truth.from_env(ENV)
@@ -92,7 +70,7 @@ def tuned_cluster(shared_pair, request, tmp_path_factory):
             recipe = tmp / "spec.yaml"
             with recipe.open("w") as fh:
                 yaml.dump(doc, fh)
-            up = _cli("up", str(recipe), "-i", str(cluster.inventory_path), timeout=600)
+            up = cli("up", str(recipe), "-i", str(cluster.inventory_path), timeout=600)
             assert up.returncode == 0, up.stdout + up.stderr
             yield cluster, recipe
         finally:
@@ -101,36 +79,36 @@ def tuned_cluster(shared_pair, request, tmp_path_factory):
 
 def test_an_illegal_value_is_refused_before_any_load(tuned_cluster):
     cluster, recipe = tuned_cluster
-    before = _history(cluster)
-    audits = len(_tune_lines(cluster))
+    before = history(cluster)
+    audits = len(audit_lines(cluster, "tune"))
     args = _doc_command("=2,3", recipe, recipe.with_name("spec-tuned.yaml"))  # the doc's refused example
     assert args[:3] == ["tune", str(recipe), "--set"] and args[3] == f"{KEY}=2,3", args
-    res = _cli(*args, "-i", str(cluster.inventory_path), timeout=300)
+    res = cli(*args, "-i", str(cluster.inventory_path), timeout=300)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "num_speculative_tokens=3 is not divisible by n_predict=2" in res.stderr, res.stderr
     assert "refused before any load" in res.stderr
-    after = _history(cluster)
-    assert after.keys() == before.keys() and _serving(after)["id"] == _serving(before)["id"]  # nothing deployed
-    (line,) = _tune_lines(cluster)[audits:]
+    after = history(cluster)
+    assert after.keys() == before.keys() and serving(after)["id"] == serving(before)["id"]  # nothing deployed
+    (line,) = audit_lines(cluster, "tune")[audits:]
     assert line["outcome"] == "refused", line
     assert not recipe.with_name("spec-tuned.yaml").exists()
 
 
 def test_a_bad_set_is_bad_input(tuned_cluster):
     cluster, recipe = tuned_cluster
-    res = _cli("tune", str(recipe), "--set", "vllm.speculative_config.num_speculative_tokens", "-i",
-               str(cluster.inventory_path), timeout=120)
+    res = cli("tune", str(recipe), "--set", "vllm.speculative_config.num_speculative_tokens", "-i",
+              str(cluster.inventory_path), timeout=120)
     assert res.returncode == 2 and "want KEY=V1,V2" in res.stderr, res.stdout + res.stderr
 
 
 def test_tune_names_each_profiles_best_and_the_winner_serves(tuned_cluster):
     cluster, recipe = tuned_cluster
     out = recipe.with_name("winner.yaml")
-    audits = len(_tune_lines(cluster))
+    audits = len(audit_lines(cluster, "tune"))
     args = _doc_command("=2,4,6,8", recipe, out)  # docs/tune.md's worked example, run here
     assert args[:4] == ["tune", str(recipe), "--set", f"{KEY}={','.join(map(str, BUDGETS))}"], args
     assert "--profile" in args and args[args.index("--profile") + 1] == "code,chat" and str(out) in args
-    res = _cli(*args, "-i", str(cluster.inventory_path), "--json")
+    res = cli(*args, "-i", str(cluster.inventory_path), "--json", timeout=1500)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     data = json.loads(res.stdout)
     labels = [v["label"] for v in data["variants"]]
@@ -138,8 +116,9 @@ def test_tune_names_each_profiles_best_and_the_winner_serves(tuned_cluster):
     assert labels[data["original"]] == "num_speculative_tokens=8 (original)"
     base = data["baseline"]
     assert labels[base] == "no speculation" and data["variants"][base]["release"] is not None
-    assert len(data["order"]) == 2 * len(labels) and data["order"][:len(labels)] == labels  # balanced: 0..n n..0
-    assert data["order"][len(labels):] == labels[::-1]
+    first = [labels[data["original"]]] + [x for i, x in enumerate(labels) if i != data["original"]]
+    assert len(data["order"]) == 2 * len(labels) and data["order"][:len(labels)] == first  # balanced, the
+    assert data["order"][len(labels):] == first[::-1]  # original first and last: the run ends on it
 
     truth = _truth_rates()
     for profile, rates in truth.items():
@@ -164,8 +143,8 @@ def test_tune_names_each_profiles_best_and_the_winner_serves(tuned_cluster):
     top = max(score.values())
     won = data["winner"]
     assert won != data["original"] and score[value[won]] >= top * 0.95, (labels[won], score)
-    records = _history(cluster)
-    now = _serving(records)
+    records = history(cluster)
+    now = serving(records)
     first = records[data["variants"][won]["release"]]
     assert now["plan_hash"] == first["plan_hash"], (now, first)
     assert now["tune"]["winner"] == won and set(now["tune"]["profiles"]) == {"code", "chat"}
@@ -174,7 +153,7 @@ def test_tune_names_each_profiles_best_and_the_winner_serves(tuned_cluster):
     assert text.startswith("# spark-deploy tune: ") and "# code (decode tok/s" in text and "# winner: " in text
     doc = YAML(typ="safe").load(text)
     assert doc["vllm"]["speculative_config"]["num_speculative_tokens"] == value[won]
-    check = _cli("validate", str(out), "-i", str(cluster.inventory_path), timeout=120)
+    check = cli("validate", str(out), "-i", str(cluster.inventory_path), timeout=120)
     assert check.returncode == 0, check.stdout + check.stderr
-    (line,) = _tune_lines(cluster)[audits:]  # one audit line, every up and rollback its parts
+    (line,) = audit_lines(cluster, "tune")[audits:]  # one audit line, every up and rollback its parts
     assert line["outcome"] == "ok" and line["release"] == data["variants"][won]["release"], line

@@ -10,10 +10,9 @@ run leaves exactly one `up-gate` audit line.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
-from bench_helpers import SPARK_DEPLOY
+from bench_helpers import audit_lines, cli, history, serving
 from ruamel.yaml import YAML
 
 pytestmark = [pytest.mark.integration,
@@ -34,43 +33,22 @@ def _recipe(src, dest, env: dict[str, str]):
     return dest
 
 
-def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SPARK_DEPLOY), *args], capture_output=True, text=True, timeout=timeout)
-
-
-def _history(cluster) -> dict[int, dict]:
-    res = _cli("history", "-i", str(cluster.inventory_path), "--json", timeout=120)
-    assert res.returncode == 0, res.stderr
-    return {r["id"]: r for r in json.loads(res.stdout)}
-
-
-def _serving(records: dict[int, dict]) -> dict:
-    (now,) = [r for r in records.values() if r["serving"]]
-    return now
-
-
-def _gate_lines(cluster) -> list[dict]:
-    res = _cli("audit", "-i", str(cluster.inventory_path), "--tail", "200", "--json", timeout=120)
-    assert res.returncode == 0, res.stderr
-    return [a for a in json.loads(res.stdout) if a["action"] == "up-gate"]
-
-
 @pytest.fixture(scope="module")
 def plain(shared_pair, request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gate")
     with shared_pair.lend(request.module.__name__) as cluster:
         a = _recipe(cluster.recipe_path, tmp / "a.yaml", {})
-        up = _cli("up", str(a), "-i", str(cluster.inventory_path))
+        up = cli("up", str(a), "-i", str(cluster.inventory_path))
         assert up.returncode == 0, up.stdout + up.stderr
         yield cluster, tmp
 
 
 def test_candidate_slower_on_zh_is_rejected_and_a_serves_again(plain):
     cluster, tmp = plain
-    before = _serving(_history(cluster))
-    audits = len(_gate_lines(cluster))
+    before = serving(history(cluster))
+    audits = len(audit_lines(cluster, "up-gate", tail=200))
     slow = _recipe(cluster.recipe_path, tmp / "slow-zh.yaml", {"SIM_PROFILE_SLOW": "zh=0.8"})
-    res = _cli("up", str(slow), "--gate", *SHOTS, "-i", str(cluster.inventory_path), "--json")
+    res = cli("up", str(slow), "--gate", *SHOTS, "-i", str(cluster.inventory_path), "--json")
     assert res.returncode == 1, res.stdout + res.stderr
     data = json.loads(res.stdout)
     assert data["verdict"] == "rejected" and data["against"] == before["id"], data
@@ -82,31 +60,31 @@ def test_candidate_slower_on_zh_is_rejected_and_a_serves_again(plain):
     assert code["ratio"] == pytest.approx(1.0, abs=0.05)
     assert "zh B/A" in res.stderr and f"{zh['ratio']:.3f}" in res.stderr and f"{zh['bound']:.3f}" in res.stderr
 
-    records = _history(cluster)
-    now = _serving(records)  # A's plan serves again: a rollback to A's release
+    records = history(cluster)
+    now = serving(records)  # A's plan serves again: a rollback to A's release
     assert now["plan_hash"] == before["plan_hash"] and now["rollback_of"] == before["id"], now
     b = records[data["release"]]
     assert b["plan_hash"] != before["plan_hash"] and not b["serving"]
     assert b["gate"]["verdict"] == "rejected" and "zh" in b["gate"]["reason"]
     assert b["gate"]["profiles"]["zh"]["ratio"] == zh["ratio"] and b["gate"]["profiles"]["zh"]["interval"]
     assert b["gate"]["profiles"]["zh"]["a"] > b["gate"]["profiles"]["zh"]["b"]
-    (line,) = _gate_lines(cluster)[audits:]  # one audit line for the whole gate, the blocks as its parts
+    (line,) = audit_lines(cluster, "up-gate", tail=200)[audits:]  # one audit line for the whole gate, the blocks as its parts
     assert line["outcome"] == "failed" and line["release"] == data["release"], line
 
 
 def test_harmless_candidate_is_kept_with_its_ratios(plain):
     cluster, tmp = plain
-    before = _serving(_history(cluster))
+    before = serving(history(cluster))
     harmless = _recipe(cluster.recipe_path, tmp / "harmless.yaml", {"SIM_IGNORED_BY_STANDIN": "1"})
-    res = _cli("up", str(harmless), "--gate", *SHOTS, "-i", str(cluster.inventory_path), "--json")
+    res = cli("up", str(harmless), "--gate", *SHOTS, "-i", str(cluster.inventory_path), "--json")
     assert res.returncode == 0, res.stdout + res.stderr
     data = json.loads(res.stdout)
     assert data["verdict"] == "kept" and data["against"] == before["id"], data
     for profile in ("code", "zh"):
         p = data["profiles"][profile]
         assert p["verdict"] == "within" and p["ratio"] == pytest.approx(1.0, abs=0.05), p
-    records = _history(cluster)
-    now = _serving(records)  # B serves: its release, started again by its last block
+    records = history(cluster)
+    now = serving(records)  # B serves: its release, started again by its last block
     b = records[data["release"]]
     assert now["plan_hash"] == b["plan_hash"] != before["plan_hash"], (now, b)
     assert b["gate"]["verdict"] == "kept" and set(b["gate"]["profiles"]) == {"code", "zh"}
@@ -115,9 +93,9 @@ def test_harmless_candidate_is_kept_with_its_ratios(plain):
 
 def test_nothing_serving_is_bad_input(plain):
     cluster, tmp = plain
-    down = _cli("down", "-i", str(cluster.inventory_path), "--yes", timeout=300)
+    down = cli("down", "-i", str(cluster.inventory_path), "--yes", timeout=300)
     assert down.returncode == 0, down.stdout + down.stderr
     candidate = _recipe(cluster.recipe_path, tmp / "candidate.yaml", {"SIM_IGNORED_BY_STANDIN": "2"})
-    res = _cli("up", str(candidate), "--gate", "-i", str(cluster.inventory_path))
+    res = cli("up", str(candidate), "--gate", "-i", str(cluster.inventory_path))
     assert res.returncode == 2, res.stdout + res.stderr
     assert "nothing to gate against; run `up` without --gate" in res.stderr

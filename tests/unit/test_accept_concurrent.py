@@ -10,28 +10,29 @@ import threading
 import pytest
 
 from orchestrator.acceptance import AcceptContext, AcceptStatus, blocking, run_checks
-from orchestrator.acceptance.checks import ZH_HANT_ASK
-from orchestrator.acceptance.run import drive, in_turn, one, plan
+from orchestrator.acceptance.model import Request
+from orchestrator.acceptance.checks import GREEDY_PROMPTS, ZH_HANT_ASK
+from orchestrator.acceptance.run import InTurn, Sender, drive, one, plan
 from orchestrator.config.acceptance import AcceptanceSettings, CustomCheck
 
 FLAGS = {"tool-call-parser": "hermes", "enable-auto-tool-choice": True, "reasoning-parser": "qwen3"}
 ALL = ["logprobs-finite", "greedy-digest", "needle", "tool-call", "language", "thinking"]
 OWN = CustomCheck(name="capital", prompt="What is the capital of Taiwan?", expect="Taipei")
 CTX = AcceptContext("m", 1024, FLAGS, AcceptanceSettings(checks=ALL, custom=[OWN]))
-FIRST_ROUND = 8  # logprobs 1, greedy 2 (together), needle 1, tool-call 1 (its round trip comes after), language,
-# thinking and the recipe's own 1 each
+FIRST_ROUND = 7  # greedy 2 (together; logprobs-finite's is greedy's prose request, sent once), needle 1,
+# tool-call 1 (its round trip comes after), language, thinking and the recipe's own 1 each
 
 
 def answer_to(path: str, body: dict, nan: bool = False) -> dict:
     """A well-behaved server's answer to each check's request (NaN logprobs when asked to misbehave)."""
     if path == "/v1/completions":
         prompt = body["prompt"]
-        if body.get("logprobs"):
-            values = [-0.5, float("nan")] if nan else [-0.5, -0.25]
-            return {"choices": [{"text": " well", "logprobs": {"token_logprobs": values}}]}
         if "pass phrase" in prompt:
             return {"choices": [{"text": " violet-4821."}]}
-        return {"choices": [{"text": f" after {prompt[:12]!r}"}]}
+        choice = {"text": f" after {prompt[:12]!r}"}
+        if body.get("logprobs"):
+            choice["logprobs"] = {"token_logprobs": [-0.5, float("nan")] if nan else [-0.5, -0.25]}
+        return {"choices": [choice]}
     messages = body["messages"]
     ask = messages[0]["content"]
     if messages[-1]["role"] == "tool":
@@ -55,10 +56,12 @@ class Server:
         # the timeout only turns a run that never sends them together into a failure instead of a hang
         self.barrier = threading.Barrier(hold, timeout=guard) if hold else None
         self.nan, self.lock, self.arrived, self.in_flight, self.most = nan, threading.Lock(), 0, 0, 0
+        self.bodies: list[dict] = []
 
     def request(self, method: str, path: str, body: dict | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
         with self.lock:
             self.arrived += 1
+            self.bodies.append(body or {})
             self.in_flight += 1
             self.most = max(self.most, self.in_flight)
             held = self.barrier is not None and self.arrived <= self.barrier.parties
@@ -72,13 +75,13 @@ class Server:
 
 
 def alone(ctx: AcceptContext, server: Server) -> list[dict]:
-    """Each check driven by itself, in order, one request at a time: the verdicts to keep."""
+    """Each check driven by itself, in order, one request at a time, nothing shared: the verdicts to keep."""
     out = []
     for name, check in plan(ctx):
         if name == "greedy-digest":  # its two prompts in turn
-            out.append(drive(name, check.exchange(ctx), server, in_turn).as_dict())
+            out.append(drive(name, check.exchange(ctx), InTurn(server)).as_dict())
         else:
-            out.append(one(name, check, ctx, server).as_dict())
+            out.append(one(name, check, ctx, InTurn(server)).as_dict())
     return out
 
 
@@ -113,3 +116,20 @@ def test_greedy_digest_sends_its_two_prompts_together_and_keeps_their_order():
     result = run_checks(server, ctx)[0]
     assert result.status is AcceptStatus.PASS and list(result.data["outputs"]) == ["prose", "code"]
     assert result.data["outputs"]["code"] == " after 'def add(a, b'"
+
+
+def test_a_request_two_checks_ask_is_sent_once_and_both_judge_its_answer():
+    server = Server(nan=True)
+    ctx = AcceptContext("m", 1024, {}, AcceptanceSettings(checks=["logprobs-finite", "greedy-digest"]))
+    results = run_checks(server, ctx)
+    prompts = [b["prompt"] for b in server.bodies]
+    assert sorted(prompts) == sorted(GREEDY_PROMPTS.values())  # the prose prompt once, not twice
+    assert results[0].status is AcceptStatus.FAIL and results[1].data["outputs"]["prose"] == " after 'Two nodes jo'"
+
+
+def test_requests_that_differ_are_each_sent():
+    server = Server()
+    sender = Sender(server)
+    a, b = (Request("POST", "/v1/completions", {"prompt": p, "max_tokens": 1}) for p in ("x", "y"))
+    sender.together([a, b, a])
+    assert sorted(body["prompt"] for body in server.bodies) == ["x", "y"]

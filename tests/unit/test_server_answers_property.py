@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from orchestrator.acceptance import AcceptContext, AcceptStatus, Answer
 from orchestrator.acceptance.registry import CHECKS
-from orchestrator.acceptance.run import drive, in_turn
+from orchestrator.acceptance.run import InTurn, drive
 from orchestrator.bench.client import Api, RequestFailed, Streamed, read_event
 from orchestrator.bench.metrics import MetricsError, parse as parse_metrics
 from orchestrator.config.acceptance import AcceptanceSettings
@@ -73,7 +73,7 @@ CONTEXT = AcceptContext("m", 1024, {"tool-call-parser": "hermes", "enable-auto-t
 @FAST
 @given(data=st.data())
 def test_every_acceptance_check_judges_any_json_as_a_result(name, data):
-    result = drive(name, CHECKS[name].exchange(CONTEXT), Answers(data), in_turn)  # draws: one thread
+    result = drive(name, CHECKS[name].exchange(CONTEXT), InTurn(Answers(data)))  # draws: one thread
     assert result.name == name and result.status in (AcceptStatus.PASS, AcceptStatus.FAIL, AcceptStatus.CHANGED)
     assert not CONTROL.search(result.seen), result.seen
 

@@ -77,6 +77,10 @@ def test_refusals():
 def test_order_is_balanced():
     assert order(3, 1) == [0, 1, 2]
     assert order(3, 3) == [0, 1, 2, 2, 1, 0, 0, 1, 2]
+    # the original (1) where the run ends: nothing to start again when it stays
+    assert order(4, 1, last=1) == [0, 2, 3, 1]
+    assert order(4, 2, last=1) == [1, 0, 2, 3, 3, 2, 0, 1]
+    assert order(4, 3, last=1) == [0, 2, 3, 1, 1, 3, 2, 0, 0, 2, 3, 1]
     with pytest.raises(TuneInputError):
         order(3, 0)
 
