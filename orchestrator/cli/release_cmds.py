@@ -20,6 +20,7 @@ from ..deploy.up import UpOptions
 from ..operation import AuditAction, Locking, Observation, Operation, OperationRefused, Outcome, Reach
 from ..releases import audit as audit_mod
 from ..releases import identity
+from ..releases import recoveries as recoveries_mod
 from ..releases import lock as lock_mod
 from ..runner.events import Events
 from ..runner.sinks import TerminalSink
@@ -60,6 +61,9 @@ def history(
 ) -> None:
     """The releases, newest first, read from every node, and which one serves now (by the running containers).
 
+    Each release's recoveries by the group supervisor (`supervise enable`) are shown from its `recover` audit
+    lines: how many, the last one's rank, exit code, cause and time down, and a crash loop.
+
     Example: spark-deploy history --json
     Example: spark-deploy history --recipe 3 -o release-3.yaml
     """
@@ -71,7 +75,9 @@ def history(
         inv, _ = load_inventory(inventory)
         with Observation(inv, what="history") as seen:
             state = seen.state
+            log = audit_mod.read(seen.cluster, inv, seen.alive)  # the supervisor's `recover` lines
         hist = state.history
+        recovered = recoveries_mod.of_audit(log.lines)
         now = state.serving if state.serving_known else None
         for node, why in state.unreachable.items():
             err.print(f"[yellow]warning[/]: {escape(node)} unreachable, its copy of the history was not read: "
@@ -98,7 +104,9 @@ def history(
                         "bench": r.bench, "kv_cache": r.kv_cache, "drift": drifts.get(r.id, {}),
                         "acceptance": r.acceptance, "after_ready": r.after_ready, "engine": r.engine,
                         "tokenizer": r.tokenizer, "upgrade": r.upgrade, "gate": r.gate,
-                        "tune": r.tune} for r in hist.releases])
+                        "tune": r.tune,
+                        "recoveries": recovered[r.id].as_dict() if r.id in recovered else None}
+                       for r in hist.releases])
             return
         if not hist.releases:
             out.print("no releases recorded on any node yet")
@@ -111,7 +119,7 @@ def history(
         from ..bench.gate import gate_text  # `up --gate`'s verdict, recorded with the candidate's release
 
         for column in ("", "release", "outcome", "recipe", "plan", "image", "started (UTC)", "by", "bench tok/s",
-                       "KV tokens", "engine", "vs previous", "acceptance", "gate", "after ready"):
+                       "KV tokens", "engine", "vs previous", "acceptance", "gate", "after ready", "recoveries"):
             table.add_column(column, overflow="fold")
         for r in hist.releases:
             mark = "[bold green]▶ serving[/]" if now is not None and r.id == now.id else ""
@@ -121,7 +129,8 @@ def history(
                           escape(engine_short(r.engine)),
                           escape(drift_text(drifts.get(r.id, {}))), escape(_acceptance_text(r.acceptance)),
                           escape(gate_text(r.gate)),
-                          escape(after_ready_text(r.after_ready) or "-"))
+                          escape(after_ready_text(r.after_ready) or "-"),
+                          escape(recovered[r.id].text() if r.id in recovered else "-"))
         out.print(table)
         if not state.serving_known:
             out.print("which release serves is not judged: not every node answered")

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
+from ..facts.supervisor import SupervisorState, Watch
+
 
 class RankState(StrEnum):
     RUNNING = "running"
@@ -78,6 +80,8 @@ class Sample:
     warnings: list[str] = field(default_factory=list)
     capacity: CapacityFigure | None = None  # the release's lowest capacity figure, if `bench --replicates` ran
     below_capacity: int = 0  # samples in a row, this one included, whose live decode is below that figure
+    supervisor: SupervisorState | None = None  # the head's group supervisor (None: the head was not read)
+    recovered: dict | None = None  # a recovery the supervisor made since the previous sample (watching/recovery.py)
 
     @property
     def ok(self) -> bool:
@@ -109,6 +113,11 @@ def judge(sample: Sample) -> Sample:
             if plans:
                 problems.append(f"{node} runs plan {', '.join(plans)}, not release {sample.release}'s "
                                 f"{sample.plan_hash}")
+    sup = sample.supervisor
+    if sup is not None and sup.crash_looped and sample.release in (sup.release, None):  # not replaced since
+        problems.append(f"crash loop: {sup.detail}")
+    elif sup is not None and sup.watch in (Watch.RECOVERING, Watch.WAITING_LOCK) and sup.release == sample.release:
+        warnings.append(f"the supervisor is {sup.watch} release {sup.release}: {sup.detail}")
     if sample.engine.probed and not sample.engine.generating:
         problems.append(f"the endpoint is not generating: {sample.engine.probe}")
     for n in sample.nodes:

@@ -11,6 +11,8 @@ from typing import Callable
 from ..bench.metrics import ACCEPTED, DRAFT_TOKENS, RUNNING, WAITING, MetricsError, parse
 from ..config.load import load_inventory, load_kept_recipe
 from ..deploy.after_ready import memory
+from ..deploy.supervise import read_state as supervisor_state
+from ..facts.supervisor import SupervisorState
 from ..http_api.endpoint import Endpoint
 from ..operation import Observation, OperationRefused, Reach
 from ..releases.record import Release, ReleaseOutcome
@@ -130,6 +132,7 @@ def take(inventory_path: Path, recipe: str | None, reserve_gib: float | None, wi
                     nodes.append(node_facts(conn.name, got.stdout))
                 except NodeError as exc:
                     nodes.append(NodeFacts(conn.name, error=str(exc)))
+            supervisor = _supervisor(seen, inv)
     except (OperationRefused, NodeError) as exc:
         raise WatchError(str(exc)) from None
     release = recorded_serving(state.releases, recipe)
@@ -154,4 +157,15 @@ def take(inventory_path: Path, recipe: str | None, reserve_gib: float | None, wi
     return judge(Sample(time.time(), inv.cluster, release.id if release else None, release.recipe if release else recipe,
                         release.plan_hash if release else None, plans, ranks, nodes, engine,
                         reserve if reserve is not None else 4.0,
-                        capacity=figure_of(release.id, release.bench) if release else None))
+                        capacity=figure_of(release.id, release.bench) if release else None, supervisor=supervisor))
+
+
+def _supervisor(seen, inv) -> SupervisorState | None:
+    """The head's group supervisor (its recoveries, a crash loop); None when the head was not read."""
+    head = next((c for c in seen.alive if c.name == inv.head and c.is_open), None)
+    if head is None:
+        return None
+    try:
+        return supervisor_state(head, inv)
+    except NodeError:  # shown as not read; the ranks and the probe still judge the release
+        return None

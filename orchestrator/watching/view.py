@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .model import RankState, Sample
+from .recovery import text as recovery_text
 
 
 def _f(value, fmt: str = "{:.1f}", none: str = "-") -> str:
@@ -40,6 +41,9 @@ def render(sample: Sample):
         engine.append(f"\ncapacity {cap.tok_s:.1f} tok/s ({cap.profile}, release {cap.release}'s bench --replicates)"
                       + (f"; live decode below it {sample.below_capacity} sample(s) in a row"
                          if sample.below_capacity else ""))
-    said = [Text.from_markup(f"[red]problem[/]: {escape(p)}") for p in sample.problems]
+    said = [Text(sample.supervisor.line())] if sample.supervisor is not None else []
+    if sample.recovered:
+        said.append(Text.from_markup(f"[cyan]recovered[/]: {escape(recovery_text(sample.recovered))}"))
+    said += [Text.from_markup(f"[red]problem[/]: {escape(p)}") for p in sample.problems]
     said += [Text.from_markup(f"[yellow]warning[/]: {escape(w)}") for w in sample.warnings if w not in sample.problems]
     return Group(head, ranks, nodes, engine, *said)
