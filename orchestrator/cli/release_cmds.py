@@ -73,7 +73,7 @@ def history(
         if output is not None and output.exists():
             raise BadInput(f"-o {output}: the file exists; name a new one (nothing was written)")
         inv, _ = load_inventory(inventory)
-        with Observation(inv, what="history") as seen:
+        with Observation(inv, what="history", cluster_factory=Cluster) as seen:
             state = seen.state
             log = audit_mod.read(seen.cluster, inv, seen.alive)  # the supervisor's `recover` lines
         hist = state.history
