@@ -129,6 +129,13 @@ def test_a_sigkilled_rank_brings_the_whole_group_back(supervised):
     status = spark_deploy("status", "-i", cluster.inventory_path)
     assert status.returncode == 0, status.stdout + status.stderr
     assert "1 recovery, last: rank 1 exit 137" in status.stdout, status.stdout
+    history = spark_deploy("history", "-i", cluster.inventory_path, "--json")
+    assert history.returncode == 0, history.stdout + history.stderr
+    (release,) = json.loads(history.stdout)
+    got = release["recoveries"]  # from the supervisor's audit lines on the nodes
+    assert (got["recovered"], got["failed"], got["last_rank"], got["last_exit_code"]) == (1, 0, 1, 137), got
+    assert got["last_at"] == line["at"] and got["last_down_seconds"] == line["down_seconds"], got
+    assert got["crash_loop"] == "", got
     lock = json.loads(spark_deploy("lock", "-i", cluster.inventory_path, "--json").stdout)
     assert lock["held"] is False, lock
 
