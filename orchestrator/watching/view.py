@@ -6,6 +6,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..facts.supervisor import Watch
 from .model import RankState, Sample
 from .recovery import text as recovery_text
 
@@ -41,7 +42,8 @@ def render(sample: Sample):
         engine.append(f"\ncapacity {cap.tok_s:.1f} tok/s ({cap.profile}, release {cap.release}'s bench --replicates)"
                       + (f"; live decode below it {sample.below_capacity} sample(s) in a row"
                          if sample.below_capacity else ""))
-    said = [Text(sample.supervisor.line())] if sample.supervisor is not None else []
+    sup = sample.supervisor
+    said = [Text(sup.line())] if sup is not None and sup.watch is not Watch.NONE else []  # none: nothing to say
     if sample.recovered:
         said.append(Text.from_markup(f"[cyan]recovered[/]: {escape(recovery_text(sample.recovered))}"))
     said += [Text.from_markup(f"[red]problem[/]: {escape(p)}") for p in sample.problems]
