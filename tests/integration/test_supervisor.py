@@ -192,6 +192,11 @@ def test_a_crash_loop_is_stopped_after_the_bound_and_rollback_serves(supervised,
     said = status.stdout + status.stderr
     assert "crash loop" in said and "release 2 crash-looped: stopped after 2 restart attempts" in said, said
     assert "exited (exit 1)" in said, said  # the last cause: a rank exiting at its start
+    history = spark_deploy("history", "-i", cluster.inventory_path, "--json")
+    assert history.returncode == 0, history.stdout + history.stderr
+    got = {r["id"]: r["recoveries"] for r in json.loads(history.stdout)}
+    assert got[1] is None and (got[2]["recovered"], got[2]["failed"]) == (0, 2), got
+    assert got[2]["crash_loop"] == lines[-1]["detail"], got
     lock = json.loads(spark_deploy("lock", "-i", cluster.inventory_path, "--json").stdout)
     assert lock["held"] is False, lock
 
