@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+from ..facts.supervisor import Watch
 from .model import RankState, Sample
 
 
@@ -55,6 +56,12 @@ def render(sample: Sample) -> str:
            [({"profile": cap.profile}, cap.tok_s)] if cap else [])
     metric("below_capacity_samples", "Samples in a row whose live decode is below the capacity figure",
            [({}, float(sample.below_capacity))] if cap else [])
+    sup = sample.supervisor
+    known = sup is not None and sup.watch not in (Watch.NONE, Watch.UNKNOWN)
+    metric("supervisor_recoveries", "Restarts of its release after which the group supervisor saw it serve again",
+           [({"release": sup.release}, float(sup.recoveries))] if known else [])
+    metric("supervisor_crash_looped", "1 when the group supervisor stopped its release as crash-looped",
+           [({"release": sup.release}, 1.0 if sup.crash_looped else 0.0)] if known else [])
     return "\n".join(lines) + "\n"
 
 

@@ -9,6 +9,7 @@ import json
 from functools import partial
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from orchestrator.cli import release_cmds
@@ -20,7 +21,7 @@ from orchestrator.releases.recoveries import of_audit
 from orchestrator.render import supervisor_node as node
 from orchestrator.render import supervisor_rules as rules
 from orchestrator.transport.group import Cluster
-from orchestrator.watching import loop
+from orchestrator.watching import loop, textfile
 from orchestrator.watching.model import Engine, Sample, judge
 from orchestrator.watching.recovery import since, text
 from orchestrator.watching.view import render
@@ -192,3 +193,9 @@ def test_watch_shows_a_recovery_during_the_watch_then_exits_1_on_the_crash_loop(
     console.print(render(second))
     assert "recovered: the supervisor recovered release 1 during the watch: rank 1 exit 137" in console.export_text()
     assert last is third and third.problems[0].startswith("crash loop: release 1 crash-looped: stopped after 2")
+    metrics = {f.name: f.samples[0] for f in text_string_to_metric_families(textfile.render(second))}
+    assert metrics["spark_deploy_supervisor_recoveries"].value == 1.0
+    assert metrics["spark_deploy_supervisor_recoveries"].labels["release"] == "1"
+    assert metrics["spark_deploy_supervisor_crash_looped"].value == 0.0
+    looped = {f.name: f.samples[0] for f in text_string_to_metric_families(textfile.render(third))}
+    assert looped["spark_deploy_supervisor_crash_looped"].value == 1.0
