@@ -255,7 +255,7 @@ def status(
                 table.add_column(column, overflow="fold")
             for r in report.rows:
                 table.add_row(r.node, r.container, r.state, r.started_at[:19].replace("T", " "),
-                              r.image_id.removeprefix("sha256:")[:12], r.recipe, r.plan_hash, r.rank)
+                              r.image_id.removeprefix("sha256:")[:12], r.recipe, r.plan_hash, str(r.rank))
             out.print(table)
             for d in report.deployments:
                 verdict = "[green]every rank running one plan[/]" if d.ok else "[red]" + escape("; ".join(d.problems)) + "[/]"
