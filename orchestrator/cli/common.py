@@ -138,6 +138,21 @@ class Failed(Exception):
     """A check or a deployment failed (exit 1); the message says where and why."""
 
 
+class FailedAsShown(Exception):
+    """A failure the command's own output already showed (its table, its verdict): exit 1 with nothing more
+    on stderr; the message (and the one node, when it is one) is what the --json error object says."""
+
+    def __init__(self, message: str, node: str | None = None):
+        super().__init__(message)
+        self.node = node
+
+
+def only_node(nodes) -> str | None:
+    """The node a failure is on, when it is exactly one."""
+    nodes = sorted(set(nodes))
+    return nodes[0] if len(nodes) == 1 else None
+
+
 # This invocation's --json: the one envelope (cli/json_contract.py) every command's JSON goes through.
 ENVELOPE = Envelope()
 
@@ -287,6 +302,9 @@ def _mapped(as_json: bool) -> Iterator[None]:
         if code != given:
             raise typer.Exit(code) from None
         raise
+    except FailedAsShown as exc:
+        _json_error(exc, ErrorCode.FAILED, _interrupted_code(EXIT_FAILED), str(exc))
+        raise typer.Exit(_interrupted_code(EXIT_FAILED)) from None
     except KeyboardInterrupt as exc:  # an interrupt nothing caught (`watch`): said as one, 128 + its signal
         name = getattr(exc, "signal_name", "SIGINT")
         if first_interrupt() is None:  # a KeyboardInterrupt no handler of ours raised

@@ -14,7 +14,7 @@ from ..config.load import load_deployment
 from ..watching.loop import watch as run_watch
 from ..watching.sample import WatchError
 from ..watching.view import render
-from .common import ClusterOpt, Failed, InventoryOpt, JsonOpt, emit_json, err, exit_codes, out, stream_json
+from .common import ClusterOpt, Failed, InventoryOpt, JsonOpt, emit_json, err, exit_codes, out, stream_json, FailedAsShown
 
 def watch(
     recipe: Annotated[Optional[Path], typer.Argument(help="Watch this recipe's release (default: the one the "
@@ -67,4 +67,4 @@ def watch(
             for problem in last.problems:
                 err.print(f"[red]problem[/]: {escape(problem)}")
         if last.problems:
-            raise typer.Exit(1)
+            raise FailedAsShown("; ".join(last.problems))

@@ -24,6 +24,7 @@ from ruamel.yaml import YAML
 from orchestrator.config.load import load_inventory
 from orchestrator.sim import fake_model
 from orchestrator.sim.standin.speed import Truth, expected
+import cli_json
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.timing]  # ratios of wall-clock rates: run alone (scripts/test)
@@ -54,7 +55,7 @@ def _cli(*args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
 def _history(cluster) -> dict[int, dict]:
     res = _cli("history", "-i", str(cluster.inventory_path), "--json", timeout=120)
     assert res.returncode == 0, res.stderr
-    return {r["id"]: r for r in json.loads(res.stdout)}
+    return {r["id"]: r for r in cli_json.result(res.stdout)}
 
 
 def _serving(records: dict[int, dict]) -> dict:
@@ -65,7 +66,7 @@ def _serving(records: dict[int, dict]) -> dict:
 def _tune_lines(cluster) -> list[dict]:
     res = _cli("audit", "-i", str(cluster.inventory_path), "--tail", "300", "--json", timeout=120)
     assert res.returncode == 0, res.stderr
-    return [a for a in json.loads(res.stdout) if a["action"] == "tune"]
+    return [a for a in cli_json.result(res.stdout) if a["action"] == "tune"]
 
 
 def _truth_rates() -> dict[str, dict[int, float]]:
@@ -132,7 +133,7 @@ def test_tune_names_each_profiles_best_and_the_winner_serves(tuned_cluster):
     assert "--profile" in args and args[args.index("--profile") + 1] == "code,chat" and str(out) in args
     res = _cli(*args, "-i", str(cluster.inventory_path), "--json")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    data = json.loads(res.stdout)
+    data = cli_json.result(res.stdout)
     labels = [v["label"] for v in data["variants"]]
     value = {i: v["changes"].get(KEY) for i, v in enumerate(data["variants"])}  # None: the baseline
     assert labels[data["original"]] == "num_speculative_tokens=8 (original)"

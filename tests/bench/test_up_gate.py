@@ -15,6 +15,7 @@ import subprocess
 import pytest
 from bench_helpers import SPARK_DEPLOY
 from ruamel.yaml import YAML
+import cli_json
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.timing]  # B/A is a ratio of wall-clock rates: run alone (scripts/test)
@@ -41,7 +42,7 @@ def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 def _history(cluster) -> dict[int, dict]:
     res = _cli("history", "-i", str(cluster.inventory_path), "--json", timeout=120)
     assert res.returncode == 0, res.stderr
-    return {r["id"]: r for r in json.loads(res.stdout)}
+    return {r["id"]: r for r in cli_json.result(res.stdout)}
 
 
 def _serving(records: dict[int, dict]) -> dict:
@@ -52,7 +53,7 @@ def _serving(records: dict[int, dict]) -> dict:
 def _gate_lines(cluster) -> list[dict]:
     res = _cli("audit", "-i", str(cluster.inventory_path), "--tail", "200", "--json", timeout=120)
     assert res.returncode == 0, res.stderr
-    return [a for a in json.loads(res.stdout) if a["action"] == "up-gate"]
+    return [a for a in cli_json.result(res.stdout) if a["action"] == "up-gate"]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def test_candidate_slower_on_zh_is_rejected_and_a_serves_again(plain):
     slow = _recipe(cluster.recipe_path, tmp / "slow-zh.yaml", {"SIM_PROFILE_SLOW": "zh=0.8"})
     res = _cli("up", str(slow), "--gate", *SHOTS, "-i", str(cluster.inventory_path), "--json")
     assert res.returncode == 1, res.stdout + res.stderr
-    data = json.loads(res.stdout)
+    data = cli_json.result(res.stdout)
     assert data["verdict"] == "rejected" and data["against"] == before["id"], data
     assert [b["label"] for b in data["compare"]["blocks"]] == list("ABAB")
     zh, code = data["profiles"]["zh"], data["profiles"]["code"]
@@ -100,7 +101,7 @@ def test_harmless_candidate_is_kept_with_its_ratios(plain):
     harmless = _recipe(cluster.recipe_path, tmp / "harmless.yaml", {"SIM_IGNORED_BY_STANDIN": "1"})
     res = _cli("up", str(harmless), "--gate", *SHOTS, "-i", str(cluster.inventory_path), "--json")
     assert res.returncode == 0, res.stdout + res.stderr
-    data = json.loads(res.stdout)
+    data = cli_json.result(res.stdout)
     assert data["verdict"] == "kept" and data["against"] == before["id"], data
     for profile in ("code", "zh"):
         p = data["profiles"][profile]

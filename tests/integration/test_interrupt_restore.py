@@ -14,6 +14,7 @@ import time
 import pytest
 
 from deploy_helpers import completion, forget_releases, recipe_variant, spark_deploy
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +32,7 @@ def generates(cluster) -> bool:
 def history(cluster) -> list[dict]:
     result = spark_deploy("history", "-i", cluster.inventory_path, "--json")
     assert result.returncode == 0, result.stderr + result.stdout
-    return json.loads(result.stdout)
+    return cli_json.result(result.stdout)
 
 
 def test_second_ctrl_c_during_the_restore_leaves_a_truthful_state_and_one_repair_command(pair, tmp_path, background):
@@ -76,7 +77,7 @@ def test_second_ctrl_c_during_the_restore_leaves_a_truthful_state_and_one_repair
     assert by_id[2]["outcome"] == "failed" and by_id[2]["restore_failed"] == "interrupted", by_id[2]
     assert by_id[1]["outcome"] == "stopped", by_id[1]
     status = spark_deploy("status", "-i", cluster.inventory_path, "--json", "--no-probe")
-    assert not [d for d in json.loads(status.stdout)["deployments"] if d.get("ok")], status.stdout
+    assert not [d for d in cli_json.result(status.stdout)["deployments"] if d.get("ok")], status.stdout
 
     argv = shlex.split(repair)
     assert argv[0] == "spark-deploy"

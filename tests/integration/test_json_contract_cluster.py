@@ -16,7 +16,7 @@ from deploy_helpers import spark_deploy
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 
 # The ones that must succeed here: the deployment itself and the reads of it.
-MUST_SUCCEED = {("demo",), ("up",), ("status",), ("logs",), ("history",), ("audit",), ("lock",), ("boot", "status"),
+MUST_SUCCEED = {("demo",), ("up",), ("status",), ("logs",), ("history",), ("audit",), ("lock",),
                 ("watch",), ("prune",), ("down",), ("sim", "ls")}
 
 

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from deploy_helpers import assert_up_refuses, completion, recipe_variant, spark_deploy
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +37,7 @@ os.chmod(d, 0o755); os.chmod(path, 0o644); os.chmod(os.path.join(d, "config.json
 
 def cli_json(cluster, *args: str):
     result = spark_deploy(*args, "-i", cluster.inventory_path, "--json", timeout=120)
-    return result, json.loads(result.stdout) if result.stdout.strip() else None
+    return result, cli_json.result(result.stdout) if result.stdout.strip() else None
 
 
 def test_predicted_and_logged_kv_agree_and_an_oversized_model_is_refused_before_anything_stops(clean, tmp_path):

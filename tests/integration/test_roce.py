@@ -16,6 +16,7 @@ import pytest
 
 from deploy_helpers import inventory_variant, node_docker, plan_names, spark_deploy
 from orchestrator.sim import node_roce
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +31,7 @@ def roce_checks(cluster, inventory: str) -> tuple[int, dict]:
     r = spark_deploy("preflight", cluster.recipe_path, "-i", inventory, "--only", "roce-hca", "--only", "roce-gid",
                      "--json")
     assert r.stdout.startswith("{"), r.stderr
-    return r.returncode, {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+    return r.returncode, {c["name"]: c for c in cli_json.result(r.stdout)["checks"]}
 
 
 def cells(check: dict) -> dict[str, tuple[str, str]]:
@@ -90,7 +91,7 @@ def up_json(recipe, inventory: str, *extra: str):
 def serving_release(inventory: str) -> int:
     hist = spark_deploy("history", "-i", inventory, "--json")
     assert hist.returncode == 0, hist.stderr
-    (serving,) = [x["id"] for x in json.loads(hist.stdout) if x["serving"]]
+    (serving,) = [x["id"] for x in cli_json.result(hist.stdout) if x["serving"]]
     return serving
 
 

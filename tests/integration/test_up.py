@@ -25,6 +25,7 @@ from deploy_helpers import (
 
 from orchestrator.sim import fake_model
 from orchestrator.sim.state import NODE_USER
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +73,7 @@ def test_up_moves_the_image_serves_and_down_removes_everything(bare_peer, tmp_pa
 
     status = spark_deploy("status", "-i", cluster.inventory_path, "--json")
     assert status.returncode == 0, status.stderr
-    report = json.loads(status.stdout)
+    report = cli_json.result(status.stdout)
     assert sorted((c["node"], c["rank"], c["state"]) for c in report["containers"]) == [
         ("spark-1", "0", "running"), ("spark-2", "1", "running")]
     assert report["endpoints"][0]["healthy"] and report["endpoints"][0]["models"] == ["tiny"]
@@ -230,7 +231,7 @@ def test_four_nodes(sim_cluster_factory, tmp_path):
     cluster = sim_cluster_factory(nodes=4)
     result = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path, "--json")
     assert result.returncode == 0, result.stderr + result.stdout
-    status = json.loads(spark_deploy("status", "-i", cluster.inventory_path, "--json").stdout)
+    status = cli_json.result(spark_deploy("status", "-i", cluster.inventory_path, "--json").stdout)
     assert sorted(c["rank"] for c in status["containers"]) == ["0", "1", "2", "3"]
     image_id = pinned_id(cluster)
     assert all(image_inspect(cluster, n, image_id)["Id"] == image_id for n in (1, 2, 3, 4))
@@ -245,7 +246,7 @@ def test_logs_and_a_half_dead_deployment_is_replaced_not_reported_as_serving(cle
     assert merged.returncode == 0
     prefixes = {line.split("|", 1)[0].strip() for line in merged.stdout.splitlines() if "|" in line}
     assert prefixes == {"spark-1", "spark-2"}
-    as_json = json.loads(spark_deploy("logs", "-i", cluster.inventory_path, "--tail", "5", "--json").stdout)
+    as_json = cli_json.result(spark_deploy("logs", "-i", cluster.inventory_path, "--tail", "5", "--json").stdout)
     per_node = {n: [l for l in as_json["lines"] if l["node"] == n] for n in ("spark-1", "spark-2")}
     assert all(1 <= len(lines) <= 5 for lines in per_node.values()), per_node  # one container each: --tail 5
     only = spark_deploy("logs", "-i", cluster.inventory_path, "--node", "spark-2")
@@ -256,13 +257,13 @@ def test_logs_and_a_half_dead_deployment_is_replaced_not_reported_as_serving(cle
 
     node_docker(cluster, 2, "kill", plan_names(cluster)[2], check=True)  # the peer dies; the head stays "up"
     status = spark_deploy("status", "-i", cluster.inventory_path, "--json")
-    states = {c["node"]: c["state"] for c in json.loads(status.stdout)["containers"]}
+    states = {c["node"]: c["state"] for c in cli_json.result(status.stdout)["containers"]}
     assert states["spark-1"] == "running" and states["spark-2"].startswith("exited")
     again = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
     assert again.returncode == 0, again.stderr
     assert "already serving" not in again.stdout and "will replace" in again.stdout and "rank 1 exited" in again.stdout
     down = spark_deploy("down", "-i", cluster.inventory_path, "--json")  # issue 22: one object, events on stderr
-    said = json.loads(down.stdout)
+    said = cli_json.result(down.stdout)
     assert down.returncode == 0 and said["ok"] and {r["node"] for r in said["removed"]} == {"spark-1", "spark-2"}
 
 
@@ -306,7 +307,7 @@ def test_status_names_an_unreachable_node_and_still_reports_the_others(clean):
         clean.fault(2, "stop-sshd")
         result = spark_deploy("status", "-i", clean.inventory_path, "--json")
         assert result.returncode == 1
-        report = json.loads(result.stdout)
+        report = cli_json.result(result.stdout)
         assert list(report["unreachable"]) == ["spark-2"] and "cannot reach" in report["unreachable"]["spark-2"]
     finally:
         clean.fault(2, "start-sshd")
@@ -347,7 +348,7 @@ def test_pin_writes_the_image_id_keeping_comments(clean, tmp_path):
     assert recipe.read_text().startswith("# my notes stay")
     again = spark_deploy("pin", recipe, "-i", clean.inventory_path)
     assert again.returncode == 0 and "already pinned" in again.stdout
-    said = json.loads(spark_deploy("pin", recipe, "-i", clean.inventory_path, "--json").stdout)  # issue 22
+    said = cli_json.result(spark_deploy("pin", recipe, "-i", clean.inventory_path, "--json").stdout)  # issue 22
     assert (said["ok"], said["image_id"], said["outcome"], said["node"]) == (True, pinned, "already pinned", "spark-1")
 
     other = recipe.read_text().replace(pinned, "sha256:" + "0" * 64)

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from deploy_helpers import CLI, recipe_variant, spark_deploy
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +22,7 @@ JOIN_S = 3.0  # up's --join-timeout here: the peer cannot reach the head, so onl
 
 
 def test_a_peer_that_cannot_reach_the_rendezvous_fails_naming_it_and_the_address(pair):
-    peer_argv = json.loads(spark_deploy("render", pair.recipe_path, "-i", pair.inventory_path, "--json").stdout)[1]["argv"]
+    peer_argv = cli_json.result(spark_deploy("render", pair.recipe_path, "-i", pair.inventory_path, "--json").stdout)[1]["argv"]
     master = f"{peer_argv[peer_argv.index('--master-addr') + 1]}:{peer_argv[peer_argv.index('--master-port') + 1]}"
     pair.fault(2, "partition")
     try:

@@ -47,10 +47,14 @@ def test_every_command_has_a_json_run_beyond_the_refused_input():
 @pytest.fixture
 def files(tmp_path, monkeypatch):
     """A pinned sim recipe and a 2-node inventory whose key and known_hosts exist (validate reads them)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     key, known = home / ".ssh" / "id_ed25519", home / ".ssh" / "known_hosts"
-    key.write_text("not read offline\n")
+    key.write_bytes(ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()))
     key.chmod(0o600)
     known.write_text("")
     inventory = json.loads(json.dumps(INVENTORY))
@@ -82,7 +86,8 @@ UNIT_OK = {
     ("render",): lambda r, i: _run("render", str(r), "-i", str(i)),
     ("schema",): lambda r, i: _run("schema", "inventory"),
     ("recipe", "import"): lambda r, i: _run("recipe", "import", str(IMPORTS / "eugr-minimax-m2-awq.yaml")),
-    ("export", "k8s"): lambda r, i: _run("export", "k8s", str(r), "-i", str(i)),
+    ("export", "k8s"): lambda r, i: _run("export", "k8s", str(r), "-i", str(i), "--image-ref",
+                                                 "registry.example/vllm@sha256:" + "b" * 64),
     ("fit",): _fit,
 }
 
