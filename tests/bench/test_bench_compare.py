@@ -4,7 +4,6 @@ before serving again."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest

@@ -4,7 +4,6 @@ the ceiling is the hand computation's, and only a few KB cross the wire, not the
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 

@@ -5,7 +5,6 @@ leaves the first replicate out and says why. One `bench-replicates` audit line."
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess

@@ -9,7 +9,6 @@ run leaves exactly one `up-gate` audit line.
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest

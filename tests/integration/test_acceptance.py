@@ -5,7 +5,6 @@ killed. Real sshd, dockerd, stand-in and HTTP; the real CLI in subprocesses."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest

@@ -4,7 +4,6 @@ one history; an inventory whose nodes hold another cluster's identity is refused
 
 from __future__ import annotations
 
-import json
 import signal
 from pathlib import Path
 

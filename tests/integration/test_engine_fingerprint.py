@@ -5,7 +5,6 @@ differ only in an env var the engine ignores is refused (exit 2) before anything
 shared fingerprint."""
 from __future__ import annotations
 
-import json
 
 import pytest
 from ruamel.yaml import YAML

@@ -10,7 +10,6 @@ spark-1↔spark-2 and both figures, and so does `maintenance verify --fabric` in
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest

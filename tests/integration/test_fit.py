@@ -5,7 +5,6 @@ model in the head's cache, `fit` reads it there and never asks the Hub."""
 
 from __future__ import annotations
 
-import json
 import socket
 
 import pytest

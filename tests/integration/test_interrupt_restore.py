@@ -6,7 +6,6 @@ the one command printed to repair it serves again."""
 
 from __future__ import annotations
 
-import json
 import shlex
 import signal
 import time
@@ -62,7 +61,8 @@ def test_second_ctrl_c_during_the_restore_leaves_a_truthful_state_and_one_repair
     assert took < SECOND_INTERRUPT_BOUND, f"the second interrupt took {took:.1f} s to stop the restore"
     assert "Traceback" not in stderr, stderr
 
-    result = next(e for e in run.events if e.get("event") == "result")
+    assert run.envelope is not None and run.envelope["error"]["code"] == "interrupted", run.envelope
+    result = run.envelope["result"]
     repair = result["repair"]
     assert repair == f"spark-deploy rollback 1 -i {shlex.quote(str(cluster.inventory_path))}", result
     assert stderr.count(repair) == 1, stderr  # one printed command, once

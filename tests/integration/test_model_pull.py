@@ -8,7 +8,6 @@ client against the Hub stand-in). Every test puts the model back with the sim's 
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import socket

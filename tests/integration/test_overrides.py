@@ -4,7 +4,6 @@ stand-in; the real CLI in subprocesses."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 

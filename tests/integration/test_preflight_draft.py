@@ -6,7 +6,6 @@ hashes (or the id and vocab_size), `up` refuses in its preflight step, and the r
 from __future__ import annotations
 
 import hashlib
-import json
 
 import pytest
 from deploy_helpers import assert_up_refuses, completion, spark_deploy

@@ -4,7 +4,6 @@ check and both values, and `up` refuses the same way; `model-reset` puts the nod
 
 from __future__ import annotations
 
-import json
 
 import pytest
 

@@ -232,8 +232,8 @@ def test_sigint_during_the_ready_wait_serves_the_previous_release_again(fresh, t
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
-    final = json.loads(rest.strip().splitlines()[-1])
-    assert final["event"] == "result" and final["ok"] is False and final["restored"] == 1, final
+    final = cli_json.result(rest)  # the stream's rest, its last line the envelope
+    assert final["ok"] is False and final["restored"] == 1, final
     assert plan_hashes(cluster) == serving
     assert completion(cluster)
     records = {r["id"]: r for r in history(cluster)}
@@ -256,8 +256,8 @@ def test_prune_frees_what_it_reports_and_never_touches_the_serving_release(fresh
     before = {n: df_total(n) for n in (1, 2)}
     pruned = spark_deploy("prune", "--keep", "1", "-i", cluster.inventory_path, "--json")
     assert pruned.returncode == 0, pruned.stderr + pruned.stdout
-    report = json.loads(pruned.stdout.strip().splitlines()[-1])
-    assert report["event"] == "result" and report["ok"] is True, report
+    report = cli_json.result(pruned.stdout)
+    assert report["ok"] is True, report
     after = {n: df_total(n) for n in (1, 2)}
     measured = sum(before[n] - after[n] for n in (1, 2))
     # the old image's own 24 MB layer on both nodes; docker prints sizes to 3-4 digits (115.9MB - 91.92MB)

@@ -50,9 +50,8 @@ def test_up_moves_the_image_serves_and_down_removes_everything(bare_peer, tmp_pa
     cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     result = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path, "--json", env=cache)
     assert result.returncode == 0, result.stderr + result.stdout
-    events = [json.loads(line) for line in result.stdout.splitlines()]
-    final = events[-1]
-    assert final["event"] == "result" and final["ok"] is True
+    final = cli_json.result(result.stdout)  # the stream's last line: the envelope
+    assert final["ok"] is True
     assert {e["name"]: e["status"] for e in final["expectations"]} == {"moe-backend": "ok", "cuda-graph-profile": "ok"}
 
     for node in (1, 2):
@@ -140,7 +139,7 @@ def test_enforce_eager_makes_the_profile_check_not_applicable(clean, tmp_path):
     recipe = recipe_variant(clean, tmp_path / "r.yaml", vllm={"enforce_eager": True})
     result = spark_deploy("up", recipe, "-i", clean.inventory_path, "--json")
     assert result.returncode == 0, result.stderr
-    final = json.loads(result.stdout.splitlines()[-1])
+    final = cli_json.result(result.stdout)
     assert {e["name"]: e["status"] for e in final["expectations"]}["cuda-graph-profile"] == "not applicable"
 
 
@@ -201,7 +200,7 @@ def test_ctrl_c_during_the_wait_removes_everything(clean, tmp_path):
     try:
         for line in proc.stdout:
             event = json.loads(line)
-            if event["event"] == "phase-start" and event["phase"] == "ready":
+            if event.get("event") == "phase-start" and event.get("phase") == "ready":
                 break
         assert sum(len(v) for v in our_containers(clean).values()) == 2, "both ranks should be running by now"
         proc.send_signal(signal.SIGINT)

@@ -7,7 +7,6 @@ release recording both vLLM versions."""
 from __future__ import annotations
 
 import hashlib
-import json
 
 import pytest
 from deploy_helpers import completion, node_docker, spark_deploy

@@ -51,7 +51,7 @@ def test_losing_the_connection_to_a_node_mid_load_fails_within_seconds_naming_it
     try:
         for line in proc.stdout:
             event = json.loads(line)
-            if event["event"] == "phase-start" and event["phase"] == "ready":
+            if event.get("event") == "phase-start" and event.get("phase") == "ready":
                 break
         pair.exec(2, ["ip", "route", "replace", "blackhole", f"{gateway}/32"])  # node 2 can no longer answer us
         cut = time.monotonic()

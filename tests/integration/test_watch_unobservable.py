@@ -5,7 +5,6 @@ its name said as a name, each problem said once. Real sshd, dockerd, stand-in an
 
 from __future__ import annotations
 
-import json
 
 import pytest
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import gzip
-import json
 import subprocess
 import sys
 from functools import lru_cache

@@ -5,7 +5,6 @@ commands are run here too, and the recipe it shows is the one the command writes
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import shutil

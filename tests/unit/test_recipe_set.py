@@ -5,7 +5,6 @@ gets the key meant, and the effective recipe (comments kept) deploys the same pl
 from __future__ import annotations
 
 import difflib
-import json
 from pathlib import Path
 
 import pytest

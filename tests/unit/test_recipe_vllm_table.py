@@ -3,7 +3,6 @@ when preflight cached it, else the shipped one — so DeepSeek's MLA KV dtypes v
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest

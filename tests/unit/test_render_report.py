@@ -10,7 +10,6 @@ env-file). Commands are compared as parsed token structures, never as substrings
 from __future__ import annotations
 
 import difflib
-import json
 import re
 import shlex
 import subprocess

@@ -7,7 +7,6 @@ file that writes the token inline is refused without the error repeating it.
 
 from __future__ import annotations
 
-import json
 import secrets
 import string
 from pathlib import Path

@@ -4,7 +4,6 @@ the file, the line, the key and the fix."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
