@@ -77,8 +77,9 @@ SetOpt = Annotated[
                                "VALUE read as YAML; repeatable, the last wins. Validated like the file; a release "
                                "records the recipe with it (`history --recipe N`).", show_default=False),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output: one JSON object on stdout "
-                                                       "(event streams: one object per line, the last the result).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output: one JSON object on stdout, "
+                                                       "{ok, result, error} (event streams: one object per line, the "
+                                                       "last that one).")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask: answer yes to the confirmation.")]
 NodeOpt = Annotated[Optional[str], typer.Option("--node", help="Only this node.", show_default=False)]
 TailOpt = Annotated[Optional[int], typer.Option("--tail", min=1, help="Only the last N lines.", show_default=False)]

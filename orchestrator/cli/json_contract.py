@@ -31,11 +31,21 @@ def schema() -> dict:
 class ErrorCode(StrEnum):
     """Why a command failed, coarser than its message and stable for programs to branch on."""
 
-    BAD_INPUT = "bad-input"  # exit 2: the recipe, inventory or command line; nothing changed
-    FAILED = "failed"  # exit 1: a check or a deployment failed
-    REFUSED = "refused"  # exit 1: the lock, the cluster identity or a safety refusal said no; nothing changed
-    INTERRUPTED = "interrupted"  # exit 130/143: Ctrl-C or SIGTERM reached it
-    BUG = "bug"  # exit 1: an exception the tool did not expect (named as a bug)
+    BAD_INPUT = "bad-input"
+    FAILED = "failed"
+    REFUSED = "refused"
+    INTERRUPTED = "interrupted"
+    BUG = "bug"
+
+    @property
+    def meaning(self) -> str:
+        return {"bad-input": "exit 2: the command line, a recipe, an inventory or the config file; nothing changed",
+                "failed": "exit 1: a check or a deployment failed, or a node could not be reached",
+                "refused": "exit 1: the deploy lock, the cluster's identity or a safety refusal said no; nothing "
+                           "changed",
+                "interrupted": "exit 130 (Ctrl-C) or 143 (SIGTERM), after the command undid or stopped its work",
+                "bug": "exit 1: an exception the tool did not expect, named as a bug (`--debug` shows it)",
+                }[self.value]
 
 
 @dataclass

@@ -180,3 +180,12 @@ def test_status_judges_ranks_as_numbers():
     rows = [ContainerRow("spark-1", "sd-r0", "running", "", "sha256:1", "r", "d", "p", 0, 2, 8000, "m")]
     (state,) = judge(rows, {"spark-2": "unreachable"})
     assert state.problems == ["rank 1 has no container (unreachable: spark-2)"]
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) for p in COMMANDS])
+def test_a_command_line_mistake_is_an_envelope_too(path):
+    """click refuses it before the command runs: with --json, stdout still holds the one envelope."""
+    got = CliRunner().invoke(app, [*path, "--no-such-option", "--json"])
+    doc = cli_json.envelope(got.stdout)
+    assert got.exit_code == 2 and doc["error"]["code"] == "bad-input" and doc["error"]["exit_code"] == 2
+    assert "--no-such-option" in doc["error"]["message"] and "error: No such option" in got.stderr
