@@ -20,7 +20,7 @@ from ..config.source import ConfigError
 from ..interrupts import (first_interrupt, forget_interrupts, interrupt_reason, remember_interrupt,
                            signals_interrupt)
 from . import user_config
-from .json_contract import Envelope, ErrorCode, JsonError, error_of, normalized, said_failure
+from .json_contract import Envelope, ErrorCode, error_of, normalized, said_failure
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -250,9 +250,8 @@ def exit_codes(as_json: bool = False) -> Iterator[None]:
     finally:
         if as_json and not ENVELOPE.written:  # the one object (a stream's last line), success or not
             ENVELOPE.written = True
-            sys.stdout.write(ENVELOPE.text(ENVELOPE_ERROR.pop(0) if ENVELOPE_ERROR else None))
+            sys.stdout.write(ENVELOPE.text())
             sys.stdout.flush()
-        ENVELOPE_ERROR.clear()
 
 
 @contextmanager
@@ -341,12 +340,9 @@ def _refused(exc: BaseException) -> bool:
     return False
 
 
-ENVELOPE_ERROR: list[JsonError] = []  # the error this invocation ended with (its first, if several were said)
-
-
 def _json_error(exc: BaseException | None, code: ErrorCode, exit_code: int, message: str) -> None:
-    if not ENVELOPE_ERROR:
-        ENVELOPE_ERROR.append(error_of(exc, code if exit_code < 128 else ErrorCode.INTERRUPTED, exit_code, message))
+    """The envelope's error object (an exit of 128 + a signal is an interruption, whatever failed with it)."""
+    ENVELOPE.fail(error_of(exc, code if exit_code < 128 else ErrorCode.INTERRUPTED, exit_code, message))
 
 
 def _debug(exc: BaseException) -> None:

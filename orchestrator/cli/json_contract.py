@@ -109,8 +109,9 @@ _NO_RESULT = object()
 
 
 class Envelope:
-    """This invocation's JSON: the result the command gave (emit_json, or an event stream's result event)
-    and whether a stream is being written (then the envelope is its last line, compact)."""
+    """This invocation's JSON: the result the command gave (emit_json, or an event stream's result event),
+    the error it ended with (the first one said), and whether a stream is being written (then the envelope
+    is its last line, compact)."""
 
     def __init__(self) -> None:
         self.reset()
@@ -118,8 +119,13 @@ class Envelope:
     def reset(self) -> None:
         self.result: Any = _NO_RESULT
         self.result_ok: bool | None = None
+        self.error: JsonError | None = None
         self.streaming = False
         self.written = False
+
+    def fail(self, error: JsonError) -> None:
+        if self.error is None:
+            self.error = error
 
     def give(self, data: Any) -> None:
         """The command's result; a dict's own `ok` becomes the envelope's."""
@@ -128,14 +134,15 @@ class Envelope:
             self.result_ok = bool(data.pop("ok"))
         self.result = data
 
-    def document(self, error: JsonError | None) -> dict:
+    def document(self, error: JsonError | None = None) -> dict:
         result = None if self.result is _NO_RESULT else self.result
+        error = error or self.error
         if error is None and self.result_ok is False:  # it said it failed but ended without an exception
             error = JsonError(ErrorCode.FAILED, 1, said_failure(result))
         return {"ok": error is None, "result": normalized(result),
                 "error": error.as_dict() if error is not None else None}
 
-    def text(self, error: JsonError | None) -> str:
+    def text(self, error: JsonError | None = None) -> str:
         doc = self.document(error)
         if self.streaming:
             return json.dumps(doc, default=str) + "\n"
