@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 # The ones that must succeed here: the deployment itself and the reads of it.
 MUST_SUCCEED = {("demo",), ("up",), ("status",), ("logs",), ("history",), ("audit",), ("lock",),
                 ("watch",), ("prune",), ("down",), ("sim", "ls")}
+STREAMS = {("up",), ("prune",)}  # event streams: their events, one a line, then the envelope
 
 
 def test_every_cluster_command_prints_one_valid_envelope(pair, tmp_path):
@@ -37,6 +38,7 @@ def test_every_cluster_command_prints_one_valid_envelope(pair, tmp_path):
             assert doc["ok"] is (run.returncode == 0), where
             assert doc["ok"] or doc["error"]["exit_code"] == run.returncode, where
             assert doc["ok"] or path not in MUST_SUCCEED, where
+            assert path not in STREAMS or cli_json.events(run.stdout), f"no event lines before the envelope: {where}"
         except Exception as exc:  # noqa: BLE001 - collected, raised below with all the others
             wrong.append(f"{where}\n{exc!s:.1500}")
     assert not wrong, "\n\n".join(wrong)
