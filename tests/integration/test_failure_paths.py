@@ -64,7 +64,7 @@ def containers(cluster) -> dict[tuple[str, str], dict]:
                                       '{{.Label "spark-deploy.rank"}}', check=True).stdout
         for line in out.splitlines():
             cid, state, plan, rank = line.split()
-            found[(node, cid)] = {"state": state, "plan": plan, "rank": rank}
+            found[(node, cid)] = {"state": state, "plan": plan, "rank": int(rank)}
     return found
 
 

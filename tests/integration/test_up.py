@@ -74,7 +74,7 @@ def test_up_moves_the_image_serves_and_down_removes_everything(bare_peer, tmp_pa
     assert status.returncode == 0, status.stderr
     report = cli_json.result(status.stdout)
     assert sorted((c["node"], c["rank"], c["state"]) for c in report["containers"]) == [
-        ("spark-1", "0", "running"), ("spark-2", "1", "running")]
+        ("spark-1", 0, "running"), ("spark-2", 1, "running")]
     assert report["endpoints"][0]["healthy"] and report["endpoints"][0]["models"] == ["tiny"]
 
     # what only a reboot changes is remembered per node under the boot id the node reported (boot_cache.py)
@@ -231,7 +231,7 @@ def test_four_nodes(sim_cluster_factory, tmp_path):
     result = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path, "--json")
     assert result.returncode == 0, result.stderr + result.stdout
     status = cli_json.result(spark_deploy("status", "-i", cluster.inventory_path, "--json").stdout)
-    assert sorted(c["rank"] for c in status["containers"]) == ["0", "1", "2", "3"]
+    assert sorted(c["rank"] for c in status["containers"]) == [0, 1, 2, 3]
     image_id = pinned_id(cluster)
     assert all(image_inspect(cluster, n, image_id)["Id"] == image_id for n in (1, 2, 3, 4))
     assert spark_deploy("down", "-i", cluster.inventory_path).returncode == 0
