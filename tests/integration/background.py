@@ -10,6 +10,7 @@ import tempfile
 import threading
 import time
 
+import cli_json
 from deploy_helpers import CLI
 
 

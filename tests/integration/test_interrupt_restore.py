@@ -61,7 +61,7 @@ def test_second_ctrl_c_during_the_restore_leaves_a_truthful_state_and_one_repair
     assert took < SECOND_INTERRUPT_BOUND, f"the second interrupt took {took:.1f} s to stop the restore"
     assert "Traceback" not in stderr, stderr
 
-    assert run.envelope is not None and run.envelope["error"]["code"] == "interrupted", run.envelope
+    assert run.envelope is not None and run.envelope["error"]["code"] == "interrupted", run.raw[-3:]
     result = run.envelope["result"]
     repair = result["repair"]
     assert repair == f"spark-deploy rollback 1 -i {shlex.quote(str(cluster.inventory_path))}", result
