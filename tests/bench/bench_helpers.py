@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+
 import cli_json
 
 SPARK_DEPLOY = Path(sys.executable).with_name("spark-deploy")
