@@ -4,6 +4,7 @@ one history; an inventory whose nodes hold another cluster's identity is refused
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def inventory_copy(cluster, dest: Path, change) -> Path:
 
 def held(cluster, node: int) -> dict | None:
     found = cluster.exec(node, ["cat", IDENTITY], check=False)
-    return cli_json.result(found.stdout) if found.code == 0 else None
+    return json.loads(found.stdout) if found.code == 0 else None
 
 
 def our_containers(cluster) -> dict[int, list[str]]:
