@@ -45,7 +45,7 @@ def one(config: str, seed: int) -> dict:
                            capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             raise SystemExit(f"bench failed ({config}, seed {seed}): {r.stderr[-2000:]}")
-        data = json.loads(r.stdout)
+        data = json.loads(r.stdout)["result"]  # the --json envelope: {ok, result, error}
         (group,) = [g for g in data["groups"] if g["profile"] == "code" and g["concurrency"] == 1]
         truth = expected(srv.truth, "code").decode_tps
         lo, hi = group["decode_tps"]["ci95"]

@@ -176,7 +176,7 @@ def run_bench(t: Tools, srv: LocalStandin, c: int, shots: int) -> dict:
     p = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
     if p.returncode != 0:
         sys.exit(f"spark-deploy bench failed ({p.returncode}):\n{p.stderr[-2000:]}")
-    data = json.loads(p.stdout)
+    data = json.loads(p.stdout)["result"]  # the --json envelope: {ok, result, error}
     group = next(g for g in data["groups"] if g["concurrency"] == c and g["profile"] == PROFILE)
     return {**group, "discarded_list": data["discarded"], "ceiling": data.get("ceiling")}
 

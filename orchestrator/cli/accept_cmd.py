@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from ..acceptance import AcceptStatus, UnknownCheck
 from ..acceptance.command import AcceptError, accept as run_accept
-from .common import BadInput, ClusterOpt, Failed, InventoryOpt, JsonOpt, emit_json, exit_codes, out
+from .common import BadInput, ClusterOpt, Failed, InventoryOpt, JsonOpt, emit_json, exit_codes, out, FailedAsShown
 
 COLOURS = {AcceptStatus.PASS: "green", AcceptStatus.FAIL: "red", AcceptStatus.CHANGED: "yellow",
            AcceptStatus.SKIP: "dim"}
@@ -46,4 +46,5 @@ def accept(
             out.print(f"release {report.release} ({escape(report.recipe)}) at {escape(report.endpoint)}: "
                       + ("[green]accepted[/]" if report.ok else "[red]NOT accepted[/]"))
         if not report.ok:
-            raise typer.Exit(1)
+            raise FailedAsShown(f"release {report.release} ({report.recipe}) NOT accepted: "
+                                + "; ".join(f"{r.name}: {r.seen}" for r in report.results if r.blocking))

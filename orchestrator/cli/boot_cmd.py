@@ -26,8 +26,7 @@ from .common import (
     emit_json,
     err,
     exit_codes,
-    out,
-)
+    out, FailedAsShown, only_node)
 
 app = sub_app()
 
@@ -157,4 +156,7 @@ def status(recipe: OptionalRecipe = None, inventory: InventoryOpt = None, cluste
                 err.print(f"[bold red]{escape(n.node)}[/]: {escape(n.systemd_why)}: what comes back on boot "
                           "cannot be read there")
         if not report.ok:
-            raise typer.Exit(1)
+            cannot = {**report.unreachable, **{n.node: n.systemd_why for n in report.nodes if not n.boot.systemd}}
+            raise FailedAsShown("; ".join(f"{n}: {why}: what comes back on boot cannot be read there"
+                                          for n, why in cannot.items()) or "boot status is not ok",
+                                node=only_node(cannot))

@@ -20,6 +20,7 @@ from ..config.source import ConfigError
 from ..interrupts import (first_interrupt, forget_interrupts, interrupt_reason, remember_interrupt,
                            signals_interrupt)
 from . import user_config
+from .json_contract import Envelope, ErrorCode, error_of, normalized, said_failure
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -76,8 +77,9 @@ SetOpt = Annotated[
                                "VALUE read as YAML; repeatable, the last wins. Validated like the file; a release "
                                "records the recipe with it (`history --recipe N`).", show_default=False),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output: one JSON object on stdout "
-                                                       "(event streams: one object per line, the last the result).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output: one JSON object on stdout, "
+                                                       "{ok, result, error} (event streams: one object per line, the "
+                                                       "last that one).")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask: answer yes to the confirmation.")]
 NodeOpt = Annotated[Optional[str], typer.Option("--node", help="Only this node.", show_default=False)]
 TailOpt = Annotated[Optional[int], typer.Option("--tail", min=1, help="Only the last N lines.", show_default=False)]
@@ -137,32 +139,60 @@ class Failed(Exception):
     """A check or a deployment failed (exit 1); the message says where and why."""
 
 
-# This invocation's JSON so far: an object written (emit_json) gets no error object after it; an event stream
-# gets one as its last line unless its last line already is a failed result.
-_JSON = {"emitted": False, "stream_ended_failed": False}
+class FailedAsShown(Exception):
+    """A failure the command's own output already showed (its table, its verdict): exit 1 with nothing more
+    on stderr; the message (and the one node, when it is one) is what the --json error object says."""
+
+    def __init__(self, message: str, node: str | None = None):
+        super().__init__(message)
+        self.node = node
+
+
+def only_node(nodes) -> str | None:
+    """The node a failure is on, when it is exactly one."""
+    nodes = sorted(set(nodes))
+    return nodes[0] if len(nodes) == 1 else None
+
+
+# This invocation's --json: the one envelope (cli/json_contract.py) every command's JSON goes through.
+ENVELOPE = Envelope()
 
 
 def emit_json(data) -> None:
-    _JSON["emitted"] = True
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-    sys.stdout.flush()
+    """The command's result under --json: written once, in the envelope, when the command ends (exit_codes)."""
+    ENVELOPE.give(data)
 
 
 class JsonLines:
-    """stdout for an event stream (runner/sinks.JsonSink): remembers whether its last line is a failed result."""
+    """stdout for an event stream (runner/sinks.JsonSink): one object per line, its `result` event kept as the
+    command's result, so the stream ends with the envelope (written by exit_codes) and nothing after it."""
+
+    def __init__(self) -> None:
+        ENVELOPE.streaming = True
 
     def write(self, text: str) -> int:
-        for line in text.splitlines():
-            if line.strip():
-                try:
-                    said = json.loads(line)
-                except ValueError:
-                    said = {}
-                _JSON["stream_ended_failed"] = said.get("event") == "result" and said.get("ok") is False
-        return sys.stdout.write(text)
+        kept = []
+        for line in text.splitlines(keepends=True):
+            try:
+                said = json.loads(line) if line.strip() else None
+            except ValueError:
+                said = None
+            if isinstance(said, dict) and said.get("event") == "result":
+                said.pop("event")
+                ENVELOPE.give(said)
+            else:
+                kept.append(line)
+        return sys.stdout.write("".join(kept))
 
     def flush(self) -> None:
         sys.stdout.flush()
+
+
+def stream_json(obj) -> None:
+    """One line of an event stream outside the runner's events (`watch` samples): compact, normalized."""
+    ENVELOPE.streaming = True
+    sys.stdout.write(json.dumps(normalized(obj), default=str) + "\n")
+    sys.stdout.flush()
 
 
 _DEBUG = {"flag": False}  # this invocation's --debug (set by the app's callback at every invocation)
@@ -203,18 +233,25 @@ def print_traceback(exc: BaseException) -> None:
 def exit_codes(as_json: bool = False) -> Iterator[None]:
     """Map the tool's exceptions to exit codes; a traceback is never the message a user gets unless they
     ask (--debug). An exception the tool did not expect is a bug: named, exit 1, its traceback on --debug.
-    With --json, a command that ends in an error before writing its JSON writes
-    {"ok": false, "exit_code": N, "errors": [...]} so stdout is always one JSON object.
+    With --json, stdout holds one envelope {"ok", "result", "error"} written here when the command ends
+    (an event stream's last line), its error object made from the exception (cli/json_contract.py).
     A command that a SIGINT or SIGTERM reached exits 130 or 143 (128 + the signal), whatever it made of the
     interrupt (a failure after its undo, a quiet stop), so a script can tell "stopped" from "failed"."""
-    _JSON.update(emitted=False, stream_ended_failed=False)
+    ENVELOPE.reset()
     forget_interrupts()
-    with _interrupts_remembered():
-        with _mapped(as_json):
-            yield
-        code = _interrupted_code(EXIT_OK)
-        if code:  # it stopped quietly (`logs -f`) or finished, but a signal reached it
-            raise typer.Exit(code)
+    try:
+        with _interrupts_remembered():
+            with _mapped(as_json):
+                yield
+            code = _interrupted_code(EXIT_OK)
+            if code:  # it stopped quietly (`logs -f`) or finished, but a signal reached it
+                _json_error(None, ErrorCode.INTERRUPTED, code, f"interrupted ({signal.Signals(code - 128).name})")
+                raise typer.Exit(code)
+    finally:
+        if as_json and not ENVELOPE.written:  # the one object (a stream's last line), success or not
+            ENVELOPE.written = True
+            sys.stdout.write(ENVELOPE.text())
+            sys.stdout.flush()
 
 
 @contextmanager
@@ -248,37 +285,43 @@ def _mapped(as_json: bool) -> Iterator[None]:
         _debug(exc)
         for issue in exc.issues:
             err.print(f"[bold red]error[/]: {_escape(str(issue))}")
-        _json_error(as_json, _interrupted_code(EXIT_BAD_INPUT), [str(i) for i in exc.issues])
+        _json_error(exc, ErrorCode.BAD_INPUT, _interrupted_code(EXIT_BAD_INPUT), str(exc))
         raise typer.Exit(_interrupted_code(EXIT_BAD_INPUT)) from None
     except BadInput as exc:
         _debug(exc)
         err.print(f"[bold red]error[/]: {_escape(str(exc))}")
-        _json_error(as_json, _interrupted_code(EXIT_BAD_INPUT), [str(exc)])
+        _json_error(exc, ErrorCode.BAD_INPUT, _interrupted_code(EXIT_BAD_INPUT), str(exc))
         raise typer.Exit(_interrupted_code(EXIT_BAD_INPUT)) from None
     except (Exit, Abort, TyperException) as exc:  # the command line's own ends (typer.Exit is a RuntimeError)
         given = getattr(exc, "exit_code", EXIT_FAILED)
         code = _interrupted_code(given)
         if code:
-            _json_error(as_json, code, [f"exit {code}"])
+            _json_error(None, ErrorCode.INTERRUPTED if code != given else ErrorCode.FAILED, code,
+                        f"interrupted ({signal.Signals(code - 128).name})" if code != given
+                        else said_failure(ENVELOPE.result, f"exit {code}"))
         if code != given:
             raise typer.Exit(code) from None
         raise
+    except FailedAsShown as exc:
+        _json_error(exc, ErrorCode.FAILED, _interrupted_code(EXIT_FAILED), str(exc))
+        raise typer.Exit(_interrupted_code(EXIT_FAILED)) from None
     except KeyboardInterrupt as exc:  # an interrupt nothing caught (`watch`): said as one, 128 + its signal
         name = getattr(exc, "signal_name", "SIGINT")
         if first_interrupt() is None:  # a KeyboardInterrupt no handler of ours raised
             remember_interrupt(signal.Signals[name])
         err.print(interrupt_reason(exc))
-        _json_error(as_json, _interrupted_code(EXIT_FAILED), [interrupt_reason(exc)])
+        _json_error(exc, ErrorCode.INTERRUPTED, _interrupted_code(EXIT_FAILED), interrupt_reason(exc))
         raise typer.Exit(_interrupted_code(EXIT_FAILED)) from None
     except Exception as exc:  # noqa: BLE001 - a bug: said as one, never a bare traceback
         _debug(exc)
         code = _interrupted_code(EXIT_FAILED)
         if isinstance(exc, Failed) or _refused(exc):  # the nodes or the lock said no: nothing was changed
             err.print(f"[bold red]failed[/]: {_escape(str(exc))}")
-            _json_error(as_json, code, [str(exc)])
+            _json_error(exc, ErrorCode.REFUSED if _refused(exc) or str(exc).startswith("refused (")
+                        else ErrorCode.FAILED, code, str(exc))
             raise typer.Exit(code) from None
         err.print(f"[bold red]failed[/]: {_escape(unexpected(exc))}")
-        _json_error(as_json, code, [unexpected(exc)])
+        _json_error(exc, ErrorCode.BUG, code, unexpected(exc))
         raise typer.Exit(code) from None
 
 
@@ -297,10 +340,9 @@ def _refused(exc: BaseException) -> bool:
     return False
 
 
-def _json_error(as_json: bool, code: int, errors: list[str]) -> None:
-    if as_json and not _JSON["emitted"] and not _JSON["stream_ended_failed"]:  # one line: also ends a stream
-        sys.stdout.write(json.dumps({"ok": False, "exit_code": code, "errors": errors}) + "\n")
-        sys.stdout.flush()
+def _json_error(exc: BaseException | None, code: ErrorCode, exit_code: int, message: str) -> None:
+    """The envelope's error object (an exit of 128 + a signal is an interruption, whatever failed with it)."""
+    ENVELOPE.fail(error_of(exc, code if exit_code < 128 else ErrorCode.INTERRUPTED, exit_code, message))
 
 
 def _debug(exc: BaseException) -> None:

@@ -154,10 +154,13 @@ def make_readable(command: click.Command) -> click.Command:
     return command
 
 
-def show_error(exc: click.exceptions.ClickException, file: Any = None) -> None:
+def show_error(exc: click.exceptions.ClickException, file: Any = None, as_json: bool = False) -> None:
     """click's own words for a command-line mistake (usage, the --help hint), with the one prefix every error
-    of the tool has: `error:` (click writes `Error:`)."""
+    of the tool has: `error:` (click writes `Error:`). Asked with --json, stdout also gets the contract's
+    envelope (cli/json_contract.py): the mistake is bad input, located at its option."""
     ctx = getattr(exc, "ctx", None)
+    if as_json:
+        _json_usage_error(exc)
     if isinstance(exc, click.exceptions.UsageError) and ctx is not None:
         hint = ""
         if ctx.command.get_help_option(ctx) is not None:
@@ -167,13 +170,27 @@ def show_error(exc: click.exceptions.ClickException, file: Any = None) -> None:
                color=ctx.color if ctx is not None else None)
 
 
+def _json_usage_error(exc: click.exceptions.ClickException) -> None:
+    import sys
+
+    from .json_contract import Envelope, ErrorCode, JsonError
+
+    param = getattr(exc, "param", None)
+    opts = [o for o in getattr(param, "opts", []) if o.startswith("--")] if param is not None else []
+    where = opts[0] if opts else getattr(param, "name", None)
+    error = JsonError(ErrorCode.BAD_INPUT, exc.exit_code, exc.format_message(), file="command line" if where else None,
+                      key=where)
+    sys.stdout.write(Envelope().text(error))
+    sys.stdout.flush()
+
+
 @contextmanager
-def _errors_said_as_ours() -> Iterator[None]:
+def _errors_said_as_ours(args: Any = ()) -> Iterator[None]:
     """A ClickException leaving the parser is shown by click's main (`e.show()`): give it ours."""
     try:
         yield
     except click.exceptions.ClickException as exc:
-        exc.show = partial(show_error, exc)  # type: ignore[method-assign]
+        exc.show = partial(show_error, exc, as_json="--json" in list(args or ()))  # type: ignore[method-assign]
         raise
 
 
@@ -186,11 +203,11 @@ class ReadableGroup(TyperGroup):
         return make_readable(command) if command is not None else None
 
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
-        with _errors_said_as_ours():
+        with _errors_said_as_ours(kwargs.get("args", args[1] if len(args) > 1 else ())):
             return super().make_context(*args, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
-        with _errors_said_as_ours():
+        with _errors_said_as_ours([*getattr(ctx, "_protected_args", ()), *ctx.args]):
             return super().invoke(ctx)
 
 

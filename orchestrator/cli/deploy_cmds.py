@@ -30,7 +30,7 @@ from ..transport.group import Cluster, GroupError
 from .gate_cmd import (GateBlocksOpt, GateFlag, GateMaxTokensOpt, GateProfileOpt, GateShotsOpt, GateToleranceOpt,
                        refuse_gate_options_without_gate, run_gate)
 from .common import (BadInput, ClusterOpt, Failed, InventoryOpt, JsonLines, JsonOpt, NodeOpt, RecipeArg, SetOpt,
-                     YesOpt, can_ask, emit_json, err, exit_codes, out)
+                     YesOpt, can_ask, emit_json, err, exit_codes, out, FailedAsShown, only_node)
 
 OptionalRecipe = Annotated[Optional[Path], typer.Argument(help="Limit to this recipe's containers.", show_default=False)]
 
@@ -257,7 +257,7 @@ def status(
                 table.add_column(column, overflow="fold")
             for r in report.rows:
                 table.add_row(r.node, r.container, r.state, r.started_at[:19].replace("T", " "),
-                              r.image_id.removeprefix("sha256:")[:12], r.recipe, r.plan_hash, r.rank)
+                              r.image_id.removeprefix("sha256:")[:12], r.recipe, r.plan_hash, str(r.rank))
             out.print(table)
             for d in report.deployments:
                 verdict = "[green]every rank running one plan[/]" if d.ok else "[red]" + escape("; ".join(d.problems)) + "[/]"
@@ -283,7 +283,12 @@ def status(
             for why in report.unreachable.values():
                 err.print(f"[red]unreachable[/] {escape(why)}")
         if not report.ok:
-            raise typer.Exit(1)
+            raise FailedAsShown("; ".join(
+                [p for d in report.deployments for p in d.problems]
+                + [f"{n}: unreachable: {why}" for n, why in report.unreachable.items()]
+                + [f"endpoint {e.url}: " + ("not healthy" if not e.healthy else "does not generate")
+                   for e in report.endpoints if not e.healthy or e.generates is False]) or "not ok",
+                node=only_node(report.unreachable) if report.unreachable else None)
 
 
 def logs(

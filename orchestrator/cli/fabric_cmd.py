@@ -20,7 +20,7 @@ from ..runner.sinks import TerminalSink
 from ..transport.cancel import signals_interrupt
 from ..transport.group import GroupError
 from ..transport.node import NodeError
-from .common import ClusterOpt, Failed, InventoryOpt, JsonOpt, emit_json, err, exit_codes, out
+from .common import ClusterOpt, Failed, InventoryOpt, JsonOpt, emit_json, err, exit_codes, out, FailedAsShown
 from .conventions import sub_app
 
 app = sub_app(help="The fabric measured: bandwidth per link both ways and latency, against a kept baseline.")
@@ -64,7 +64,7 @@ def test(
         else:
             _print(run)
         if drops:
-            raise typer.Exit(1)
+            raise FailedAsShown("; ".join(c.said() for c in drops))
 
 
 def _print(run: fabric_run.FabricRun) -> None:

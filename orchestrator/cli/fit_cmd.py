@@ -12,7 +12,7 @@ from ..checks.hub_headers import HubError
 from ..config.load import load_deployment, load_recipe
 from ..model.fit import FitAnswer, FitUnknown, fit_given, fit_inventory, parse_memory
 from ..transport.node import NodeError
-from .common import BadInput, ClusterOpt, Failed, InventoryOpt, JsonOpt, RecipeArg, emit_json, exit_codes, out
+from .common import BadInput, ClusterOpt, Failed, InventoryOpt, JsonOpt, RecipeArg, emit_json, exit_codes, out, FailedAsShown, only_node
 
 GIB = 1 << 30
 _STYLE = {"fits": "green", "kv-not-judged": "yellow"}
@@ -60,7 +60,8 @@ def fit(
         else:
             show(answer)
         if not answer.ok:
-            raise typer.Exit(1)
+            raise FailedAsShown(answer.summary(),
+                                node=only_node(n.node for n in answer.nodes if n.fit is None or n.state.fails))
 
 
 def _g(n: int) -> str:

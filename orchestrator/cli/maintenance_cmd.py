@@ -34,8 +34,7 @@ from .common import (
     emit_json,
     err,
     exit_codes,
-    out,
-)
+    out, FailedAsShown, only_node)
 from .deploy_cmds import _events, _signals_for_up
 
 app = sub_app(help="Before a maintenance window: a baseline of every node; after it: what changed, and the "
@@ -262,7 +261,9 @@ def verify(
             if fabric:
                 _print_fabric(result)
         if result.drift.blocking or drops:
-            raise typer.Exit(1)
+            raise FailedAsShown("; ".join([f"{c.text()}: {c.consequence}" for c in result.drift.blocking]
+                                          + [c.said() for c in drops]) or "verify found blocking changes",
+                                node=only_node(c.node for c in result.drift.blocking) if not drops else None)
 
 
 def _print_fabric(result: window.VerifyResult) -> None:

@@ -14,7 +14,7 @@ from rich.table import Table
 from ..config.load import load_deployment
 from ..render.plan import build_plan
 from ..transport.group import Cluster
-from .common import BadInput, ClusterOpt, InventoryOpt, JsonOpt, RecipeArg, emit_json, exit_codes, out
+from .common import BadInput, ClusterOpt, InventoryOpt, JsonOpt, RecipeArg, emit_json, exit_codes, out, FailedAsShown, only_node
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
@@ -78,4 +78,6 @@ def preflight(
             for v in report.failed(strict):
                 out.print(f"[bold red]{escape(v.name)}[/] ({', '.join(v.failed_nodes(strict))}): {escape(v.fix)}")
         if not report.ok(strict):
-            raise typer.Exit(1)
+            failed = report.failed(strict)
+            raise FailedAsShown("; ".join(f"{v.name} ({', '.join(v.failed_nodes(strict))}): {v.fix}" for v in failed),
+                                node=only_node(n for v in failed for n in v.failed_nodes(strict)))

@@ -12,6 +12,7 @@ from typer.core import TyperArgument
 
 from . import user_config
 from .common import Refusal
+from .json_contract import ErrorCode
 
 HEADER = """# The command line
 
@@ -22,10 +23,9 @@ and the CLI differ. The same text, per command: `spark-deploy COMMAND -h`.
 
 - `-h` and `--help` show the help; `spark-deploy --version` the version; `spark-deploy --install-completion`
   installs shell completion (bash, zsh, fish), `--show-completion` prints it.
-- `--json`: stdout holds one JSON object and nothing else (people's text goes to stderr). Commands that
-  report events as they happen (`up`, `rollback`, `prune`, `maintenance begin|end`) print one JSON object per
-  line, the last one the result. A command that ends in an error before its JSON prints
-  `{"ok": false, "exit_code": N, "errors": [...]}`.
+- `--json`: stdout holds one JSON object and nothing else (people's text goes to stderr): the envelope
+  below. Commands that report events as they happen (`up`, `rollback`, `restart`, `prune`, `upgrade`,
+  `maintenance begin|end`, `watch` without `--once`) print one JSON object per line, the last one the envelope.
 - `-q` (`--quiet`): errors and the result only. The default: each phase with its progress, a phase's checks
   summed up on its end line (one that warns or fails in full). `-v` (`--verbose`): every check line.
   `--json` is not affected.
@@ -47,6 +47,23 @@ and the CLI differ. The same text, per command: `spark-deploy COMMAND -h`.
 | 130 | interrupted by Ctrl-C (SIGINT), after the command undid or stopped what it was doing (`up` and `rollback`: after the automatic restore) |
 | 143 | interrupted by SIGTERM, the same way |
 
+## `--json`: one output contract
+
+Every command's `--json` ends with one object, `{"ok": bool, "result": ..., "error": ...}`:
+
+- `ok`: true when the command did what it was asked (exit 0); then `error` is null.
+- `result`: what the command found or did, in its own shape (an object, or a list for `render`, `history`,
+  `audit`); null when it ended before it had one. Times in it are ISO 8601 strings with their zone
+  (`2026-12-07T14:07:00+00:00`), every key `at` or `*_at`; ranks, world sizes, ports, sizes and counts are
+  numbers.
+- `error` (when `ok` is false): `code` (below), `exit_code`, `message`, `fix` (what to do instead, when the
+  message says it), `node` (when the failure is on one node), `file`, `line` and `key` (where a bad input
+  is: a recipe or inventory line, or `--set KEY`), and `more` (the further issues of the same bad input,
+  each the same shape); null where unknown.
+
+The JSON Schema of the contract ships in the package: `orchestrator/cli/json_contract.schema.json`.
+
+{codes}
 ## Refusals `--force` overrides
 
 | refusal | command | guards against |
@@ -57,6 +74,11 @@ CONFIG = """
 ## The config file
 
 """
+
+
+def _codes() -> str:
+    rows = "".join(f"| `{c.value}` | {_cell(c.meaning)} |\n" for c in ErrorCode)
+    return "| error code | when |\n|---|---|\n" + rows + "\n"
 
 
 def _refusals() -> str:
@@ -142,7 +164,7 @@ def render_reference(app: typer.Typer | None = None) -> str:
     index = ["## Commands", ""] + [f"- [`spark-deploy {' '.join(p)}`](#spark-deploy-{'-'.join(p)}): "
                                    f"{_cell(_help(c.help or '')[0].split(chr(10) * 2)[0].split('. ')[0].rstrip('.'))}" for p, c in commands]
     body = [_command(p, c) for p, c in commands]
-    return (HEADER + _refusals() + _config() + _options_table("## Options before the command", root)
+    return (HEADER.replace("{codes}", _codes()) + _refusals() + _config() + _options_table("## Options before the command", root)
             + "\n".join(index) + "\n\n" + "\n".join(body))
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
 
 from ..config.schema import SchemaKind, schema_text
-from .common import JsonOpt, exit_codes
+from .common import JsonOpt, emit_json, exit_codes
 
 
 def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which file: recipe or inventory.")],
@@ -19,6 +20,8 @@ def schema(kind: Annotated[SchemaKind, typer.Argument(help="Which file: recipe o
 
     Example: spark-deploy schema recipe > recipe.schema.json
     """
-    del as_json  # accepted for the common convention: the output is one JSON object either way
-    with exit_codes():
-        typer.echo(schema_text(kind), nl=False)
+    with exit_codes(as_json):
+        if as_json:  # the schema as the result of the one output contract
+            emit_json(json.loads(schema_text(kind)))
+        else:
+            typer.echo(schema_text(kind), nl=False)

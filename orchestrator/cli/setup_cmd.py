@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .common import BadInput, Failed, JsonOpt, emit_json, err, exit_codes, out
+from .common import BadInput, Failed, JsonOpt, emit_json, err, exit_codes, out, FailedAsShown, only_node
 
 
 class _Prompts:
@@ -135,7 +135,9 @@ def setup(
         else:
             _print(outcome, output)
         if outcome.problems or (outcome.diff and not outcome.written):
-            raise typer.Exit(1)
+            raise FailedAsShown("; ".join(str(p) for p in outcome.problems)
+                                or f"{output} differs from what was found and was not written",
+                                node=only_node(p.node for p in outcome.problems) if outcome.problems else None)
 
 
 def _print(outcome, output: Path) -> None:

@@ -3,8 +3,6 @@ generating, free memory crosses the reserve, or the nodes run another plan than 
 watching/ does it)."""
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -16,7 +14,7 @@ from ..config.load import load_deployment
 from ..watching.loop import watch as run_watch
 from ..watching.sample import WatchError
 from ..watching.view import render
-from .common import ClusterOpt, Failed, InventoryOpt, JsonOpt, emit_json, err, exit_codes, out
+from .common import ClusterOpt, Failed, InventoryOpt, JsonOpt, emit_json, err, exit_codes, out, stream_json, FailedAsShown
 
 def watch(
     recipe: Annotated[Optional[Path], typer.Argument(help="Watch this recipe's release (default: the one the "
@@ -35,7 +33,8 @@ def watch(
     """Watch the serving release: each rank, each node's MemAvailable and SM clock, requests, KV use, tok/s.
 
     Exits 1 at the first sample with a problem (for cron, a systemd timer, an alert); --json prints one
-    JSON object per sample (one line each; with --once, the one object). When the release has a capacity
+    JSON object per sample (one line each), the last line the result object with the last sample (with
+    --once, that one object). When the release has a capacity
     figure (bench --replicates), live decode below it for --capacity-samples samples in a row is a warning.
 
     Example: spark-deploy watch --once --json
@@ -46,11 +45,9 @@ def watch(
         reserve = dep.recipe.preflight.memory_reserve_gib if dep else None
 
         def show_json(sample) -> None:
-            if once:
-                emit_json(sample.as_dict())
-            else:  # a stream: one compact object per line
-                sys.stdout.write(json.dumps(sample.as_dict(), default=str) + "\n")
-                sys.stdout.flush()
+            if not once:  # a stream: one compact object per sample, then the envelope with the last one
+                stream_json(sample.as_dict())
+            emit_json(sample.as_dict())
 
         try:
             if as_json or once:
@@ -70,4 +67,4 @@ def watch(
             for problem in last.problems:
                 err.print(f"[red]problem[/]: {escape(problem)}")
         if last.problems:
-            raise typer.Exit(1)
+            raise FailedAsShown("; ".join(last.problems))

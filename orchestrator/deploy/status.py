@@ -27,9 +27,9 @@ class ContainerRow:
     recipe: str
     recipe_hash: str
     plan_hash: str
-    rank: str
-    world: str
-    serve_port: str
+    rank: int  # -1: the label is missing or not a number (ContainerLabels.parse)
+    world: int
+    serve_port: int
     served_model: str
     killed_by: str = ""  # for an exit by signal on a node where earlyoom runs: that it does (killers.py)
 
@@ -86,7 +86,7 @@ def _rows(conn: NodeConnection, containers: list[Container], recipe: str | None)
         exited = c.status == "exited"
         rows.append(ContainerRow(conn.name, c.name, f"exited ({c.exit_code})" if exited else c.status,
                                  c.started_at, c.image, labels.recipe, labels.recipe_digest, labels.plan_hash,
-                                 str(labels.rank), str(labels.world), str(labels.serve_port), labels.served_model,
+                                 labels.rank, labels.world, labels.serve_port, labels.served_model,
                                  earlyoom_note(conn, c.exit_code) if exited else ""))
     return rows
 
@@ -98,10 +98,10 @@ def judge(rows: list[ContainerRow], unreachable: dict[str, str]) -> list[Deploym
         mine = [r for r in rows if r.recipe == recipe]
         problems = [f"rank {r.rank} on {r.node} is {r.state}" + (f" ({r.killed_by})" if r.killed_by else "")
                     for r in mine if r.state != "running"]
-        world = max((int(r.world) for r in mine if r.world.isdigit() and int(r.world) > 0), default=len(mine))
+        world = max((r.world for r in mine if r.world > 0), default=len(mine))
         present = {r.rank for r in mine}
         for rank in range(world):
-            if str(rank) not in present:
+            if rank not in present:
                 where = f" (unreachable: {', '.join(unreachable)})" if unreachable else ""
                 problems.append(f"rank {rank} has no container{where}")
         hashes = sorted({r.plan_hash for r in mine})
@@ -127,9 +127,9 @@ def collect(inventory: Inventory, recipe: str | None = None, probe: bool = True,
             found = exc.results
             unreachable.update({n: str(e) for n, e in exc.failures.items()})
         supervisor = _supervisor(seen.cluster, inventory, [c.name for c in seen.alive])
-    rows = sorted((r for rs in found.values() for r in rs), key=lambda r: (r.recipe, int(r.rank or 0)))
+    rows = sorted((r for rs in found.values() for r in rs), key=lambda r: (r.recipe, r.rank))
     endpoints = [_endpoint(inventory, row, probe, probe_timeout) for row in rows
-                 if row.rank == "0" and row.state == "running"]
+                 if row.rank == 0 and row.state == "running"]
     deployments = judge(rows, unreachable)
     serving = state.serving if state.serving_known else None
     for d in deployments:
@@ -162,7 +162,7 @@ def crash_loop(supervisor: SupervisorState | None, serving: int | None) -> str:
 
 
 def _endpoint(inventory: Inventory, row: ContainerRow, probe: bool, probe_timeout: float) -> EndpointState:
-    endpoint = Endpoint(inventory.node(row.node).address, int(row.serve_port or 8000))
+    endpoint = Endpoint(inventory.node(row.node).address, row.serve_port if row.serve_port > 0 else 8000)
     try:
         seen = health(endpoint)
         models = endpoint.models() if seen.ok else []

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
+
+import cli_json
 
 SPARK_DEPLOY = Path(sys.executable).with_name("spark-deploy")
 
@@ -14,7 +15,7 @@ def bench_cli(*args: str, timeout: float = 300) -> tuple[int, dict | None, str]:
     """Run the installed `spark-deploy bench` (a real process); (exit code, parsed --json output, stderr)."""
     cmd = [str(SPARK_DEPLOY), "bench", *args]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    data = json.loads(res.stdout) if res.stdout.strip().startswith("{") else None
+    data = cli_json.result(res.stdout) if res.stdout.strip().startswith("{") else None
     return res.returncode, data, res.stderr + res.stdout
 
 
@@ -38,7 +39,7 @@ def history(cluster) -> dict[int, dict]:
     """Every release record of the cluster (`history --json`), by id."""
     res = cli("history", "-i", str(cluster.inventory_path), "--json", timeout=120)
     assert res.returncode == 0, res.stderr
-    return {r["id"]: r for r in json.loads(res.stdout)}
+    return {r["id"]: r for r in cli_json.result(res.stdout)}
 
 
 def serving(records: dict[int, dict]) -> dict:
@@ -51,4 +52,4 @@ def audit_lines(cluster, action: str, tail: int = 300) -> list[dict]:
     """The cluster's last `tail` audit lines of `action` (`audit --json`)."""
     res = cli("audit", "-i", str(cluster.inventory_path), "--tail", str(tail), "--json", timeout=120)
     assert res.returncode == 0, res.stderr
-    return [a for a in json.loads(res.stdout) if a["action"] == action]
+    return [a for a in cli_json.result(res.stdout) if a["action"] == action]

@@ -4,12 +4,12 @@ before serving again."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
 from bench_helpers import SPARK_DEPLOY, bench_cli, head_truth
 from ruamel.yaml import YAML
+import cli_json
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.timing]  # drift between blocks is a wall-clock rate: run alone (scripts/test)
@@ -44,11 +44,11 @@ def test_compare_abab_reports_ratio_and_drift_and_restores(served, tmp_path):
     assert data["before"] == 1 and "release 1 serves again" in data["restored"]
     hist = subprocess.run([str(SPARK_DEPLOY), "history", "-i", str(cluster.inventory_path), "--json"],
                           capture_output=True, text=True, timeout=120)
-    records = {r["id"]: r for r in json.loads(hist.stdout)}
+    records = {r["id"]: r for r in cli_json.result(hist.stdout)}
     for blk in data["blocks"]:  # each block's figures are recorded with its release
         rec = records[blk["release"]]["bench"]
         assert rec["headline"]["code"]["decode_tps"] == pytest.approx(blk["groups"][0]["decode_tps"]["median"])
-    serving = [r for r in json.loads(hist.stdout) if r["serving"]]
+    serving = [r for r in cli_json.result(hist.stdout) if r["serving"]]
     assert len(serving) == 1 and serving[0]["recipe"] == "sim-tiny" and serving[0]["rollback_of"] == 1, serving
 
     # the truth as B's head prints it (`SIM truth:`: the plain rate, the draft budget and cost, the acceptance),

@@ -4,13 +4,13 @@ the ceiling is the hand computation's, and only a few KB cross the wire, not the
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 
 import pytest
 from bench_helpers import SPARK_DEPLOY, bench_cli
 from ruamel.yaml import YAML
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ def test_bench_of_the_serving_release_with_its_ceiling(served):
     hist = subprocess.run([str(SPARK_DEPLOY), "history", "-i", str(cluster.inventory_path), "--json"],
                           capture_output=True, text=True, timeout=120)
     assert hist.returncode == 0, hist.stderr
-    (rec,) = json.loads(hist.stdout)
+    (rec,) = cli_json.result(hist.stdout)
     assert rec["bench"]["headline"]["code"]["decode_tps"] == pytest.approx(g["decode_tps"]["median"])
     assert "shots" not in rec["bench"]["groups"][0]  # the record keeps figures, not every shot
     table = subprocess.run([str(SPARK_DEPLOY), "history", "-i", str(cluster.inventory_path)],

@@ -5,7 +5,6 @@ leaves the first replicate out and says why. One `bench-replicates` audit line."
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -13,6 +12,7 @@ import subprocess
 import pytest
 from bench_helpers import SPARK_DEPLOY, bench_cli
 from ruamel.yaml import YAML
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ def audit(cluster) -> list[dict]:
     res = subprocess.run([str(SPARK_DEPLOY), "audit", "-i", str(cluster.inventory_path), "--json"],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    return json.loads(res.stdout)
+    return cli_json.result(res.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ def test_replicates_leave_out_the_first_run_after_a_deploy(served_fast_first):
     hist = subprocess.run([str(SPARK_DEPLOY), "history", "-i", str(cluster.inventory_path), "--json"],
                           capture_output=True, text=True, timeout=120)
     assert hist.returncode == 0, hist.stderr
-    (rec,) = json.loads(hist.stdout)
+    (rec,) = cli_json.result(hist.stdout)
     cap = rec["bench"]["replicates"]["profiles"]["code"]
     assert cap["capacity"] == pytest.approx(row["capacity"]) and cap["left_out"] == [why]
     table = subprocess.run([str(SPARK_DEPLOY), "history", "-i", str(cluster.inventory_path)],

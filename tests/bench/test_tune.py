@@ -23,6 +23,7 @@ from ruamel.yaml import YAML
 from orchestrator.config.load import load_inventory
 from orchestrator.sim import fake_model
 from orchestrator.sim.standin.speed import Truth, expected
+import cli_json
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.timing]  # ratios of wall-clock rates: run alone (scripts/test)
@@ -110,7 +111,7 @@ def test_tune_names_each_profiles_best_and_the_winner_serves(tuned_cluster):
     assert "--profile" in args and args[args.index("--profile") + 1] == "code,chat" and str(out) in args
     res = cli(*args, "-i", str(cluster.inventory_path), "--json", timeout=1500)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    data = json.loads(res.stdout)
+    data = cli_json.result(res.stdout)
     labels = [v["label"] for v in data["variants"]]
     value = {i: v["changes"].get(KEY) for i, v in enumerate(data["variants"])}  # None: the baseline
     assert labels[data["original"]] == "num_speculative_tokens=8 (original)"

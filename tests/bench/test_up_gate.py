@@ -9,11 +9,11 @@ run leaves exactly one `up-gate` audit line.
 
 from __future__ import annotations
 
-import json
 
 import pytest
 from bench_helpers import audit_lines, cli, history, serving
 from ruamel.yaml import YAML
+import cli_json
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.timing]  # B/A is a ratio of wall-clock rates: run alone (scripts/test)
@@ -50,7 +50,7 @@ def test_candidate_slower_on_zh_is_rejected_and_a_serves_again(plain):
     slow = _recipe(cluster.recipe_path, tmp / "slow-zh.yaml", {"SIM_PROFILE_SLOW": "zh=0.8"})
     res = cli("up", str(slow), "--gate", *SHOTS, "-i", str(cluster.inventory_path), "--json")
     assert res.returncode == 1, res.stdout + res.stderr
-    data = json.loads(res.stdout)
+    data = cli_json.result(res.stdout)
     assert data["verdict"] == "rejected" and data["against"] == before["id"], data
     assert [b["label"] for b in data["compare"]["blocks"]] == list("ABAB")
     zh, code = data["profiles"]["zh"], data["profiles"]["code"]
@@ -78,7 +78,7 @@ def test_harmless_candidate_is_kept_with_its_ratios(plain):
     harmless = _recipe(cluster.recipe_path, tmp / "harmless.yaml", {"SIM_IGNORED_BY_STANDIN": "1"})
     res = cli("up", str(harmless), "--gate", *SHOTS, "-i", str(cluster.inventory_path), "--json")
     assert res.returncode == 0, res.stdout + res.stderr
-    data = json.loads(res.stdout)
+    data = cli_json.result(res.stdout)
     assert data["verdict"] == "kept" and data["against"] == before["id"], data
     for profile in ("code", "zh"):
         p = data["profiles"][profile]

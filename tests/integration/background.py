@@ -10,6 +10,7 @@ import tempfile
 import threading
 import time
 
+import cli_json
 from deploy_helpers import CLI
 
 
@@ -23,7 +24,8 @@ class Background:
                                      stdout=subprocess.PIPE if events else self.stdout_file,
                                      stderr=self.stderr_file, text=True,
                                      env={**os.environ, "COLUMNS": "200", **(env or {})})
-        self.events: list[dict] = []
+        self.events: list[dict] = []  # the stream's events; its last line, the --json envelope, is kept apart
+        self.envelope: dict | None = None
         self.raw: list[str] = []
         self._queue: queue.Queue = queue.Queue()
         self._reader = None
@@ -37,6 +39,9 @@ class Background:
             try:
                 event = json.loads(line)
             except ValueError:
+                continue
+            if isinstance(event, dict) and "event" not in event and {"ok", "result", "error"} <= set(event):
+                self.envelope = cli_json.envelope(line)  # validated against the shipped contract
                 continue
             self.events.append(event)
             self._queue.put(event)

@@ -5,7 +5,6 @@ killed. Real sshd, dockerd, stand-in and HTTP; the real CLI in subprocesses."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -13,6 +12,7 @@ from ruamel.yaml import YAML
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy_helpers import completion, forget_releases, node_docker, recipe_variant, spark_deploy
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ def default_checks(path):
 def history(cluster) -> dict[int, dict]:
     result = spark_deploy("history", "-i", cluster.inventory_path, "--json")
     assert result.returncode == 0, result.stderr + result.stdout
-    return {r["id"]: r for r in json.loads(result.stdout)}
+    return {r["id"]: r for r in cli_json.result(result.stdout)}
 
 
 def checks(record: dict) -> dict[str, dict]:
@@ -70,14 +70,14 @@ def test_acceptance_in_up_accept_watch_and_faults(clean, tmp_path):
 
     alone = spark_deploy("accept", "-i", inv, "--json")
     assert alone.returncode == 0, alone.stderr + alone.stdout
-    report = json.loads(alone.stdout)
+    report = cli_json.result(alone.stdout)
     assert report["ok"] and report["release"] == 2
     assert {r["name"]: r["status"] for r in report["results"]}["greedy-digest"] == "pass"
 
     prom = tmp_path / "spark.prom"
     healthy = watch(cluster, "--once", "--json", "--textfile", str(prom))
     assert healthy.returncode == 0, healthy.stderr + healthy.stdout
-    sample = json.loads(healthy.stdout)
+    sample = cli_json.result(healthy.stdout)
     assert sample["ok"] and sample["release"] == 2 and [r["state"] for r in sample["ranks"]] == ["running"] * 2
     assert all(n["mem_available_gib"] > 0 and n["sm_clock_mhz"] > 0 for n in sample["nodes"])
     assert sample["engine"]["generating"] and sample["engine"]["kv_usage"] is not None
@@ -104,7 +104,7 @@ def test_acceptance_in_up_accept_watch_and_faults(clean, tmp_path):
         cluster.fault("spark-2", "meminfo", available="30g")  # what the serving rank claims leaves ~0.5 GiB
         low = watch(cluster, "--once", "--json")
         assert low.returncode == 1, low.stderr + low.stdout
-        warned = json.loads(low.stdout)["warnings"]
+        warned = cli_json.result(low.stdout)["warnings"]
         assert any(w.startswith("spark-2: MemAvailable") and "under the reserve" in w for w in warned), warned
     finally:
         cluster.fault("spark-2", "meminfo", reset="true")

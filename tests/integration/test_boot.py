@@ -31,6 +31,7 @@ from orchestrator.config.load import load_inventory
 from orchestrator.render.unit import RESTART_SECONDS, command_line, unit_name
 from orchestrator.sim import node_boot
 from orchestrator.sim.cluster import SimCluster
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +95,7 @@ def running_plans(cluster: SimCluster) -> dict[str, set[str]]:
 def serving_plan(cluster: SimCluster) -> str:
     r = spark_deploy("history", "-i", cluster.inventory_path, "--json")
     assert r.returncode == 0, r.stderr
-    return next(x["plan_hash"] for x in json.loads(r.stdout) if x["serving"])
+    return next(x["plan_hash"] for x in cli_json.result(r.stdout) if x["serving"])
 
 
 def reboot(cluster: SimCluster, *nodes: int) -> None:
@@ -155,14 +156,14 @@ def write(cluster: SimCluster, node: int, path: str, text: str) -> None:
 def status_json(cluster: SimCluster) -> dict:
     r = spark_deploy("boot", "status", "-i", cluster.inventory_path, "--json")
     assert r.returncode == 0, r.stderr + r.stdout
-    return json.loads(r.stdout)
+    return cli_json.result(r.stdout)
 
 
 def test_non_systemd_node_skips_and_boot_status_names_it(pair):
     cluster = pair
     r = spark_deploy("preflight", cluster.recipe_path, "-i", cluster.inventory_path, "--only", "boot", "--json")
     assert r.returncode == 0, r.stderr + r.stdout
-    cells = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "boot")["per_node"]
+    cells = next(c for c in cli_json.result(r.stdout)["checks"] if c["name"] == "boot")["per_node"]
     assert {c["status"] for c in cells.values()} == {"skip"}
     assert all("no systemd here (systemctl is not installed)" in c["value"] for c in cells.values()), cells
     r = spark_deploy("boot", "status", "-i", cluster.inventory_path)
@@ -217,7 +218,7 @@ def test_other_stack_is_named_then_enable_reboot_disable(sysd, tmp_path):
                 "other/vllm:old", "infinity", check=True)
     r = spark_deploy("preflight", recipe, "-i", inv, "--json")
     assert r.returncode == 1, r.stdout
-    boot = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "boot")
+    boot = next(c for c in cli_json.result(r.stdout)["checks"] if c["name"] == "boot")
     cell = boot["per_node"]["spark-2"]
     assert cell["status"] == "fail", boot
     assert "unit old-stack.service comes back but is another stack" in cell["value"]
@@ -335,7 +336,7 @@ def test_other_stack_is_named_then_enable_reboot_disable(sysd, tmp_path):
     with pytest.raises(OSError):
         models(cluster)
     audit = spark_deploy("audit", "-i", inv, "--json")
-    entries = json.loads(audit.stdout) if audit.returncode == 0 else []
+    entries = cli_json.result(audit.stdout) if audit.returncode == 0 else []
     actions = [a["action"] for a in entries]
     assert "boot-enable" in actions and "boot-disable" in actions, audit.stdout[-2000:]
     assert any(a["action"] == "boot-enable" and a["outcome"] == "refused" and "needs root" in a.get("detail", "")

@@ -15,6 +15,7 @@ from background import up_json
 from deploy_helpers import node_docker, recipe_variant, spark_deploy
 
 from orchestrator.sim.state import NODE_STATE_DIR
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -90,11 +91,11 @@ def test_two_names_share_one_lock_and_one_history_and_another_clusters_node_is_r
     for inventory in (pair.inventory_path, renamed):
         shown = spark_deploy("history", "-i", inventory, "--json")
         assert shown.returncode == 0, shown.stderr + shown.stdout
-        histories.append(json.loads(shown.stdout))
+        histories.append(cli_json.result(shown.stdout))
     assert histories[0] == histories[1]
     assert [(r["id"], r["outcome"]) for r in histories[0]] == [(2, "failed"), (1, "serving")], histories[0]
     for inventory in (pair.inventory_path, renamed):
         status = spark_deploy("status", "-i", inventory, "--json", "--no-probe")
         assert status.returncode == 0, status.stderr + status.stdout
-        report = json.loads(status.stdout)
+        report = cli_json.result(status.stdout)
         assert [(d["release"], d["ok"]) for d in report["deployments"]] == [(1, True)], report

@@ -5,12 +5,12 @@ differ only in an env var the engine ignores is refused (exit 2) before anything
 shared fingerprint."""
 from __future__ import annotations
 
-import json
 
 import pytest
 from ruamel.yaml import YAML
 
 from deploy_helpers import completion, our_containers, recipe_variant, spark_deploy
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 def _history(cluster) -> dict[int, dict]:
     got = spark_deploy("history", "-i", cluster.inventory_path, "--json")
     assert got.returncode == 0, got.stderr
-    return {r["id"]: r for r in json.loads(got.stdout)}
+    return {r["id"]: r for r in cli_json.result(got.stdout)}
 
 
 def test_a_rank_resolving_another_attention_backend_fails_up_and_the_previous_release_serves(clean, tmp_path):

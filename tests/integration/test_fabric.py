@@ -17,6 +17,7 @@ from ruamel.yaml import YAML
 
 from deploy_helpers import assert_up_refuses, inventory_variant, our_containers, spark_deploy
 from orchestrator.sim.state import FABRIC_IFACE, FABRIC_IFACE_2, MGMT_IFACE
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +30,7 @@ def preflight(cluster, inventory, *checks: str) -> tuple[int, dict]:
         args += ["--only", name]
     res = spark_deploy(*args, timeout=120)
     assert res.returncode in (0, 1), res.stderr
-    return res.returncode, {c["name"]: c for c in json.loads(res.stdout)["checks"]}
+    return res.returncode, {c["name"]: c for c in cli_json.result(res.stdout)["checks"]}
 
 
 def addresses(cluster, node: int) -> dict[str, str]:

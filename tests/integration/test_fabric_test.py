@@ -10,13 +10,13 @@ spark-1↔spark-2 and both figures, and so does `maintenance verify --fabric` in
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
 from deploy_helpers import spark_deploy
 from test_interrupt_exit_codes import Lines
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -26,14 +26,14 @@ RATED = "400mbit"
 def fabric_test(pair, *extra: str):
     res = spark_deploy("fabric", "test", "-i", str(pair.inventory_path), "--seconds", "3", "--json", *extra,
                        timeout=180)
-    return res, (json.loads(res.stdout) if res.stdout.strip() else None)
+    return res, (cli_json.result(res.stdout) if res.stdout.strip() else None)
 
 
 def preflight_fabric(pair):
     res = spark_deploy("preflight", str(pair.recipe_path), "-i", str(pair.inventory_path), "--fabric",
                        "--only", "fabric-speed", "--json", timeout=180)
     assert res.returncode in (0, 1), res.stderr
-    return res.returncode, {c["name"]: c for c in json.loads(res.stdout)["checks"]}["fabric-speed"]
+    return res.returncode, {c["name"]: c for c in cli_json.result(res.stdout)["checks"]}["fabric-speed"]
 
 
 def test_a_baseline_is_kept_and_a_link_at_half_its_speed_fails_preflight(pair):
@@ -50,7 +50,7 @@ def test_a_baseline_is_kept_and_a_link_at_half_its_speed_fails_preflight(pair):
         for node in (1, 2):  # its servers are gone with it
             assert pair.exec(node, ["pgrep", "-x", "iperf3"], check=False).code == 1, node
         # one audit line for the saved baseline, on the head
-        entries = json.loads(spark_deploy("audit", "-i", str(pair.inventory_path), "--json").stdout)
+        entries = cli_json.result(spark_deploy("audit", "-i", str(pair.inventory_path), "--json").stdout)
         assert [e for e in entries if e.get("action") == "fabric-baseline" and e.get("outcome") == "ok"], entries
 
         code, check = preflight_fabric(pair)
@@ -71,7 +71,7 @@ def test_a_baseline_is_kept_and_a_link_at_half_its_speed_fails_preflight(pair):
         verify = spark_deploy("maintenance", "verify", "-i", str(pair.inventory_path), "--fabric", "--json",
                               timeout=180)
         assert verify.returncode == 1, verify.stderr + verify.stdout
-        (drop,) = json.loads(verify.stdout)["fabric"]["drops"]
+        (drop,) = cli_json.result(verify.stdout)["fabric"]["drops"]
         assert drop.startswith("spark-1↔spark-2 (spark-2→spark-1): ") and base in drop, drop
 
         pair.fault(2, "heal")
@@ -79,7 +79,7 @@ def test_a_baseline_is_kept_and_a_link_at_half_its_speed_fails_preflight(pair):
         assert (code, check["status"]) == (0, "ok"), check
         verify = spark_deploy("maintenance", "verify", "-i", str(pair.inventory_path), "--fabric", "--json",
                               timeout=180)
-        assert verify.returncode == 0 and json.loads(verify.stdout)["fabric"]["drops"] == [], verify.stdout
+        assert verify.returncode == 0 and cli_json.result(verify.stdout)["fabric"]["drops"] == [], verify.stdout
     finally:
         pair.fault("all", "heal")
 

@@ -29,6 +29,7 @@ import pytest
 from deploy_helpers import OLD_STACK, SUDOERS, CLI, forget_releases, completion, node_docker, recipe_variant, spark_deploy
 
 from orchestrator.sim.state import NODE_STATE_DIR
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +52,7 @@ def up(cluster, recipe, *extra):
 def history(cluster) -> dict[int, dict]:
     result = spark_deploy("history", "-i", cluster.inventory_path, "--json")
     assert result.returncode == 0, result.stderr + result.stdout
-    return {r["id"]: r for r in json.loads(result.stdout)}
+    return {r["id"]: r for r in cli_json.result(result.stdout)}
 
 
 def containers(cluster) -> dict[tuple[str, str], dict]:
@@ -63,7 +64,7 @@ def containers(cluster) -> dict[tuple[str, str], dict]:
                                       '{{.Label "spark-deploy.rank"}}', check=True).stdout
         for line in out.splitlines():
             cid, state, plan, rank = line.split()
-            found[(node, cid)] = {"state": state, "plan": plan, "rank": rank}
+            found[(node, cid)] = {"state": state, "plan": plan, "rank": int(rank)}
     return found
 
 
@@ -78,7 +79,7 @@ def running_plans(cluster) -> dict[str, set[str]]:
 
 def status(cluster, *args: str) -> tuple[int, dict]:
     result = spark_deploy("status", "-i", cluster.inventory_path, "--json", *args)
-    return result.returncode, json.loads(result.stdout)
+    return result.returncode, cli_json.result(result.stdout)
 
 
 def assert_serves(cluster, plan: str, release: int) -> None:
@@ -240,7 +241,7 @@ def test_sigint_during_down_is_described_by_status_and_a_second_down_finishes(fr
         assert code == 1 and not any(d["ok"] for d in report["deployments"]), report
         assert any("rank 1 has no container" in p for d in report["deployments"] for p in d["problems"]), report
     lock = spark_deploy("lock", "-i", cluster.inventory_path, "--json")
-    assert lock.returncode == 0 and json.loads(lock.stdout)["held"] is False, lock.stdout
+    assert lock.returncode == 0 and cli_json.result(lock.stdout)["held"] is False, lock.stdout
 
     again = spark_deploy("down", "-i", cluster.inventory_path)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -346,7 +347,7 @@ def test_boot_enable_failing_on_the_second_node_puts_the_first_back(systemd_pair
             assert _enabled(cluster, n, ours.rsplit("/", 1)[1]) not in ("enabled", "disabled"), f"spark-{n}"
             assert _policy(cluster, n, serving[n]) == policies[n], f"spark-{n}: the restart policy is not put back"
         assert _serving_ids(cluster) == serving and completion(cluster)
-        audit = json.loads(spark_deploy("audit", "-i", inv, "--json").stdout)
+        audit = cli_json.result(spark_deploy("audit", "-i", inv, "--json").stdout)
         assert [(a["action"], a["outcome"]) for a in audit][-1] == ("boot-enable", "failed"), audit[-1]
         assert "unit old-stack.service enabled again" in audit[-1]["detail"], audit[-1]
 
@@ -390,7 +391,7 @@ def test_begin_stop_with_the_peer_unreachable_stops_nothing_and_opens_no_window(
     assert history(cluster)[1]["outcome"] == "serving"
     assert cluster.exec(1, ["sh", "-c", f"ls {NODE_STATE_DIR}/maintenance/*.json"], check=False).code != 0
     assert_serves(cluster, history(cluster)[1]["plan_hash"], 1)
-    audit = json.loads(spark_deploy("audit", "-i", cluster.inventory_path, "--json").stdout)
+    audit = cli_json.result(spark_deploy("audit", "-i", cluster.inventory_path, "--json").stdout)
     assert audit[-1]["action"] == "maintenance-begin" and audit[-1]["outcome"] != "ok", audit[-1]
 
 

@@ -5,7 +5,6 @@ model in the head's cache, `fit` reads it there and never asks the Hub."""
 
 from __future__ import annotations
 
-import json
 import socket
 
 import pytest
@@ -14,6 +13,7 @@ from deploy_helpers import recipe_variant, spark_deploy
 from orchestrator.sim import fake_big, fake_model
 from orchestrator.sim.hub import HubStandIn, SparseFile
 from orchestrator.sim.node_memory import SPARK
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def test_fit_reads_each_nodes_memtotal_and_only_header_ranges(pair, hub, tmp_pat
     server, env = hub
     res = spark_deploy("fit", str(big_recipe(pair, tmp_path, 0.8)), "-i", str(pair.inventory_path), "--json", env=env)
     assert res.returncode == 0, res.stdout + res.stderr
-    got = json.loads(res.stdout)
+    got = cli_json.result(res.stdout)
     assert got["ok"] and got["memory_from"] == "MemTotal read from each node (/proc/meminfo)"
     assert got["source"].startswith(f"the Hub at {env['HF_ENDPOINT']} ") and "not from spark-1's cache" in got["source"]
     assert sorted(got["nodes"]) == ["spark-1", "spark-2"]
@@ -84,6 +84,6 @@ def test_the_heads_cache_is_read_when_it_holds_the_model_and_the_hub_is_not_aske
     res = spark_deploy("fit", str(recipe), "-i", str(pair.inventory_path), "--json",
                        env={"HF_ENDPOINT": f"http://127.0.0.1:{port}"})
     assert res.returncode == 0, res.stdout + res.stderr
-    got = json.loads(res.stdout)
+    got = cli_json.result(res.stdout)
     assert got["source"].startswith("spark-1's cache (") and got["revision"] == meta["revision"]
     assert {n["state"] for n in got["nodes"].values()} == {"fits"}

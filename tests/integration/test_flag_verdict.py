@@ -11,6 +11,7 @@ from deploy_helpers import node_docker, recipe_variant, spark_deploy
 
 from ruamel.yaml import YAML
 
+import cli_json
 from orchestrator.sim.state import NODE_STATE_DIR
 
 pytestmark = pytest.mark.integration
@@ -72,17 +73,17 @@ def test_pin_caches_the_images_own_parser_and_validate_then_judges_by_it(clean, 
     cached = tmp_path / "cache" / "spark-deploy" / "vllm-help" / (image.replace(":", "-") + ".json")
     before = spark_deploy("validate", recipe, "-i", cluster.inventory_path, "--json", env=cache)
     assert before.returncode == 0, before.stderr
-    assert json.loads(before.stdout)["flag_table"].startswith("vLLM 0.33.0's option table shipped with spark-deploy")
+    assert cli_json.result(before.stdout)["flag_table"].startswith("vLLM 0.33.0's option table shipped with spark-deploy")
 
     pinned = spark_deploy("pin", recipe, "-i", cluster.inventory_path, "--json", env=cache)
 
     assert pinned.returncode == 0, f"{pinned.stdout}\n{pinned.stderr}"
-    said = json.loads(pinned.stdout)
+    said = cli_json.result(pinned.stdout)
     assert said["image_id"] == image and said["parser"] == {"state": "read and cached", "detail": str(cached)}
     data = json.loads(cached.read_text())
     assert data["image"] == image and data["via"] == "--help=all"
     assert "--max-num-seqs" in data["options"] and "fp8_ds_mla" in data["listed"]["--kv-cache-dtype"]
     after = spark_deploy("validate", recipe, "-i", cluster.inventory_path, "--json", env=cache)
-    assert json.loads(after.stdout)["flag_table"] == f"the image {image[:19]}'s own parser (cached in {cached})"
+    assert cli_json.result(after.stdout)["flag_table"] == f"the image {image[:19]}'s own parser (cached in {cached})"
     again = spark_deploy("pin", recipe, "-i", cluster.inventory_path, "--json", env=cache)
-    assert json.loads(again.stdout)["parser"]["state"] == "already cached"
+    assert cli_json.result(again.stdout)["parser"]["state"] == "already cached"

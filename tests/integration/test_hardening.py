@@ -23,6 +23,7 @@ from orchestrator.config.load import load_inventory
 
 from background import up_json
 from deploy_helpers import assert_nothing_left, node_docker, plan_names, recipe_variant, spark_deploy
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -240,7 +241,7 @@ def test_status_fails_on_a_dead_rank_and_on_an_endpoint_that_cannot_generate(cle
     node_docker(cluster, 2, "kill", plan_names(cluster)[2], check=True)
     dead = spark_deploy("status", "-i", cluster.inventory_path, "--json")
     assert dead.returncode == 1, dead.stdout + dead.stderr
-    report = json.loads(dead.stdout)
+    report = cli_json.result(dead.stdout)
     problems = [p for d in report["deployments"] for p in d["problems"]]
     assert any("rank 1" in p and "spark-2" in p and "exited" in p for p in problems), problems
     text = spark_deploy("status", "-i", cluster.inventory_path, "--no-probe")
@@ -266,7 +267,7 @@ def test_status_fails_on_a_dead_rank_and_on_an_endpoint_that_cannot_generate(cle
     short = ("--probe-timeout", "3")  # the completion that never finishes: bounded by the option, not 15 s
     stuck = spark_deploy("status", "-i", cluster.inventory_path, "--json", *short)
     assert stuck.returncode == 1, stuck.stdout + stuck.stderr
-    report = json.loads(stuck.stdout)
+    report = cli_json.result(stuck.stdout)
     assert all(d["ok"] for d in report["deployments"]), "every rank runs: that is not the problem here"
     (endpoint,) = report["endpoints"]
     assert endpoint["healthy"] is True and endpoint["generates"] is False and endpoint["probe"], endpoint
@@ -275,7 +276,7 @@ def test_status_fails_on_a_dead_rank_and_on_an_endpoint_that_cannot_generate(cle
 
     skipped = spark_deploy("status", "-i", cluster.inventory_path, "--json", "--no-probe")
     assert skipped.returncode == 0, skipped.stdout + skipped.stderr
-    assert json.loads(skipped.stdout)["endpoints"][0]["generates"] is None
+    assert cli_json.result(skipped.stdout)["endpoints"][0]["generates"] is None
 
 
 def _answers_200(url: str) -> bool:

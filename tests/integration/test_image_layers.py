@@ -8,7 +8,7 @@ the source writes the archive from its store (docs/distribution-images.md)."""
 
 from __future__ import annotations
 
-import json
+import cli_json
 
 import pytest
 from ruamel.yaml import YAML
@@ -61,8 +61,7 @@ def test_up_of_b_onto_a_node_holding_a_moves_only_the_new_layer(pair, tmp_path):
     result = spark_deploy("up", recipe, "-i", cluster.inventory_path, "--json")
     on_link = fabric_rx(cluster, 2) - rx
     assert result.returncode == 0, result.stderr + result.stdout
-    events = [json.loads(line) for line in result.stdout.splitlines()]
-    moved = [e for e in events if e["event"] == "image-moved"]
+    moved = [e for e in cli_json.events(result.stdout) if e["event"] == "image-moved"]
     assert len(moved) == 1 and moved[0]["node"] == "spark-2", moved
     assert added <= moved[0]["bytes"] < added + MB, (moved[0]["bytes"], added)
     assert on_link < added + MB, f"{on_link} bytes arrived on spark-2's fabric for a {added}-byte layer"

@@ -6,7 +6,6 @@ behind is tested in its own file (test_up, test_model_pull; `rollback` and `down
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import re
@@ -19,6 +18,7 @@ import urllib.request
 import pytest
 
 from deploy_helpers import CLI, MODEL_ROOT, recipe_variant, spark_deploy
+import cli_json
 from orchestrator.sim import fake_model
 
 pytestmark = pytest.mark.integration
@@ -168,7 +168,7 @@ def test_bench_interrupted_after_kept_shots_records_them_and_exits_143(pair):
     assert found and "recorded with release" in stderr and "as interrupted" in stderr, stderr
     assert "decode" in "".join(bench.seen).lower(), bench.seen  # the table of the shots taken was shown
 
-    releases = json.loads(spark_deploy("history", "-i", inventory, "--json").stdout)
+    releases = cli_json.result(spark_deploy("history", "-i", inventory, "--json").stdout)
     recorded = next(r for r in releases if r["serving"])["bench"]
     assert recorded["interrupted"] == "interrupted (SIGTERM)"
     (group,) = recorded["groups"]

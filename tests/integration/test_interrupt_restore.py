@@ -6,7 +6,6 @@ the one command printed to repair it serves again."""
 
 from __future__ import annotations
 
-import json
 import shlex
 import signal
 import time
@@ -14,6 +13,7 @@ import time
 import pytest
 
 from deploy_helpers import completion, forget_releases, recipe_variant, spark_deploy
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ def generates(cluster) -> bool:
 def history(cluster) -> list[dict]:
     result = spark_deploy("history", "-i", cluster.inventory_path, "--json")
     assert result.returncode == 0, result.stderr + result.stdout
-    return json.loads(result.stdout)
+    return cli_json.result(result.stdout)
 
 
 def test_second_ctrl_c_during_the_restore_leaves_a_truthful_state_and_one_repair_command(pair, tmp_path, background):
@@ -61,7 +61,8 @@ def test_second_ctrl_c_during_the_restore_leaves_a_truthful_state_and_one_repair
     assert took < SECOND_INTERRUPT_BOUND, f"the second interrupt took {took:.1f} s to stop the restore"
     assert "Traceback" not in stderr, stderr
 
-    result = next(e for e in run.events if e.get("event") == "result")
+    assert run.envelope is not None and run.envelope["error"]["code"] == "interrupted", run.raw[-3:]
+    result = run.envelope["result"]
     repair = result["repair"]
     assert repair == f"spark-deploy rollback 1 -i {shlex.quote(str(cluster.inventory_path))}", result
     assert stderr.count(repair) == 1, stderr  # one printed command, once
@@ -76,7 +77,7 @@ def test_second_ctrl_c_during_the_restore_leaves_a_truthful_state_and_one_repair
     assert by_id[2]["outcome"] == "failed" and by_id[2]["restore_failed"] == "interrupted", by_id[2]
     assert by_id[1]["outcome"] == "stopped", by_id[1]
     status = spark_deploy("status", "-i", cluster.inventory_path, "--json", "--no-probe")
-    assert not [d for d in json.loads(status.stdout)["deployments"] if d.get("ok")], status.stdout
+    assert not [d for d in cli_json.result(status.stdout)["deployments"] if d.get("ok")], status.stdout
 
     argv = shlex.split(repair)
     assert argv[0] == "spark-deploy"

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from deploy_helpers import assert_up_refuses, completion, recipe_variant, spark_deploy
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -34,9 +35,9 @@ os.chmod(d, 0o755); os.chmod(path, 0o644); os.chmod(os.path.join(d, "config.json
 '''
 
 
-def cli_json(cluster, *args: str):
+def run_json(cluster, *args: str):
     result = spark_deploy(*args, "-i", cluster.inventory_path, "--json", timeout=120)
-    return result, json.loads(result.stdout) if result.stdout.strip() else None
+    return result, cli_json.result(result.stdout) if result.stdout.strip() else None
 
 
 def test_predicted_and_logged_kv_agree_and_an_oversized_model_is_refused_before_anything_stops(clean, tmp_path):
@@ -44,12 +45,12 @@ def test_predicted_and_logged_kv_agree_and_an_oversized_model_is_refused_before_
     up = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path, timeout=240)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "KV cache tokens: predicted" in up.stdout + up.stderr
-    res, releases = cli_json(cluster, "history")
+    res, releases = run_json(cluster, "history")
     assert res.returncode == 0, res.stderr
     kv = releases[0]["kv_cache"]
     assert kv["predicted"] > 4096 and kv["logged"] > 4096 and kv["kv_bytes_per_token"] == 64, kv
     assert abs(kv["logged"] / kv["predicted"] - 1) < 0.05 and kv["ratio"] == round(kv["logged"] / kv["predicted"], 4)
-    res, status = cli_json(cluster, "status")
+    res, status = run_json(cluster, "status")
     assert res.returncode == 0, res.stderr
     [dep] = status["deployments"]
     assert dep["release"] == releases[0]["id"] and dep["kv_cache"]["logged"] == kv["logged"]
@@ -60,7 +61,7 @@ def test_predicted_and_logged_kv_agree_and_an_oversized_model_is_refused_before_
         cluster.exec(node, ["python3", "-c", MAKE_BIG, BIG])
     try:
         big = recipe_variant(cluster, tmp_path / "big.yaml", model={"repo": BIG})
-        res, report = cli_json(cluster, "preflight", str(big), "--only", "model-fit")
+        res, report = run_json(cluster, "preflight", str(big), "--only", "model-fit")
         assert res.returncode == 1, res.stdout + res.stderr
         [fit] = [c for c in report["checks"] if c["name"] == "model-fit"]
         for node in ("spark-1", "spark-2"):
@@ -71,7 +72,7 @@ def test_predicted_and_logged_kv_agree_and_an_oversized_model_is_refused_before_
             assert "short, no room for a KV cache" in cell["value"], cell
         assert "spark-1, spark-2: the weights do not fit" in fit["fix"]
         assert_up_refuses(cluster, big, "model-fit", "spark-1", "weights 109.4 GiB/rank")
-        res, status = cli_json(cluster, "status")
+        res, status = run_json(cluster, "status")
         assert res.returncode == 0 and status["deployments"][0]["release"] == releases[0]["id"], status
         assert completion(cluster)  # the first release still serves
     finally:

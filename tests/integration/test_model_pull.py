@@ -8,7 +8,6 @@ client against the Hub stand-in). Every test puts the model back with the sim's 
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import socket
@@ -26,6 +25,7 @@ from orchestrator.model.download import HUB_WAIT
 from orchestrator.sim import fake_model
 from orchestrator.sim.hub import HubRepo, HubStandIn
 from orchestrator.sim.state import NODE_UID, NODE_USER
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -52,14 +52,14 @@ def pull(pair, recipe, *extra: str, timeout: float = 120) -> subprocess.Complete
 
 def pulled(res) -> dict:
     assert res.returncode == 0, res.stdout + res.stderr
-    return json.loads(res.stdout)
+    return cli_json.result(res.stdout)
 
 
 def verify_blobs(pair, recipe) -> dict:
     res = spark_deploy("preflight", str(recipe), "-i", str(pair.inventory_path), "--verify-blobs", "--only",
                        "model-blobs", "--json", timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
-    return {n: c["status"] for n, c in json.loads(res.stdout)["checks"][0]["per_node"].items()}
+    return {n: c["status"] for n, c in cli_json.result(res.stdout)["checks"][0]["per_node"].items()}
 
 
 def test_copies_what_is_missing_or_damaged_then_nothing(pair, recipe):

@@ -4,11 +4,11 @@ stand-in; the real CLI in subprocesses."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from deploy_helpers import forget_releases, spark_deploy
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 def _plan_hash(recipe, inventory, *extra) -> str:
     result = spark_deploy("render", str(recipe), "-i", str(inventory), *extra, "--json")
     assert result.returncode == 0, result.stderr + result.stdout
-    hashes = {rank["plan_hash"] for rank in json.loads(result.stdout)}
+    hashes = {rank["plan_hash"] for rank in cli_json.result(result.stdout)}
     assert len(hashes) == 1
     return hashes.pop()
 
@@ -38,7 +38,7 @@ def test_up_with_set_serves_and_history_recipe_deploys_the_same_plan(clean, tmp_
 
     history = spark_deploy("history", "-i", str(inventory), "--json")
     assert history.returncode == 0, history.stderr
-    release = json.loads(history.stdout)[0]
+    release = cli_json.result(history.stdout)[0]
     assert release["serving"] is True
     n = release["id"]
     # the file alone renders another plan: the override is what the release runs

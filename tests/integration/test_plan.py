@@ -143,9 +143,9 @@ def test_the_previous_deployment_serves_through_the_image_phase_of_the_next_up(c
     try:
         for line in proc.stdout:
             event = json.loads(line)
-            if event["event"] == "phase-start" and event["phase"] == "image":
+            if event.get("event") == "phase-start" and event.get("phase") == "image":
                 in_image.set()
-            if event["event"] == "phase-end" and event["phase"] == "image":
+            if event.get("event") == "phase-end" and event.get("phase") == "image":
                 image_done.set()
                 assert event["status"] == "ok"
         proc.wait(timeout=300)
@@ -174,7 +174,7 @@ def test_ctrl_c_while_the_previous_deployment_stops_brings_it_back(clean, tmp_pa
     try:
         for line in proc.stdout:
             event = json.loads(line)
-            if event["event"] == "phase-start" and event["phase"] == "stop previous":
+            if event.get("event") == "phase-start" and event.get("phase") == "stop previous":
                 proc.send_signal(signal.SIGINT)
                 break
         _, stderr = proc.communicate(timeout=120)

@@ -12,6 +12,7 @@ import pytest
 from deploy_helpers import assert_up_refuses, our_containers, spark_deploy
 
 from orchestrator import preflight as registry
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.integration
 def run(cluster, *extra: str):
     result = spark_deploy("preflight", cluster.recipe_path, "-i", cluster.inventory_path, "--json", *extra)
     assert result.returncode in (0, 1), result.stderr + result.stdout
-    report = json.loads(result.stdout)
+    report = cli_json.result(result.stdout)
     return result.returncode, {c["name"]: c for c in report["checks"]}
 
 

@@ -6,7 +6,6 @@ hashes (or the id and vocab_size), `up` refuses in its preflight step, and the r
 from __future__ import annotations
 
 import hashlib
-import json
 
 import pytest
 from deploy_helpers import assert_up_refuses, completion, spark_deploy
@@ -14,6 +13,7 @@ from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_deployment
 from orchestrator.sim import fake_model
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ def tokenizer(cluster, text: str) -> str:
 def preflight(cluster, recipe) -> tuple[int, dict, str]:
     r = spark_deploy("preflight", recipe, "-i", cluster.inventory_path, "--only", "draft-vocab", "--json")
     try:
-        return r.returncode, json.loads(r.stdout)["checks"][-1], r.stdout + r.stderr
+        return r.returncode, cli_json.result(r.stdout)["checks"][-1], r.stdout + r.stderr
     except (ValueError, IndexError):
         raise AssertionError(f"no JSON (exit {r.returncode}): {r.stdout}\n{r.stderr}") from None
 
@@ -75,7 +75,7 @@ def test_a_new_tokenizer_under_the_same_draft_list_and_an_id_past_the_vocabulary
     up = spark_deploy("up", recipe, "-i", cluster.inventory_path, timeout=200)
     assert up.returncode == 0, up.stdout + up.stderr
     hist = spark_deploy("history", "-i", cluster.inventory_path, "--json")
-    serving = next(r for r in json.loads(hist.stdout) if r["serving"])
+    serving = next(r for r in cli_json.result(hist.stdout) if r["serving"])
     draft = hashlib.sha256(b"1\n5\n200\n").hexdigest()
     assert serving["tokenizer"]["tokenizer_sha256"] == old and serving["tokenizer"]["draft_sha256"] == draft
 

@@ -14,6 +14,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from deploy_helpers import assert_up_refuses, our_containers, recipe_variant, spark_deploy
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +28,7 @@ def preflight(cluster, recipe) -> tuple[int, dict]:
         args += ["--only", name]
     res = spark_deploy(*args, timeout=120)
     assert res.returncode in (0, 1), res.stderr
-    report = json.loads(res.stdout)
+    report = cli_json.result(res.stdout)
     return res.returncode, {c["name"]: c for c in report["checks"]}
 
 
@@ -121,7 +122,7 @@ def test_a_socket_interface_the_node_does_not_have(pair, tmp_path):
     res = spark_deploy("preflight", cluster.recipe_path, "-i", inventory, "--only", "socket-ifname", "--json",
                        timeout=120)
     assert res.returncode == 1, res.stdout + res.stderr
-    cells = {c["name"]: c for c in json.loads(res.stdout)["checks"]}["socket-ifname"]["per_node"]
+    cells = {c["name"]: c for c in cli_json.result(res.stdout)["checks"]}["socket-ifname"]["per_node"]
     assert cells["spark-1"]["status"] == "ok" and "enp1s0f0np0" in cells["spark-1"]["value"]
     assert cells["spark-2"]["status"] == "fail"
     assert "NCCL_SOCKET_IFNAME=enp2s0f0np0 matches no interface (has " in cells["spark-2"]["value"]

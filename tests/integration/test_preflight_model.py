@@ -4,12 +4,12 @@ check and both values, and `up` refuses the same way; `model-reset` puts the nod
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from deploy_helpers import assert_up_refuses, blobs_on, recipe_variant, spark_deploy
 from deploy_helpers import MODEL_ROOT as ROOT
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,7 @@ def preflight(cluster, *extra: str, recipe=None):
 
 
 def verdicts(result) -> dict[str, dict]:
-    return {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    return {c["name"]: c for c in cli_json.result(result.stdout)["checks"]}
 
 
 def blob_of(cluster, node: int, name: str) -> str:

@@ -16,6 +16,7 @@ from image_variants import derive_by_script
 from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_deployment
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +31,7 @@ UPSTREAM = f'echo "# upstream fix" >> {STANDIN}/answers.py && mv {STANDIN}/jit.p
 def preflight(cluster, recipe, *extra: str) -> tuple[int, dict, str]:
     r = spark_deploy("preflight", recipe, "-i", cluster.inventory_path, *CHECKS, "--json", *extra)
     try:
-        doc = json.loads(r.stdout)
+        doc = cli_json.result(r.stdout)
     except ValueError:
         raise AssertionError(f"no JSON (exit {r.returncode}): {r.stdout}\n{r.stderr}") from None
     return r.returncode, {c["name"]: c for c in doc["checks"]}, r.stdout + r.stderr
@@ -102,7 +103,7 @@ def test_stale_broken_and_uneven_overlays_fail_before_anything_stops(pair, overl
     left = all_containers(cluster)
     r = spark_deploy("overlay", "hash", pinned, "-i", cluster.inventory_path, "--json")
     assert r.returncode == 0, r.stdout + r.stderr
-    row = json.loads(r.stdout)["overlays"][0]
+    row = cli_json.result(r.stdout)["overlays"][0]
     by_image = node_docker(cluster, 1, "run", "--rm", "--network", "none", "--entrypoint", "sha256sum", image,
                            f"{STANDIN}/answers.py", check=True).stdout.split()[0]
     assert row["sha256"] == by_image and row["base_sha256"] is None and row["in_image"], row

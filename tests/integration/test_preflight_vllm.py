@@ -13,6 +13,7 @@ from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_deployment
 from orchestrator.sim import fake_model
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +25,7 @@ def preflight(cluster, recipe, cache) -> tuple[int, dict, str]:
     r = spark_deploy("preflight", recipe, "-i", cluster.inventory_path, *CHECKS, "--json",
                      env={"XDG_CACHE_HOME": str(cache)})
     try:
-        doc = json.loads(r.stdout)
+        doc = cli_json.result(r.stdout)
     except ValueError:
         raise AssertionError(f"no JSON (exit {r.returncode}): {r.stdout}\n{r.stderr}") from None
     return r.returncode, {c["name"]: c for c in doc["checks"]}, r.stdout + r.stderr

@@ -22,6 +22,7 @@ import pytest
 from orchestrator.config.load import load_inventory
 
 from deploy_helpers import completion, node_docker, plan_names, recipe_variant, spark_deploy
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +41,7 @@ def up(cluster, recipe, *extra, env=None):
 def history(cluster, env=None) -> tuple[list[dict], subprocess.CompletedProcess]:
     result = spark_deploy("history", "-i", cluster.inventory_path, "--json", env=env)
     assert result.returncode == 0, result.stderr + result.stdout
-    return json.loads(result.stdout), result
+    return cli_json.result(result.stdout), result
 
 
 def state_dir(cluster, node: str) -> str:
@@ -110,7 +111,7 @@ def test_a_second_up_refuses_at_once_naming_the_first_and_the_first_serves(clean
     assert completion(cluster)
     lock = spark_deploy("lock", "status", "-i", cluster.inventory_path, "--json")
     assert lock.returncode == 0, lock.stderr
-    assert json.loads(lock.stdout)["held"] is False, "the first up left its lock behind"
+    assert cli_json.result(lock.stdout)["held"] is False, "the first up left its lock behind"
 
 
 # ---- 3b -----------------------------------------------------------------------------------------------
@@ -143,7 +144,7 @@ def test_a_killed_up_leaves_a_stale_lock_the_next_up_takes_over_and_cleans(clean
 
     audit = spark_deploy("audit", "-i", cluster.inventory_path, "--json")
     assert audit.returncode == 0, audit.stderr
-    takeovers = [line for line in json.loads(audit.stdout) if line.get("action") == "lock-takeover"]
+    takeovers = [line for line in cli_json.result(audit.stdout) if line.get("action") == "lock-takeover"]
     assert takeovers, f"no lock-takeover line in the audit log:\n{audit.stdout}"
     assert str(killed.proc.pid) in takeovers[-1].get("detail", ""), takeovers[-1]
 

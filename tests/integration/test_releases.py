@@ -16,6 +16,7 @@ from image_variants import derive_image
 
 from orchestrator.docker_cli.disk import parse_human_size
 from orchestrator.sim.state import NODE_HF_CACHE, NODE_STATE_DIR
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +33,7 @@ def fresh(clean):
 def history(cluster) -> list[dict]:
     result = spark_deploy("history", "-i", cluster.inventory_path, "--json")
     assert result.returncode == 0, result.stderr + result.stdout
-    return json.loads(result.stdout)
+    return cli_json.result(result.stdout)
 
 
 def running(cluster, node: int) -> dict[str, dict]:
@@ -96,8 +97,8 @@ def test_a_failed_up_restores_the_serving_release_and_history_says_so(fresh, tmp
     assert by_id[2]["plan_hash"] in release2_hash
     status = spark_deploy("status", "-i", cluster.inventory_path, "--json")
     assert status.returncode == 0, status.stderr
-    assert [d["release"] for d in json.loads(status.stdout)["deployments"]] == [2]
-    lines = json.loads(spark_deploy("audit", "-i", cluster.inventory_path, "--json").stdout)
+    assert [d["release"] for d in cli_json.result(status.stdout)["deployments"]] == [2]
+    lines = cli_json.result(spark_deploy("audit", "-i", cluster.inventory_path, "--json").stdout)
     assert [(l["action"], l.get("release"), l["outcome"]) for l in lines] == [
         ("up", 1, "serving"), ("up", 2, "serving"), ("up", 3, "failed")]  # the refusal contacted no node
 
@@ -231,8 +232,8 @@ def test_sigint_during_the_ready_wait_serves_the_previous_release_again(fresh, t
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
-    final = json.loads(rest.strip().splitlines()[-1])
-    assert final["event"] == "result" and final["ok"] is False and final["restored"] == 1, final
+    final = cli_json.result(rest)  # the stream's rest, its last line the envelope
+    assert final["ok"] is False and final["restored"] == 1, final
     assert plan_hashes(cluster) == serving
     assert completion(cluster)
     records = {r["id"]: r for r in history(cluster)}
@@ -255,8 +256,8 @@ def test_prune_frees_what_it_reports_and_never_touches_the_serving_release(fresh
     before = {n: df_total(n) for n in (1, 2)}
     pruned = spark_deploy("prune", "--keep", "1", "-i", cluster.inventory_path, "--json")
     assert pruned.returncode == 0, pruned.stderr + pruned.stdout
-    report = json.loads(pruned.stdout.strip().splitlines()[-1])
-    assert report["event"] == "result" and report["ok"] is True, report
+    report = cli_json.result(pruned.stdout)
+    assert report["ok"] is True, report
     after = {n: df_total(n) for n in (1, 2)}
     measured = sum(before[n] - after[n] for n in (1, 2))
     # the old image's own 24 MB layer on both nodes; docker prints sizes to 3-4 digits (115.9MB - 91.92MB)
@@ -383,10 +384,10 @@ def test_prune_with_a_node_unreachable_names_it_and_leaves_the_serving_and_kept_
     assert started_at(cluster) == serving_before, "the serving release must not be touched"
     assert {n: kept(n) for n in (1, 2)} == kept_before, "the kept release must not be touched"
     lock = spark_deploy("lock", "-i", cluster.inventory_path, "--json")
-    assert lock.returncode == 0 and json.loads(lock.stdout)["held"] is False, lock.stdout
+    assert lock.returncode == 0 and cli_json.result(lock.stdout)["held"] is False, lock.stdout
     # the operation's one audit entry says what happened where (issue 19: per-node reasons kept)
     log = spark_deploy("audit", "-i", cluster.inventory_path, "--json")
     assert log.returncode == 0, log.stderr
-    line = [entry for entry in json.loads(log.stdout) if entry["action"] == "prune"][-1]
+    line = [entry for entry in cli_json.result(log.stdout) if entry["action"] == "prune"][-1]
     assert line["outcome"] == "incomplete" and line["nodes"]["spark-2"].startswith("unreachable"), line
     assert completion(cluster)

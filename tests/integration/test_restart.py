@@ -18,6 +18,7 @@ from orchestrator.render.unit import unit_name
 
 from orchestrator.sim.node_memory import FLOOR_KB, SPARK
 from orchestrator.sim.standin.memory import GIB_KB, RUNTIME_OVERHEAD_GIB
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +38,7 @@ def running(cluster, node: int) -> list[str]:
 def audit(cluster) -> list[dict]:
     result = spark_deploy("audit", "-i", cluster.inventory_path, "--json")
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return cli_json.result(result.stdout)
 
 
 def up(cluster, recipe) -> None:
@@ -89,7 +90,7 @@ def test_restart_brings_a_group_with_a_dead_rank_back(fresh):
     assert re.search(r"; rank 1 down \d+ s$", line["detail"]), line  # from its stop to serving again
 
     # the release is still the one serving: no new release record
-    hist = json.loads(spark_deploy("history", "-i", cluster.inventory_path, "--json").stdout)
+    hist = cli_json.result(spark_deploy("history", "-i", cluster.inventory_path, "--json").stdout)
     assert [(r["id"], r["serving"]) for r in hist] == [(1, True)]
 
 
@@ -187,5 +188,5 @@ def test_a_crash_loop_fails_the_restart_as_a_whole_and_names_rollback(fresh, tmp
     (line,) = audit(cluster)[-1:]
     assert line["action"] == "restart" and line["outcome"] == "failed" and "nothing serves" in line["detail"], line
     lock = spark_deploy("lock", "-i", cluster.inventory_path, "--json")
-    assert json.loads(lock.stdout)["held"] is False, lock.stdout
+    assert cli_json.result(lock.stdout)["held"] is False, lock.stdout
 

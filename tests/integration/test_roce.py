@@ -10,12 +10,12 @@ and says so in one INFO line) fails up's log check naming the nodes, and the rel
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from deploy_helpers import inventory_variant, node_docker, plan_names, spark_deploy
 from orchestrator.sim import node_roce
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ def roce_checks(cluster, inventory: str) -> tuple[int, dict]:
     r = spark_deploy("preflight", cluster.recipe_path, "-i", inventory, "--only", "roce-hca", "--only", "roce-gid",
                      "--json")
     assert r.stdout.startswith("{"), r.stderr
-    return r.returncode, {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+    return r.returncode, {c["name"]: c for c in cli_json.result(r.stdout)["checks"]}
 
 
 def cells(check: dict) -> dict[str, tuple[str, str]]:
@@ -83,23 +83,21 @@ def test_the_checks_pass_on_a_sparks_hca_and_fail_naming_node_hca_index_and_entr
 
 def up_json(recipe, inventory: str, *extra: str):
     r = spark_deploy("up", recipe, "-i", inventory, "--json", *extra, timeout=600)
-    events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
-    return r, events
+    return r, cli_json.result(r.stdout)  # the stream's envelope (validated): its result, with its ok
 
 
 def serving_release(inventory: str) -> int:
     hist = spark_deploy("history", "-i", inventory, "--json")
     assert hist.returncode == 0, hist.stderr
-    (serving,) = [x["id"] for x in json.loads(hist.stdout) if x["serving"]]
+    (serving,) = [x["id"] for x in cli_json.result(hist.stdout) if x["serving"]]
     return serving
 
 
 def test_up_on_roce_takes_net_ib_and_a_socket_fallback_fails_naming_the_nodes(roce_pair, tmp_path):
     cluster = roce_pair
     good = roce_inventory(cluster, tmp_path / "good.yaml")
-    r, events = up_json(cluster.recipe_path, good)
+    r, final = up_json(cluster.recipe_path, good)
     assert r.returncode == 0, r.stderr + r.stdout
-    final = events[-1]
     link = next(e for e in final["expectations"] if e["name"] == "nccl-transport")
     assert link["status"] == "ok" and link["per_node"] == {n: "NET/IB [0]rocep1s0f0:1/RoCE" for n in ("spark-1", "spark-2")}
     for node, name in plan_names(cluster, cluster.recipe_path, good).items():
@@ -113,10 +111,9 @@ def test_up_on_roce_takes_net_ib_and_a_socket_fallback_fails_naming_the_nodes(ro
     # an HCA name that matches no port on either node (the check that would say so left out): NCCL falls
     # back to sockets and vLLM serves, so only the transport line tells; up fails naming both nodes
     wrong = roce_inventory(cluster, tmp_path / "wrong.yaml", hca="mlx5_0")
-    r, events = up_json(cluster.recipe_path, wrong, "--skip-check", "roce-hca")
+    r, final = up_json(cluster.recipe_path, wrong, "--skip-check", "roce-hca")
     assert r.returncode == 1, r.stdout
-    final = events[-1]
-    assert final["event"] == "result" and final["ok"] is False
+    assert final["ok"] is False
     text = r.stdout + r.stderr
     assert "profile roce, but NCCL fell back to sockets on spark-1, spark-2" in text, text[-3000:]
     assert "spark-2: NET/Socket [0]enp1s0f0np0:" in text

@@ -19,6 +19,7 @@ import pexpect
 import pytest
 from ruamel.yaml import YAML
 
+import cli_json
 from deploy_helpers import CLI, completion, spark_deploy
 from orchestrator.setup.hostkeys import fingerprint
 from orchestrator.sim import node_roce
@@ -91,7 +92,7 @@ def test_setup_finds_the_fabric_and_the_hca_writes_an_inventory_validate_accepts
 
     shown = spark_deploy(*setup_argv(cluster, tmp_path, "--yes", "--json"))  # again: nothing to change
     assert shown.returncode == 0, shown.stderr
-    assert '"written": false' in shown.stdout and f"mtu {mtus.pop()}" in shown.stdout
+    assert cli_json.result(shown.stdout)["written"] is False and f"mtu {mtus.pop()}" in shown.stdout
 
     # run again with another cluster name: the difference is shown and a "no" leaves the file as it was
     written = (tmp_path / "inventory.yaml").read_bytes()

@@ -14,9 +14,9 @@ import pytest
 
 from deploy_helpers import SUDOERS, completion, forget_releases, node_docker, recipe_variant, spark_deploy
 
+import cli_json
 from orchestrator.config.load import load_inventory
 from orchestrator.releases.audit import audit_path
-from orchestrator.releases.keys import cluster_key
 from orchestrator.releases.lock import DeployLock, lock_path
 from orchestrator.render.supervisor import supervisor_unit_name
 from orchestrator.sim.node_memory import FLOOR_KB, SPARK
@@ -65,7 +65,7 @@ def recovers(cluster) -> list[dict]:
 
 def supervisor_state(cluster) -> dict:
     got = spark_deploy("supervise", "status", "-i", cluster.inventory_path, "--json")
-    return json.loads(got.stdout)
+    return cli_json.result(got.stdout)
 
 
 def up(cluster, recipe) -> None:
@@ -131,12 +131,12 @@ def test_a_sigkilled_rank_brings_the_whole_group_back(supervised):
     assert "1 recovery, last: rank 1 exit 137" in status.stdout, status.stdout
     history = spark_deploy("history", "-i", cluster.inventory_path, "--json")
     assert history.returncode == 0, history.stdout + history.stderr
-    (release,) = json.loads(history.stdout)
+    (release,) = cli_json.result(history.stdout)
     got = release["recoveries"]  # from the supervisor's audit lines on the nodes
     assert (got["recovered"], got["failed"], got["last_rank"], got["last_exit_code"]) == (1, 0, 1, 137), got
     assert got["last_at"] == line["at"] and got["last_down_seconds"] == line["down_seconds"], got
     assert got["crash_loop"] == "", got
-    lock = json.loads(spark_deploy("lock", "-i", cluster.inventory_path, "--json").stdout)
+    lock = cli_json.result(spark_deploy("lock", "-i", cluster.inventory_path, "--json").stdout)
     assert lock["held"] is False, lock
 
 
@@ -194,10 +194,10 @@ def test_a_crash_loop_is_stopped_after_the_bound_and_rollback_serves(supervised,
     assert "exited (exit 1)" in said, said  # the last cause: a rank exiting at its start
     history = spark_deploy("history", "-i", cluster.inventory_path, "--json")
     assert history.returncode == 0, history.stdout + history.stderr
-    got = {r["id"]: r["recoveries"] for r in json.loads(history.stdout)}
+    got = {r["id"]: r["recoveries"] for r in cli_json.result(history.stdout)}
     assert got[1] is None and (got[2]["recovered"], got[2]["failed"]) == (0, 2), got
     assert got[2]["crash_loop"] == lines[-1]["detail"], got
-    lock = json.loads(spark_deploy("lock", "-i", cluster.inventory_path, "--json").stdout)
+    lock = cli_json.result(spark_deploy("lock", "-i", cluster.inventory_path, "--json").stdout)
     assert lock["held"] is False, lock
 
     back = spark_deploy("rollback", "1", "-i", cluster.inventory_path, timeout=600)

@@ -25,6 +25,7 @@ from deploy_helpers import (
 
 from orchestrator.sim import fake_model
 from orchestrator.sim.state import NODE_USER
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -49,9 +50,8 @@ def test_up_moves_the_image_serves_and_down_removes_everything(bare_peer, tmp_pa
     cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     result = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path, "--json", env=cache)
     assert result.returncode == 0, result.stderr + result.stdout
-    events = [json.loads(line) for line in result.stdout.splitlines()]
-    final = events[-1]
-    assert final["event"] == "result" and final["ok"] is True
+    final = cli_json.result(result.stdout)  # the stream's last line: the envelope
+    assert final["ok"] is True
     assert {e["name"]: e["status"] for e in final["expectations"]} == {"moe-backend": "ok", "cuda-graph-profile": "ok"}
 
     for node in (1, 2):
@@ -72,9 +72,9 @@ def test_up_moves_the_image_serves_and_down_removes_everything(bare_peer, tmp_pa
 
     status = spark_deploy("status", "-i", cluster.inventory_path, "--json")
     assert status.returncode == 0, status.stderr
-    report = json.loads(status.stdout)
+    report = cli_json.result(status.stdout)
     assert sorted((c["node"], c["rank"], c["state"]) for c in report["containers"]) == [
-        ("spark-1", "0", "running"), ("spark-2", "1", "running")]
+        ("spark-1", 0, "running"), ("spark-2", 1, "running")]
     assert report["endpoints"][0]["healthy"] and report["endpoints"][0]["models"] == ["tiny"]
 
     # what only a reboot changes is remembered per node under the boot id the node reported (boot_cache.py)
@@ -139,7 +139,7 @@ def test_enforce_eager_makes_the_profile_check_not_applicable(clean, tmp_path):
     recipe = recipe_variant(clean, tmp_path / "r.yaml", vllm={"enforce_eager": True})
     result = spark_deploy("up", recipe, "-i", clean.inventory_path, "--json")
     assert result.returncode == 0, result.stderr
-    final = json.loads(result.stdout.splitlines()[-1])
+    final = cli_json.result(result.stdout)
     assert {e["name"]: e["status"] for e in final["expectations"]}["cuda-graph-profile"] == "not applicable"
 
 
@@ -200,7 +200,7 @@ def test_ctrl_c_during_the_wait_removes_everything(clean, tmp_path):
     try:
         for line in proc.stdout:
             event = json.loads(line)
-            if event["event"] == "phase-start" and event["phase"] == "ready":
+            if event.get("event") == "phase-start" and event.get("phase") == "ready":
                 break
         assert sum(len(v) for v in our_containers(clean).values()) == 2, "both ranks should be running by now"
         proc.send_signal(signal.SIGINT)
@@ -230,8 +230,8 @@ def test_four_nodes(sim_cluster_factory, tmp_path):
     cluster = sim_cluster_factory(nodes=4)
     result = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path, "--json")
     assert result.returncode == 0, result.stderr + result.stdout
-    status = json.loads(spark_deploy("status", "-i", cluster.inventory_path, "--json").stdout)
-    assert sorted(c["rank"] for c in status["containers"]) == ["0", "1", "2", "3"]
+    status = cli_json.result(spark_deploy("status", "-i", cluster.inventory_path, "--json").stdout)
+    assert sorted(c["rank"] for c in status["containers"]) == [0, 1, 2, 3]
     image_id = pinned_id(cluster)
     assert all(image_inspect(cluster, n, image_id)["Id"] == image_id for n in (1, 2, 3, 4))
     assert spark_deploy("down", "-i", cluster.inventory_path).returncode == 0
@@ -245,7 +245,7 @@ def test_logs_and_a_half_dead_deployment_is_replaced_not_reported_as_serving(cle
     assert merged.returncode == 0
     prefixes = {line.split("|", 1)[0].strip() for line in merged.stdout.splitlines() if "|" in line}
     assert prefixes == {"spark-1", "spark-2"}
-    as_json = json.loads(spark_deploy("logs", "-i", cluster.inventory_path, "--tail", "5", "--json").stdout)
+    as_json = cli_json.result(spark_deploy("logs", "-i", cluster.inventory_path, "--tail", "5", "--json").stdout)
     per_node = {n: [l for l in as_json["lines"] if l["node"] == n] for n in ("spark-1", "spark-2")}
     assert all(1 <= len(lines) <= 5 for lines in per_node.values()), per_node  # one container each: --tail 5
     only = spark_deploy("logs", "-i", cluster.inventory_path, "--node", "spark-2")
@@ -256,13 +256,13 @@ def test_logs_and_a_half_dead_deployment_is_replaced_not_reported_as_serving(cle
 
     node_docker(cluster, 2, "kill", plan_names(cluster)[2], check=True)  # the peer dies; the head stays "up"
     status = spark_deploy("status", "-i", cluster.inventory_path, "--json")
-    states = {c["node"]: c["state"] for c in json.loads(status.stdout)["containers"]}
+    states = {c["node"]: c["state"] for c in cli_json.result(status.stdout)["containers"]}
     assert states["spark-1"] == "running" and states["spark-2"].startswith("exited")
     again = spark_deploy("up", cluster.recipe_path, "-i", cluster.inventory_path)
     assert again.returncode == 0, again.stderr
     assert "already serving" not in again.stdout and "will replace" in again.stdout and "rank 1 exited" in again.stdout
     down = spark_deploy("down", "-i", cluster.inventory_path, "--json")  # issue 22: one object, events on stderr
-    said = json.loads(down.stdout)
+    said = cli_json.result(down.stdout)
     assert down.returncode == 0 and said["ok"] and {r["node"] for r in said["removed"]} == {"spark-1", "spark-2"}
 
 
@@ -306,7 +306,7 @@ def test_status_names_an_unreachable_node_and_still_reports_the_others(clean):
         clean.fault(2, "stop-sshd")
         result = spark_deploy("status", "-i", clean.inventory_path, "--json")
         assert result.returncode == 1
-        report = json.loads(result.stdout)
+        report = cli_json.result(result.stdout)
         assert list(report["unreachable"]) == ["spark-2"] and "cannot reach" in report["unreachable"]["spark-2"]
     finally:
         clean.fault(2, "start-sshd")
@@ -347,7 +347,7 @@ def test_pin_writes_the_image_id_keeping_comments(clean, tmp_path):
     assert recipe.read_text().startswith("# my notes stay")
     again = spark_deploy("pin", recipe, "-i", clean.inventory_path)
     assert again.returncode == 0 and "already pinned" in again.stdout
-    said = json.loads(spark_deploy("pin", recipe, "-i", clean.inventory_path, "--json").stdout)  # issue 22
+    said = cli_json.result(spark_deploy("pin", recipe, "-i", clean.inventory_path, "--json").stdout)  # issue 22
     assert (said["ok"], said["image_id"], said["outcome"], said["node"]) == (True, pinned, "already pinned", "spark-1")
 
     other = recipe.read_text().replace(pinned, "sha256:" + "0" * 64)

@@ -7,7 +7,6 @@ release recording both vLLM versions."""
 from __future__ import annotations
 
 import hashlib
-import json
 
 import pytest
 from deploy_helpers import completion, node_docker, spark_deploy
@@ -15,6 +14,7 @@ from image_variants import STANDIN_OPTIONS, derive_by_script
 from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_deployment
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -114,7 +114,7 @@ def test_upgrade_refuses_listing_what_to_fix_then_serves_the_new_image(pair, pat
     assert completion(cluster)
     assert {line.split()[1] for line in image_of_ours(cluster)} == {newer}, image_of_ours(cluster)
     hist = spark_deploy("history", "-i", cluster.inventory_path, "--json")
-    now = next(rec for rec in json.loads(hist.stdout) if rec["serving"])
+    now = next(rec for rec in cli_json.result(hist.stdout) if rec["serving"])
     assert now["image_id"] == newer
     assert now["upgrade"]["from"]["vllm_version"] == "0.33.0" and now["upgrade"]["to"] == {
         "image_id": newer, "vllm_version": "0.34.0"}, now["upgrade"]

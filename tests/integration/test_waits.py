@@ -14,6 +14,7 @@ import time
 import pytest
 
 from deploy_helpers import CLI, recipe_variant, spark_deploy
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +22,7 @@ JOIN_S = 3.0  # up's --join-timeout here: the peer cannot reach the head, so onl
 
 
 def test_a_peer_that_cannot_reach_the_rendezvous_fails_naming_it_and_the_address(pair):
-    peer_argv = json.loads(spark_deploy("render", pair.recipe_path, "-i", pair.inventory_path, "--json").stdout)[1]["argv"]
+    peer_argv = cli_json.result(spark_deploy("render", pair.recipe_path, "-i", pair.inventory_path, "--json").stdout)[1]["argv"]
     master = f"{peer_argv[peer_argv.index('--master-addr') + 1]}:{peer_argv[peer_argv.index('--master-port') + 1]}"
     pair.fault(2, "partition")
     try:
@@ -50,7 +51,7 @@ def test_losing_the_connection_to_a_node_mid_load_fails_within_seconds_naming_it
     try:
         for line in proc.stdout:
             event = json.loads(line)
-            if event["event"] == "phase-start" and event["phase"] == "ready":
+            if event.get("event") == "phase-start" and event.get("phase") == "ready":
                 break
         pair.exec(2, ["ip", "route", "replace", "blackhole", f"{gateway}/32"])  # node 2 can no longer answer us
         cut = time.monotonic()

@@ -5,11 +5,11 @@ its name said as a name, each problem said once. Real sshd, dockerd, stand-in an
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from deploy_helpers import completion, forget_releases, recipe_variant, spark_deploy
+import cli_json
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +21,7 @@ def watch_once(cluster, *args):
 def assert_unobservable(cluster, rank: int, node: str, names: dict[int, str]) -> None:
     shown = watch_once(cluster, "--json")
     assert shown.returncode == 1, shown.stderr + shown.stdout
-    sample = json.loads(shown.stdout)
+    sample = cli_json.result(shown.stdout)
     problem = next(p for p in sample["problems"] if p.startswith(f"cannot observe rank {rank} on {node} ("))
     assert f"the container named {names[rank]} may still run; the endpoint still generates" in problem, problem
     assert not any("is gone" in p for p in sample["problems"]), sample["problems"]
@@ -47,7 +47,7 @@ def test_watch_says_a_rank_it_cannot_observe_is_unobserved_and_still_probes(pair
 
     healthy = watch_once(cluster, "--json")
     assert healthy.returncode == 0, healthy.stderr + healthy.stdout
-    ranks = json.loads(healthy.stdout)["ranks"]
+    ranks = cli_json.result(healthy.stdout)["ranks"]
     names = {r["rank"]: r["name"] for r in ranks}
     for r in ranks:  # a real ID (what `docker inspect` on the node answers), not a name cut to 12 characters
         inspected = cluster.exec(r["node"], ["docker", "inspect", "--format", "{{.Id}} {{.Name}}", r["container"]]).stdout

@@ -3,7 +3,8 @@ command added later is held to it without touching this file, unless it lacks -i
 
 Each command: `-h` works; its help shows examples one per line and readable metavars; it has `--json`,
 and run with `--json` against a node that accepts TCP and closes it (or with an input that is refused)
-its stdout is JSON and nothing else, with exit code 0, 1 or 2; `-c` beside every `-i`; one option name
+its stdout is the one envelope of the JSON contract (validated by its JSON Schema) and nothing else, with exit
+code 0, 1 or 2; `-c` beside every `-i`; one option name
 means one kind of value everywhere; `--yes` means "do not ask" and `--force` names the one refusal it
 overrides.
 """
@@ -20,6 +21,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+import cli_json
 from orchestrator.cli.common import Refusal
 from orchestrator.cli.main import app
 from orchestrator.cli.reference import walk_commands
@@ -163,14 +165,6 @@ def offline(tmp_path_factory, closing_server):
             "COLUMNS": "200"}, inventory
 
 
-def _json_objects(stdout: str) -> list:
-    """One JSON object, or (an event stream) one per line: anything else on stdout fails."""
-    try:
-        return [json.loads(stdout)]
-    except json.JSONDecodeError:
-        return [json.loads(line) for line in stdout.splitlines() if line.strip()]
-
-
 @pytest.mark.parametrize("path", COMMANDS, ids=IDS)
 def test_json_is_all_stdout_holds(path, offline):
     env, inventory = offline
@@ -185,11 +179,10 @@ def test_json_is_all_stdout_holds(path, offline):
     result = CliRunner().invoke(app, [*path, *args, "--json"], env={**env, **extra_env})
     assert result.exit_code in (0, 1, 2), (result.exit_code, result.stderr)
     assert result.stdout.strip(), f"nothing on stdout; stderr: {result.stderr}"
-    objects = _json_objects(result.stdout)
-    assert objects and all(isinstance(o, (dict, list)) for o in objects)
-    last = objects[-1]
+    doc = cli_json.envelope(result.stdout)  # the contract's JSON Schema, the stream's lines, the times
+    assert doc["ok"] is (result.exit_code == 0), doc
     if result.exit_code:
-        assert isinstance(last, dict) and last.get("ok") is False, last
+        assert doc["error"]["exit_code"] == result.exit_code, doc
     assert "Traceback" not in result.stderr, result.stderr
 
 
@@ -215,11 +208,11 @@ def test_shell_completion_completes_commands_and_options():
     assert "--cluster" in complete("spark-deploy status --c", 2)
 
 
-@pytest.mark.parametrize("stream, added", [
-    ([{"event": "phase_start", "phase": "connect"}], True),  # the stream ended early: the error is its last line
-    ([{"event": "result", "ok": False, "error": "up failed"}], False),  # it said its failed result itself
+@pytest.mark.parametrize("stream, said", [
+    ([{"event": "phase_start", "phase": "connect"}], None),  # the stream ended early: the error is its last line
+    ([{"event": "result", "ok": False, "error": "up failed"}], {"error": "up failed"}),  # its result, folded in
 ])
-def test_an_event_stream_ends_in_a_failed_object(stream, added, capsys):
+def test_an_event_stream_ends_in_a_failed_object(stream, said, capsys):
     from orchestrator.cli.common import Failed, JsonLines, exit_codes
 
     with pytest.raises(typer.Exit):
@@ -227,6 +220,9 @@ def test_an_event_stream_ends_in_a_failed_object(stream, added, capsys):
             for event in stream:
                 JsonLines().write(json.dumps(event) + "\n")
             raise Failed("spark-2: unreachable")
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert lines[:len(stream)] == stream and len(lines) == len(stream) + added
-    assert lines[-1]["ok"] is False
+    out = capsys.readouterr().out
+    lines = [json.loads(line) for line in out.splitlines()]
+    events = [e for e in stream if e["event"] != "result"]
+    assert lines[:-1] == events and cli_json.events(out) == events
+    assert lines[-1]["ok"] is False and lines[-1]["result"] == said
+    assert lines[-1]["error"]["message"] == "spark-2: unreachable" and lines[-1]["error"]["exit_code"] == 1

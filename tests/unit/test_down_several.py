@@ -12,6 +12,7 @@ from orchestrator.releases import audit
 
 from memnode import connector
 from memnode.harness import MemCluster
+import cli_json
 
 
 @pytest.fixture
@@ -102,4 +103,4 @@ def test_the_cli_asks_or_needs_all(flags, code, said, monkeypatch):
     assert result.exit_code == code, result.output
     assert said in result.stderr
     if "--json" in flags:
-        assert json.loads(result.stdout)["ok"] is False
+        assert cli_json.result(result.stdout)["ok"] is False

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import gzip
-import json
 import subprocess
 import sys
 from functools import lru_cache
@@ -22,6 +21,7 @@ from orchestrator.export.lws import K8sOptions, export_k8s
 from orchestrator.export.lws_ranks import LWS_GROUP_SIZE, LWS_LEADER_ADDRESS, LWS_WORKER_INDEX, ExportError
 from orchestrator.export.quantity import docker_size_quantity
 from orchestrator.render.plan import PREVIEW_RUN, build_plan
+import cli_json
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "tests/data/lws/leaderworkerset.x-k8s.io_leaderworkersets.yaml.gz"
@@ -161,13 +161,13 @@ def test_the_header_plan_hash_is_render_json_s_and_no_secret_value_is_written(tm
     env = {"HF_TOKEN": marker}
     rendered = _cli("render", str(recipe), "-i", str(inventory), "--json", env=env)
     assert rendered.returncode == 0, rendered.stderr
-    plan_hash = json.loads(rendered.stdout)[0]["plan_hash"]
+    plan_hash = cli_json.result(rendered.stdout)[0]["plan_hash"]
     done = _cli("export", "k8s", str(recipe), "-i", str(inventory), "-o", str(tmp_path / "out"), env=env)
     assert done.returncode == 0, done.stderr
     text = (tmp_path / "out" / "dspark-0731-b12x.k8s.yaml").read_text()
     assert f"# plan hash {plan_hash} " in text
     shown = _cli("export", "k8s", str(recipe), "-i", str(inventory), "--json", env=env)
-    assert json.loads(shown.stdout)["plan_hash"] == plan_hash
+    assert cli_json.result(shown.stdout)["plan_hash"] == plan_hash
     for output in (text, done.stdout, done.stderr, shown.stdout, shown.stderr):
         assert marker not in output
     assert "secretKeyRef" in text and "name: HF_TOKEN" in text
@@ -250,4 +250,4 @@ def test_options_the_recipe_has_no_use_for_are_said_to_be_ignored(tmp_path):
     assert "rdma/hca" not in written
     done = _cli("export", "k8s", str(_pinned(SHIPPED[0], tmp_path)), "-i", str(_inventory(tmp_path)),
                 "--image-ref", DIGEST_REF, "--secret-name", "hf", "--rdma-resource", "rdma/hca", "--json")
-    assert done.returncode == 0 and json.loads(done.stdout)["warnings"] == [] and "ignored" not in done.stderr
+    assert done.returncode == 0 and cli_json.result(done.stdout)["warnings"] == [] and "ignored" not in done.stderr

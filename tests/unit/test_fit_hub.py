@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 pytest.importorskip("huggingface_hub")
 
+import cli_json  # noqa: E402
 from orchestrator.cli.main import app  # noqa: E402
 from orchestrator.sim import fake_big  # noqa: E402
 from orchestrator.sim.hub import HubRepo, HubStandIn, SparseFile  # noqa: E402
@@ -67,7 +68,7 @@ def test_83_gib_per_rank_fits_at_0_8_from_header_ranges_only(tmp_path):
     with HubStandIn([repo], host="127.0.0.1") as hub:
         code, said = run(hub, str(recipe(tmp_path, 0.8)), "--memory", SPARK, "--json")
     assert code == 0, said
-    got = json.loads(said)
+    got = cli_json.result(said)
     assert got["ok"] and got["revision"] == repo.commit and got["memory_from"] == f"--memory {SPARK} on each of 2 node(s)"
     assert sorted(got["nodes"]) == ["node-1", "node-2"]
     node = got["nodes"]["node-1"]
@@ -90,7 +91,7 @@ def test_at_0_7_the_weights_do_not_fit_and_it_exits_1_naming_the_figures(tmp_pat
     flat = " ".join(said.split())
     assert "does not fit: node-1: weights 83.0 GiB/rank" in flat and "0.7 x MemTotal 119.7 GiB = 83.8 GiB" in flat, flat
     assert "raise vllm.tensor_parallel_size (now 2)" in flat
-    got = json.loads(jsaid)
+    got = cli_json.result(jsaid)
     assert jcode == 1 and got["ok"] is False
     assert {n["state"] for n in got["nodes"].values()} == {"weights-do-not-fit"}
     assert got["nodes"]["node-1"]["kv_memory"] < 0 and got["nodes"]["node-1"]["tokens"] == 0
@@ -103,7 +104,7 @@ def test_a_layout_model_fit_does_not_know_is_cannot_judge_with_the_reason(tmp_pa
     with HubStandIn([repo], host="127.0.0.1") as hub:
         code, said = run(hub, str(recipe(tmp_path, 0.8, "sim/big-v4")), "--memory", SPARK, "--json")
     assert code == 0, said
-    node = json.loads(said)["nodes"]["node-2"]
+    node = cli_json.result(said)["nodes"]["node-2"]
     assert node["state"] == "kv-not-judged" and node["kv_bytes_per_token"] is None and node["tokens"] is None
     assert "model_type deepseek_v4" in node["kv_unknown"] and node["kv_memory"] > 0
 

@@ -10,6 +10,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+import cli_json
 from orchestrator.cli.main import app
 from orchestrator.config import flag_table
 from orchestrator.deploy.pin import ParserCache, PinOutcome, pin
@@ -82,12 +83,12 @@ def test_validate_render_and_up_say_which_table_they_judged_against(mem, tmp_pat
     assert before.exit_code == 0, before.output
     assert f"vLLM flags judged against {shipped}" in " ".join(before.stdout.split())
     as_json = runner.invoke(app, ["validate", *args, "--json"])
-    assert json.loads(as_json.stdout)["flag_table"] == shipped
+    assert cli_json.result(as_json.stdout)["flag_table"] == shipped
 
     pin(mem.dep.recipe_path, mem.dep.recipe, mem.inventory, "spark-1", False, mem.events, connector=connector(mem.world))
     image = flag_table.table_for(IMAGE_ID).source
     after = runner.invoke(app, ["validate", *args, "--json"])
-    assert json.loads(after.stdout)["flag_table"] == image and image != shipped
+    assert cli_json.result(after.stdout)["flag_table"] == image and image != shipped
     rendered = runner.invoke(app, ["render", *args])
     assert rendered.exit_code == 0 and f"vLLM flags judged against {image}" in " ".join(rendered.stderr.split())
 

@@ -5,7 +5,6 @@ commands are run here too, and the recipe it shows is the one the command writes
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import shutil
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_zygote import run_cli
+import cli_json
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "import"
@@ -58,7 +58,7 @@ def test_a_real_peer_recipe_imports_and_validates_with_its_unmapped_keys_listed(
     assert checked.returncode == 0, checked.stderr
     assert checked.stdout.startswith(f"ok {out}: ") and "spark-1 (rank 0), spark-2 (rank 1)" in checked.stdout
     as_json = run_cli(["recipe", "import", DATA / source, "--json"], cwd=place)
-    result = json.loads(as_json.stdout)
+    result = cli_json.result(as_json.stdout)
     assert result["ok"] is True and {u["from"] for u in result["unmapped"]} == unmapped
     assert result["recipe"] == out.read_text().replace(str(out), "RECIPE.yaml")
     assert result["pin"] == "spark-deploy pin RECIPE.yaml"

@@ -5,7 +5,6 @@ gets the key meant, and the effective recipe (comments kept) deploys the same pl
 from __future__ import annotations
 
 import difflib
-import json
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from orchestrator.config.load import bind_recipe_text, load_deployment, load_rec
 from orchestrator.config.source import ConfigError
 from orchestrator.config.vllm_flags import flag_issues
 from orchestrator.render.plan import build_plan
+import cli_json
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "orchestrator" / "sim" / "recipes" / "sim-tiny.yaml"
@@ -108,7 +108,7 @@ def test_the_cli_takes_set_on_validate_and_render(monkeypatch):
     def plan(*extra: str) -> str:
         result = runner.invoke(app, ["render", str(RECIPE), "-i", str(INVENTORY), "--json", *extra])
         assert result.exit_code == 0, result.output
-        return json.loads(result.stdout)[0]["plan_hash"]
+        return cli_json.result(result.stdout)[0]["plan_hash"]
 
     assert plan("--set", "vllm.max_model_len=8192") == plan("--set", "vllm.max_model_len=8192") != plan()
 

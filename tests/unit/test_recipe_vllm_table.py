@@ -3,7 +3,6 @@ when preflight cached it, else the shipped one — so DeepSeek's MLA KV dtypes v
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from orchestrator.cli.main import app
 from orchestrator.config.flag_table import BUNDLED, help_cache_file, table_for
 from orchestrator.config.source import ConfigError
 from orchestrator.facts import vllm as vllm_facts
+import cli_json
 
 CORPUS = Path(__file__).parent / "corpus"
 
@@ -42,7 +42,7 @@ def test_the_mla_kv_dtypes_validate_and_render(tmp_path, kv):
     assert validated.exit_code == 0, validated.stderr
     rendered = CliRunner().invoke(app, ["render", str(recipe), "-i", str(inventory), "--json"])
     assert rendered.exit_code == 0, rendered.stderr
-    for rank in json.loads(rendered.stdout):
+    for rank in cli_json.result(rendered.stdout):
         argv = rank["argv"]
         assert argv[argv.index("--kv-cache-dtype") + 1] == kv
 
@@ -117,7 +117,10 @@ def test_validate_and_render_give_one_verdict_at_the_flags_line(tmp_path, flag, 
         result = CliRunner().invoke(app, [*command, str(recipe), "-i", str(inventory)])
         assert result.exit_code == 2, (command, result.stdout, result.stderr)
         assert result.stdout == "" or command[-1] == "--json"
-        errors.append(result.stderr if command[-1] != "--json" else "".join(json.loads(result.stdout)["errors"]))
+        errors.append(result.stderr if command[-1] != "--json" else cli_json.envelope(result.stdout)["error"])
     where = f"{recipe}:{line}: vllm.extra.{flag}: --{flag} "
     assert errors[0] == errors[1] and errors[0].startswith(f"error: {where}") and says in errors[0], errors[0]
-    assert errors[2] == errors[0].removeprefix("error: ").strip()
+    error = errors[2]  # the same issue, its parts in the error object's fields
+    assert (error["file"], error["line"], error["key"]) == (str(recipe), line, f"vllm.extra.{flag}")
+    assert errors[0].removeprefix("error: ").strip() == (f"{where.removesuffix(f'--{flag} ')}{error['message']}"
+                                                         + (f"; fix: {error['fix']}" if error["fix"] else ""))

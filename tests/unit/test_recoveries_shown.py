@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
+import cli_json
 from orchestrator.cli import release_cmds
 from orchestrator.cli.main import app
 from orchestrator.deploy.supervise import base_dir
@@ -145,7 +146,7 @@ def history_json(mem, monkeypatch) -> list[dict]:
     monkeypatch.setattr(release_cmds, "Cluster", partial(Cluster, connector=connector(mem.world)))
     result = CliRunner().invoke(app, ["history", "-i", str(mem.dep.inventory_path), "--json"])
     assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    return cli_json.result(result.stdout)
 
 
 def test_history_shows_a_releases_recoveries_and_its_crash_loop(mem, tmp_path, monkeypatch):

@@ -36,6 +36,7 @@ from orchestrator.config.source import ConfigError
 from orchestrator.config.vllm_flags import flag_issues
 from orchestrator.facts.vllm import write_cache
 from orchestrator.render.plan import render_plan
+import cli_json
 
 BASE_RECIPE = {
     "name": "zq-recipe",
@@ -433,11 +434,11 @@ def test_through_the_cli_render_json_exits_0_with_the_same_argv_or_2(slot, data,
         plan = render_plan(dep)
     except ConfigError:
         assert result.exit_code == 2  # --json: stdout holds one JSON object, the error's (issue 22)
-        error = json.loads(result.stdout)
-        assert error["ok"] is False and error["exit_code"] == 2 and error["errors"]
+        doc = cli_json.envelope(result.stdout)
+        assert doc["ok"] is False and doc["error"]["exit_code"] == 2 and doc["error"]["code"] == "bad-input"
         assert result.stderr.startswith("error: ")
         return
     assert result.exit_code == 0, result.stderr
-    printed = json.loads(result.stdout)
+    printed = cli_json.result(result.stdout)
     assert [e["argv"] for e in printed] == [list(l.argv) for l in plan]
     assert all(shlex.split(e["printed"]) == e["argv"] for e in printed)

@@ -10,7 +10,6 @@ env-file). Commands are compared as parsed token structures, never as substrings
 from __future__ import annotations
 
 import difflib
-import json
 import re
 import shlex
 import subprocess
@@ -27,6 +26,7 @@ from orchestrator.config.recipe import Recipe
 from orchestrator.render.plan import render_plan
 from cli_zygote import run_cli as run_spark_deploy
 from shell_words import shell_words
+import cli_json
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = "recipes/dspark-0731-b12x.yaml"
@@ -255,7 +255,7 @@ def test_peer_per_node_values_are_the_only_other_differences(tmp_path, recipe):
 def test_json_argv_is_the_printed_command(cli_render):
     result = run_cli("render", RECIPE, "-i", INVENTORY, "--json")
     assert result.returncode == 0, result.stderr
-    plan = json.loads(result.stdout)
+    plan = cli_json.result(result.stdout)
     text = printed_commands(cli_render.stdout)
     assert [entry["node"] for entry in plan] == ["spark-1", "spark-2"]
     for rank, entry in enumerate(plan):

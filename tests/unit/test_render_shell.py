@@ -3,7 +3,6 @@ quotes, spaces, newlines, `$`, backslashes, leading dashes); `--one-line` is the
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+import cli_json
 from orchestrator.cli.main import app
 from orchestrator.render.shell import argument_lines, continued
 from shell_words import shell_words
@@ -42,7 +42,7 @@ def test_bash_reads_back_the_argv_whatever_its_tokens(tokens):
 
 
 def test_the_cli_prints_one_argument_per_line_that_a_shell_reads_as_the_json_argv():
-    plan = json.loads(CliRunner().invoke(app, ["render", RECIPE, "-i", INVENTORY, "--json"]).stdout)
+    plan = cli_json.result(CliRunner().invoke(app, ["render", RECIPE, "-i", INVENTORY, "--json"]).stdout)
     text = CliRunner().invoke(app, ["render", RECIPE, "-i", INVENTORY, "--node", "spark-2"]).stdout
     lines = text.splitlines()
     assert lines[0].startswith("# spark-2: rank 1") and lines[1] == "docker run \\"
@@ -53,6 +53,6 @@ def test_the_cli_prints_one_argument_per_line_that_a_shell_reads_as_the_json_arg
 
 
 def test_one_line_prints_each_command_on_one_line():
-    plan = json.loads(CliRunner().invoke(app, ["render", RECIPE, "-i", INVENTORY, "--json"]).stdout)
+    plan = cli_json.result(CliRunner().invoke(app, ["render", RECIPE, "-i", INVENTORY, "--json"]).stdout)
     lines = CliRunner().invoke(app, ["render", RECIPE, "-i", INVENTORY, "--one-line"]).stdout.splitlines()
     assert [lines[1], lines[4]] == [entry["printed"] for entry in plan]

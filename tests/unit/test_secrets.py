@@ -7,7 +7,6 @@ file that writes the token inline is refused without the error repeating it.
 
 from __future__ import annotations
 
-import json
 import secrets
 import string
 from pathlib import Path
@@ -23,6 +22,7 @@ from orchestrator.config.load import load_deployment
 from orchestrator.config.source import ConfigError, ConfigIssue
 from orchestrator.render.plan import render_plan
 from cli_zygote import run_cli
+import cli_json
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "dspark-0731-b12x.yaml"
@@ -112,7 +112,7 @@ def test_json_names_the_env_file_and_not_the_token(token_in_env, inventory_with_
     result = CliRunner().invoke(app, ["render", str(RECIPE), "-i", str(inventory_with_two_state_dirs), "--json"])
     assert result.exit_code == 0, result.stderr
     assert token_in_env not in result.stdout + result.stderr
-    plan = json.loads(result.stdout)
+    plan = cli_json.result(result.stdout)
     assert [entry["secrets_env_file"] for entry in plan] == [
         "/var/lib/spark-deploy/secrets/dspark-0731-b12x.env", "/srv/spark-deploy-state/secrets/dspark-0731-b12x.env"]
 

@@ -4,7 +4,6 @@ the file, the line, the key and the fix."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import user_config
 from orchestrator.cli.main import app
+import cli_json
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "orchestrator" / "sim" / "recipes" / "sim-tiny.yaml"
@@ -38,7 +38,7 @@ def write_config(env: dict, text: str) -> Path:
 def render(env: dict, *args: str):
     env = {k: v for k, v in env.items() if k != "tmp"}
     result = CliRunner().invoke(app, ["render", str(RECIPE), *args, "--json"], env=env)
-    return result, json.loads(result.stdout) if result.stdout.strip() else None
+    return result, cli_json.result(result.stdout) if result.stdout.strip() else None
 
 
 def test_a_named_cluster_stands_for_its_inventory(home):
