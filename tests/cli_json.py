@@ -106,6 +106,9 @@ CLUSTER_RUNS: dict[tuple[str, ...], list[str]] = {
     ("prune",): ["-i", "{inventory}", "--keep", "3"],
     ("boot", "enable"): ["-i", "{inventory}", "--yes"],
     ("boot", "disable"): ["-i", "{inventory}"],
+    ("supervise", "status"): ["-i", "{inventory}"],
+    ("supervise", "enable"): ["-i", "{inventory}"],  # refused or enabled: either way an envelope; disabled next
+    ("supervise", "disable"): ["-i", "{inventory}"],
     ("down",): ["-i", "{inventory}", "--yes"],
     ("setup",): ["{ip1}", "{ip2}", "--user", "spark", "--key", "{key}", "--known-hosts", "{tmp}/known_hosts",
                  "-o", "{tmp}/inventory.yaml", "--no-node-keys", "--yes"],
