@@ -37,7 +37,7 @@ from ..runner.runner import Runner, StepFailed
 from ..transport.group import Cluster, Connector
 from .context import UpContext, UpOptions
 from .killers import earlyoom_note
-from .restart_units import watch_again
+from .restart_units import UnitsHeld, attached, let_go, watch_again
 from .restore import Kept, kept_steps, recorded_deployment
 from .watch import Monitor, stamp_seconds
 
@@ -103,8 +103,13 @@ def restart(cluster: Cluster, release: Release, running: dict[str, list[Containe
     `running`: per node, the release's containers as the operation read them; `dep`: the release's
     recorded recipe on today's inventory (its log checks are the ones held). StepFailed on a failure (the
     release is then left stopped as a whole). Returns the nodes whose boot unit watches its rank again
-    (restart_units.py: the stop ended the unit's attach)."""
+    (restart_units.py: let go of before the stop, started again after it)."""
     kept = whole(release, running, dep)
+    units = attached(cluster, kept, release.recipe, events)
+    try:
+        let_go(cluster, units)  # before the stop: an attached unit's ExecStop would stop the rank started again
+    except UnitsHeld as exc:
+        raise RestartRefused(str(exc)) from exc
     plan = build_plan(dep)
     head = dep.inventory.ranked[0]
     ctx = UpContext(dep, plan, cluster, events, opts, endpoint_at(head.address, dep.recipe.serve.port), Monitor(),
@@ -116,7 +121,7 @@ def restart(cluster: Cluster, release: Release, running: dict[str, list[Containe
         Runner(events, before_undo=cluster.renew_cancel).run(steps, ctx)
     finally:
         ctx.monitor.stop()
-    return watch_again(cluster, kept, release.recipe, events)
+    return watch_again(cluster, units, release.recipe, events)
 
 
 @dataclass

@@ -5,6 +5,11 @@ stops that container, so the unit's `docker start --attach` ends and the unit go
 start a rank again that exits, until the next boot. Here every enabled unit of ours that names the container
 just restarted on its node is started again (it attaches). Where that cannot be done (no root, systemctl
 refused) it is said, with the command that does it; the restart itself stands (the group serves).
+
+Before the stop, those units let go of their containers (boot_supervise.let_go: their process SIGKILLed, so
+systemd runs neither ExecStop nor Restart=). Left attached, a survivor's clean exit under `docker stop` runs
+the unit's ExecStop — another `docker stop` of the same container — which can land after the restart started
+it again, and a rank exiting non-zero is started by the unit while the restart starts it too.
 """
 
 from __future__ import annotations
@@ -19,6 +24,10 @@ from . import boot_supervise, privilege
 from .restore import Kept
 
 
+class UnitsHeld(Exception):
+    """A boot unit watches a rank to be restarted and cannot be let go of: the restart does not begin."""
+
+
 def units_of(facts: dict, cluster: str, recipe: str, container: str) -> str | None:
     """Pure: the name of our enabled unit for (cluster, recipe) on a node when it starts `container`."""
     obs = facts.get("boot_units")
@@ -29,9 +38,8 @@ def units_of(facts: dict, cluster: str, recipe: str, container: str) -> str | No
     return name if info is not None and info.key("Container") == container else None
 
 
-def watch_again(cluster: Cluster, kept: dict[str, Kept], recipe: str, events: Events) -> list[str]:
-    """Start again the enabled units of ours that watched the restarted containers; the nodes where one was
-    (said in the audit line). Never raises for a unit: a warning names the node and the fix."""
+def attached(cluster: Cluster, kept: dict[str, Kept], recipe: str, events: Events) -> dict[str, str]:
+    """Per node, the enabled unit of ours that watches the container about to be restarted (rank order)."""
     key = cluster_key(cluster.inventory)
     conns = [cluster[node] for node in kept]
 
@@ -41,11 +49,32 @@ def watch_again(cluster: Cluster, kept: dict[str, Kept], recipe: str, events: Ev
 
     try:
         seen = cluster.each(named, conns)
-        found = {n: seen[n] for n in kept if seen.get(n)}  # in rank order, as they are said
     except Exception as exc:  # noqa: BLE001 - the group serves; the units are a second concern, said
         events.warn(f"whether a boot unit watched the restarted ranks could not be read ({exc}): "
                     f"`spark-deploy boot status` shows it")
-        return []
+        return {}
+    return {n: seen[n] for n in kept if seen.get(n)}
+
+
+def let_go(cluster: Cluster, found: dict[str, str]) -> None:
+    """Before the stop: every found unit lets go of its container (it keeps running until the stop)."""
+    if not found:
+        return
+    roots = privilege.find(cluster, [cluster[n] for n in found])
+    for node, name in found.items():  # every node able first: never some units let go and the rest not
+        root = roots.get(node)
+        if root is None or root.prefix is None:
+            raise UnitsHeld(f"boot unit {name} on {node} watches a rank to be restarted and "
+                            f"{root.user if root else 'the login'} is not root and `sudo -n` fails: it cannot let "
+                            "go of it, and its ExecStop would stop the restarted rank (`spark-deploy boot disable` "
+                            "or passwordless sudo first); nothing was stopped")
+    for node, name in found.items():
+        boot_supervise.let_go(cluster[node], name, roots[node])
+
+
+def watch_again(cluster: Cluster, found: dict[str, str], recipe: str, events: Events) -> list[str]:
+    """Start again the units that let go before the restart; the nodes where one was (said in the audit
+    line). Never raises for a unit: a warning names the node and the fix."""
     if not found:
         return []
     roots = privilege.find(cluster, [cluster[n] for n in found])
