@@ -37,6 +37,8 @@ except ImportError:
                                   lock_text, may_attempt, parse_state, words)
 
 
+SETTLE_S = 10.0  # after a rank is seen down, how long the others are looked at before the cause is named
+
 # ---- doing --------------------------------------------------------------------------------------------
 
 @contextlib.contextmanager
@@ -92,6 +94,16 @@ class Supervisor:
                                               r["container"]])
             out.append(parse_state(r["rank"], r["node"], text, code))
         return out
+
+    def settled(self, states: list[RankState]) -> list[RankState]:
+        """A rank is down: look again for up to `settle` seconds while others still run, so the rank that took
+        the group down is the one named. Its peer exits 1 at once when the head vanishes, and earlyoom's SIGTERM
+        before its SIGKILL lets that peer go first: seen alone at the first look, it would be blamed."""
+        deadline = time.monotonic() + self.cfg.get("settle", SETTLE_S)
+        while any(s.running for s in states) and time.monotonic() < deadline:
+            time.sleep(0.5)  # a bounded re-look, the watch's own cadence
+            states = self.states()
+        return states
 
     def cause(self, state: RankState) -> str:
         if state.missing:
@@ -331,8 +343,10 @@ class Supervisor:
         if outcome != "serving":
             self.write_state("idle", f"release {self.cfg['release']} is {outcome}: nothing watched")
             return
-        trigger = first_down(self.states())
-        if trigger is not None:
+        states = self.states()
+        seen = first_down(states)
+        if seen is not None:
+            trigger = first_down(self.settled(states)) or seen  # back up meanwhile: the group still restarts
             return self.recover(trigger, self.cause(trigger))
         if self.cfg["probe_every"] and count % self.cfg["probe_every"] == 0:
             failed = self.completes(self.cfg["probe_timeout"])

@@ -127,7 +127,7 @@ class Seams(node.Supervisor):
 
 CFG = {"user": "spark", "head_host": "a", "cluster": "sim", "release": 2, "recipe": "r", "head": "a",
        "attempts": 2, "window": 600.0, "backoff": 1.0, "backoff_cap": 4.0, "lock_poll": 1.0, "probe_every": 0,
-       "probe_timeout": 5.0}
+       "probe_timeout": 5.0, "settle": 0.0}
 DEAD = [rules.RankState(0, "a", True), rules.RankState(1, "b", False, 137, finished_at=1.0)]
 
 
@@ -292,3 +292,14 @@ def test_the_supervisors_refresh_holds_the_tools_lock_guard(tmp_path):
     os.close(held)
     assert entered.wait(10)
     worker.join()
+
+
+def test_the_rank_killed_is_named_even_when_its_peer_is_seen_down_first():
+    """earlyoom's SIGTERM, then SIGKILL, on the head: its peer exits 1 at once and is seen alone at the first
+    look; the supervisor looks again while the head still runs, and names the killed head."""
+    peer_first = [rules.RankState(0, "a", True), rules.RankState(1, "b", False, 1, finished_at=5.0)]
+    both = [rules.RankState(0, "a", False, 137, finished_at=6.0), rules.RankState(1, "b", False, 1, finished_at=5.0)]
+    sup = Seams({**CFG, "settle": 30.0}, [peer_first, both, both], [""])
+    sup.tick(1)
+    (line,) = sup.lines
+    assert (line["rank"], line["exit_code"]) == (0, 137), line
