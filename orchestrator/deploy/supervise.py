@@ -30,6 +30,7 @@ from ..transport.group import Cluster, Connector
 from ..transport.node import NodeConnection
 from . import privilege
 from .restart import RestartRefused, whole
+from .restart_units import attached
 from .restore import recorded_deployment
 
 
@@ -47,7 +48,7 @@ def base_dir(inventory: Inventory) -> str:
     return posixpath.join(inventory.node(inventory.head).state_dir, "supervise", cluster_key(inventory))
 
 
-def files_for(op: Operation, inventory_path: str, bounds: Bounds) -> tuple[Release, SupervisorFiles]:
+def files_for(op: Operation, inventory_path: str, bounds: Bounds) -> tuple[Release, SupervisorFiles, dict]:
     """From the operation's one reading: the serving release and every file of its supervisor (pure after
     the read)."""
     state, inv = op.state, op.inventory
@@ -67,7 +68,20 @@ def files_for(op: Operation, inventory_path: str, bounds: Bounds) -> tuple[Relea
                          record=record_path(inv, head, release.id), lock=lock_path(inv),
                          audit={n.name: audit_path(inv, n.name) for n in inv.nodes}, bounds=bounds,
                          containers={node: k.name for node, k in kept.items()})
-    return release, files
+    return release, files, kept
+
+
+def refuse_boot_units(op: Operation, release: Release, kept: dict) -> None:
+    """Boot units of this release (`boot enable`) restart a single rank and run `docker stop` when one ends
+    cleanly: beside a group supervisor they would fight its restarts (a unit's stop landing on a rank the
+    supervisor had just started). One watcher per release: the supervisor also brings the group back after
+    the head reboots (its unit starts at boot)."""
+    found = attached(op.cluster, kept, release.recipe, op.events)
+    if found:
+        raise SuperviseRefused(f"boot units of release {release.id} are enabled on {', '.join(found)} "
+                               f"({', '.join(sorted(set(found.values())))}): they restart single ranks and would "
+                               "fight the group restarts; `spark-deploy boot disable` first (the supervisor "
+                               "brings the group back after a reboot too)")
 
 
 PROVE_PEER = 'ssh -o BatchMode=yes -o ConnectTimeout=5 -p "$2" "$1" true'
@@ -125,7 +139,8 @@ def enable(inventory: Inventory, inventory_path: str, events: Events, bounds: Bo
     with Operation(inventory, events, AuditAction.SUPERVISE_ENABLE, reach=Reach.ALL, ttl=600,
                    cluster_factory=partial(Cluster, connector=connector)) as op:
         try:
-            release, files = files_for(op, inventory_path, bounds or Bounds())
+            release, files, kept = files_for(op, inventory_path, bounds or Bounds())
+            refuse_boot_units(op, release, kept)
             head = op.cluster.head
             _prove(head, files, op.inventory)
             root = _root(op, "supervise enable")

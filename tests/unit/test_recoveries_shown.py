@@ -33,7 +33,7 @@ from memnode.node import connector
 
 CFG = {"user": "spark", "head_host": "spark-1", "cluster": "sim", "release": 1, "recipe": "r", "head": "spark-1",
        "attempts": 2, "window": 600.0, "backoff": 0.0, "backoff_cap": 0.0, "lock_poll": 0.0, "probe_every": 0,
-       "probe_timeout": 5.0}
+       "probe_timeout": 5.0, "settle": 0.0}
 DEAD = [rules.RankState(0, "spark-1", True), rules.RankState(1, "spark-2", False, 137, finished_at=1.0)]
 EARLYOOM = 'earlyoom (earlyoom: sending SIGKILL to process 42 "vllm")'
 
