@@ -39,6 +39,7 @@ from ..transport.group import Cluster, Connector, GroupError
 from ..transport.node import NodeConnection, NodeError
 from . import boot_supervise, privilege
 from .boot_undo import Journal, install, turn_off
+from .supervise import read_state
 
 FACTS = ["boot_units", "restart_policies"]
 
@@ -150,6 +151,7 @@ def enable(dep: Deployment, events: Events, *, yes: bool, connector: Connector |
             raise BootRefused("; ".join(f"{n}: {why}" for n, why in looked.unreachable.items()))
         release, names = _serving_matches(looked, plan)
         _no_systemd(looked)
+        _no_supervisor(op)
         roots = _roots(op, f"boot enable (it installs {UNIT_DIR}/{name} and runs systemctl enable)", release.id)
         units = [render_unit(plan, launch, release.id, container=names[launch.node.name]) for launch in plan.ranks]
         conflicts = conflicts_for(looked, plan, name)
@@ -184,6 +186,16 @@ def enable(dep: Deployment, events: Events, *, yes: bool, connector: Connector |
         op.done(Outcome.OK, f"{name} on {', '.join(u.node for u in units)}; plan {plan.plan_hash}" +
                 (f"; turned off: {'; '.join(result.disabled)}" if result.disabled else ""), release=release.id)
         return result
+
+
+def _no_supervisor(op: Operation) -> None:
+    """One watcher per release: a group supervisor's restarts and a unit's single-rank restart (and its
+    ExecStop's `docker stop`) would fight (docs/recovery.md)."""
+    sup = read_state(op.cluster.head, op.inventory)
+    if sup.active in ("active", "activating"):
+        raise BootRefused(f"a group supervisor runs on {op.inventory.head} ({sup.line()}): it restarts the whole "
+                          "group, and a boot unit's single-rank restart would fight it; `spark-deploy supervise "
+                          "disable` first")
 
 
 def _serving_matches(looked: Looked, plan: Plan) -> tuple[Release, dict[str, str]]:
