@@ -7,6 +7,7 @@ SSH, stand-in and HTTP; the real CLI in subprocesses."""
 
 from __future__ import annotations
 
+
 import json
 import time
 
@@ -15,6 +16,7 @@ import pytest
 from deploy_helpers import SUDOERS, completion, forget_releases, node_docker, recipe_variant, spark_deploy
 
 import cli_json
+from orchestrator.cli.json_contract import iso
 from orchestrator.config.load import load_inventory
 from orchestrator.releases.audit import audit_path
 from orchestrator.releases.lock import DeployLock, lock_path
@@ -134,7 +136,7 @@ def test_a_sigkilled_rank_brings_the_whole_group_back(supervised):
     (release,) = cli_json.result(history.stdout)
     got = release["recoveries"]  # from the supervisor's audit lines on the nodes
     assert (got["recovered"], got["failed"], got["last_rank"], got["last_exit_code"]) == (1, 0, 1, 137), got
-    assert got["last_at"] == line["at"] and got["last_down_seconds"] == line["down_seconds"], got
+    assert got["last_at"] == datetime.fromtimestamp(line["at"], timezone.utc).isoformat() and got["last_down_seconds"] == line["down_seconds"], got
     assert got["crash_loop"] == "", got
     lock = cli_json.result(spark_deploy("lock", "-i", cluster.inventory_path, "--json").stdout)
     assert lock["held"] is False, lock
