@@ -7,7 +7,6 @@ SSH, stand-in and HTTP; the real CLI in subprocesses."""
 
 from __future__ import annotations
 
-
 import json
 import time
 
@@ -136,7 +135,7 @@ def test_a_sigkilled_rank_brings_the_whole_group_back(supervised):
     (release,) = cli_json.result(history.stdout)
     got = release["recoveries"]  # from the supervisor's audit lines on the nodes
     assert (got["recovered"], got["failed"], got["last_rank"], got["last_exit_code"]) == (1, 0, 1, 137), got
-    assert got["last_at"] == datetime.fromtimestamp(line["at"], timezone.utc).isoformat() and got["last_down_seconds"] == line["down_seconds"], got
+    assert got["last_at"] == iso(line["at"]) and got["last_down_seconds"] == line["down_seconds"], got
     assert got["crash_loop"] == "", got
     lock = cli_json.result(spark_deploy("lock", "-i", cluster.inventory_path, "--json").stdout)
     assert lock["held"] is False, lock
