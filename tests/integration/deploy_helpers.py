@@ -6,9 +6,11 @@ import itertools
 import json
 import os
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from ruamel.yaml import YAML
 
 import cli_zygote
@@ -157,3 +159,18 @@ def forget_releases(cluster: SimCluster) -> None:
     for node in (1, 2):
         cluster.exec(node, ["rm", "-rf", f"{NODE_STATE_DIR}/releases", f"{NODE_STATE_DIR}/audit",
                             f"{NODE_STATE_DIR}/lock"])
+
+
+def wait_for(what: str, probe, timeout: float, every: float = 1.0):
+    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+            if last:
+                return last
+        except Exception as exc:  # noqa: BLE001 - not ready yet; the last cause is reported
+            last = exc
+        time.sleep(every)
+    pytest.fail(f"{what} not within {timeout:.0f} s (last: {last!r})")

@@ -20,11 +20,10 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 import urllib.request
 
 import pytest
-from deploy_helpers import OLD_STACK, SUDOERS, node_docker, recipe_variant, spark_deploy
+from deploy_helpers import OLD_STACK, SUDOERS, node_docker, recipe_variant, spark_deploy, wait_for
 from ruamel.yaml import YAML
 
 from orchestrator.config.load import load_inventory
@@ -41,21 +40,6 @@ COLLECTIVE_S = 5  # the stand-in's collective timeout here (SIM_COLLECTIVE_TIMEO
 # peer alone), RestartSec, 30 s for the rank's load, the peer's 2 s polls and ready; doubled for a loaded 2-core
 # machine
 ALONE_S = 2 * (COLLECTIVE_S + RESTART_SECONDS + 30)
-
-
-def wait_for(what: str, probe, timeout: float, every: float = 1.0):
-    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = probe()
-            if last:
-                return last
-        except Exception as exc:  # noqa: BLE001 - not ready yet; the last cause is reported
-            last = exc
-        time.sleep(every)
-    pytest.fail(f"{what} not within {timeout:.0f} s (last: {last!r})")
 
 
 def models(cluster: SimCluster) -> list[str] | None:

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from deploy_helpers import SUDOERS, completion, forget_releases, node_docker, recipe_variant, spark_deploy
+from deploy_helpers import (SUDOERS, completion, forget_releases, node_docker, recipe_variant, spark_deploy,
+                            wait_for)
 
 import cli_json
 from orchestrator.cli.json_contract import iso
@@ -28,21 +29,6 @@ pytestmark = pytest.mark.integration
 
 LOAD_S = 60  # the stand-in's load and rendezvous on a loaded 2-core machine
 BOUND_S = LOAD_S + 60  # acceptance 1: serving again within 60 s beyond the load (+ one look of 1 s)
-
-
-def wait_for(what: str, probe, timeout: float, every: float = 1.0):
-    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = probe()
-            if last:
-                return last
-        except Exception as exc:  # noqa: BLE001 - not there yet; the last cause is reported
-            last = exc
-        time.sleep(every)
-    pytest.fail(f"{what} not within {timeout:.0f} s (last: {last!r})")
 
 
 def states(cluster, node: int) -> dict[str, dict]:
