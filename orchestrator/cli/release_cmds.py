@@ -118,19 +118,25 @@ def history(
         from ..facts.fingerprint import short as engine_short
         from ..bench.gate import gate_text  # `up --gate`'s verdict, recorded with the candidate's release
 
-        for column in ("", "release", "outcome", "recipe", "plan", "image", "started (UTC)", "by", "bench tok/s",
-                       "KV tokens", "engine", "vs previous", "acceptance", "gate", "after ready", "recoveries"):
-            table.add_column(column, overflow="fold")
+        columns = ("", "release", "outcome", "recipe", "plan", "image", "started (UTC)", "by", "bench tok/s",
+                   "KV tokens", "engine", "vs previous", "acceptance", "gate", "after ready", "recoveries")
+        rows = []
         for r in hist.releases:
             mark = "[bold green]▶ serving[/]" if now is not None and r.id == now.id else ""
-            table.add_row(mark, str(r.id), escape(r.outcome_text()), escape(r.recipe), r.plan_hash,
-                          r.image_id.removeprefix("sha256:")[:12], _when(r.started_at), escape(r.by),
-                          escape(headline_text(r.bench)), escape(kv_report.text(r.kv_cache)),
-                          escape(engine_short(r.engine)),
-                          escape(drift_text(drifts.get(r.id, {}))), escape(_acceptance_text(r.acceptance)),
-                          escape(gate_text(r.gate)),
-                          escape(after_ready_text(r.after_ready) or "-"),
-                          escape(recovered[r.id].text() if r.id in recovered else "-"))
+            rows.append((mark, str(r.id), escape(r.outcome_text()), escape(r.recipe), r.plan_hash,
+                         r.image_id.removeprefix("sha256:")[:12], _when(r.started_at), escape(r.by),
+                         escape(headline_text(r.bench)), escape(kv_report.text(r.kv_cache)),
+                         escape(engine_short(r.engine)),
+                         escape(drift_text(drifts.get(r.id, {}))), escape(_acceptance_text(r.acceptance)),
+                         escape(gate_text(r.gate)),
+                         escape(after_ready_text(r.after_ready) or "-"),
+                         escape(recovered[r.id].text() if r.id in recovered else "-")))
+        # a column no release has anything in (no gate, no recovery yet) is left out: the table stays readable
+        shown = [i for i, name in enumerate(columns) if i < 8 or any(row[i] not in ("", "-") for row in rows)]
+        for i in shown:
+            table.add_column(columns[i], overflow="fold")
+        for row in rows:
+            table.add_row(*(row[i] for i in shown))
         out.print(table)
         if not state.serving_known:
             out.print("which release serves is not judged: not every node answered")

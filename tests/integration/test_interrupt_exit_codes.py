@@ -175,5 +175,5 @@ def test_bench_interrupted_after_kept_shots_records_them_and_exits_143(pair):
     assert group["profile"] == "code" and group["kept"] == int(found.group(1)) >= 1
     assert group["kept"] + group["discarded"] >= 2 and "interrupted (SIGTERM)" in group["stopped"]
     assert recorded["headline"]["code"]["shots"] == group["kept"]
-    text = spark_deploy("history", "-i", inventory)
+    text = spark_deploy("history", "-i", inventory, env={"COLUMNS": "400"})  # no cell wraps the word
     assert "(interrupted)" in text.stdout, text.stdout

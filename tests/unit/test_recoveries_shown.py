@@ -200,3 +200,13 @@ def test_watch_shows_a_recovery_during_the_watch_then_exits_1_on_the_crash_loop(
     assert metrics["spark_deploy_supervisor_crash_looped"].value == 0.0
     looped = {f.name: f.samples[0] for f in text_string_to_metric_families(textfile.render(third))}
     assert looped["spark_deploy_supervisor_crash_looped"].value == 1.0
+
+
+def test_history_leaves_out_a_column_no_release_has_anything_in(mem, monkeypatch):
+    """No gate and no recovery on any release: their columns are not drawn (the table stays readable); the
+    identity columns always are."""
+    monkeypatch.setattr(release_cmds, "Cluster", partial(Cluster, connector=connector(mem.world)))
+    shown = CliRunner().invoke(app, ["history", "-i", str(mem.dep.inventory_path)], env={"COLUMNS": "400"})
+    assert shown.exit_code == 0, shown.output
+    header = next(line for line in shown.stdout.splitlines() if "release" in line and "outcome" in line)
+    assert "recipe" in header and "plan" in header and "gate" not in header and "recoveries" not in header
