@@ -87,14 +87,6 @@ def test_previous_greedy_skips_failed_releases_and_other_models():
     assert previous_greedy(releases, "m", before=6) == {"digest": "d", "outputs": {"p": "good"}, "release": 3}
 
 
-@pytest.fixture
-def mem(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    cluster = MemCluster(tmp_path)
-    yield cluster
-    assert not cluster.world.unknown, cluster.world.unknown
-
-
 def _records(mem: MemCluster) -> dict[int, dict]:
     directory = releases_dir(mem.inventory, "spark-1")
     return {json.loads(t)["id"]: json.loads(t) for p, t in mem.node("spark-1").files.items()

@@ -27,13 +27,6 @@ from memnode.harness import MemCluster
 NODES = ("spark-1", "spark-2")
 
 
-@pytest.fixture
-def mem(tmp_path):
-    cluster = MemCluster(tmp_path)
-    yield cluster
-    assert not cluster.world.unknown, f"commands the in-memory node does not know: {cluster.world.unknown}"
-
-
 def held(mem: MemCluster, node: str) -> Identity | None:
     text = mem.node(node).files.get(identity_path(mem.inventory, node))
     return Identity.parse(text) if text else None

@@ -15,14 +15,6 @@ from memnode.harness import MemCluster
 import cli_json
 
 
-@pytest.fixture
-def mem(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    cluster = MemCluster(tmp_path)
-    yield cluster
-    assert not cluster.world.unknown, f"commands the in-memory node does not know: {cluster.world.unknown}"
-
-
 def other_recipe(recipe: dict) -> None:
     recipe["name"] = "other"
     recipe["serve"]["port"] = 8001

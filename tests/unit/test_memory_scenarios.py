@@ -27,14 +27,6 @@ from memnode import Fault, connector, fails, interrupt, matches_argv, matches_sc
 from memnode.harness import MemCluster
 
 
-@pytest.fixture
-def mem(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # up's per-boot fact cache, not ~/.cache
-    cluster = MemCluster(tmp_path)
-    yield cluster
-    assert not cluster.world.unknown, f"commands the in-memory node does not know: {cluster.world.unknown}"
-
-
 def variant(seqs: int):
     """A recipe edit that changes the plan (another vLLM arg): a new release."""
     def edit(recipe: dict) -> None:

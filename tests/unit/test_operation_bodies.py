@@ -22,14 +22,6 @@ from memnode import connector
 from memnode.harness import MemCluster, quick
 
 
-@pytest.fixture
-def mem(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    cluster = MemCluster(tmp_path)
-    yield cluster
-    assert not cluster.world.unknown, f"commands the in-memory node does not know: {cluster.world.unknown}"
-
-
 def variant(seqs: int):
     def edit(recipe: dict) -> None:
         recipe["vllm"]["extra"]["max-num-seqs"] = seqs

@@ -22,13 +22,6 @@ from memnode import connector
 from memnode.harness import MemCluster
 
 
-@pytest.fixture
-def mem(tmp_path):
-    cluster = MemCluster(tmp_path)
-    yield cluster
-    assert not cluster.world.unknown, f"commands the in-memory node does not know: {cluster.world.unknown}"
-
-
 def operation(mem: MemCluster, conns, action=AuditAction.PRUNE, **kwargs) -> Operation:
     """An Operation on `mem`'s world through the connector `conns` (which keeps every connection made)."""
     return Operation(mem.inventory, mem.events, action, cluster_factory=functools.partial(Cluster, connector=conns),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from typer.testing import CliRunner
 
 import cli_json
@@ -20,14 +19,6 @@ from orchestrator.releases import audit
 from fakes import IMAGE_ID
 from memnode import connector
 from memnode.harness import PREFLIGHT, MemCluster
-
-
-@pytest.fixture
-def mem(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    cluster = MemCluster(tmp_path)
-    yield cluster
-    assert not cluster.world.unknown, f"commands the in-memory node does not know: {cluster.world.unknown}"
 
 
 def help_reads(made) -> int:

@@ -48,14 +48,6 @@ def test_nothing_to_restart_after_down_or_before_any_up():
 
 
 # ---- the command, in memory -------------------------------------------------------------------
-@pytest.fixture
-def mem(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    cluster = MemCluster(tmp_path)
-    yield cluster
-    assert not cluster.world.unknown, f"commands the in-memory node does not know: {cluster.world.unknown}"
-
-
 def restart(mem: MemCluster, recipe: str | None = None):
     return restart_mod.restart_serving(mem.inventory, str(mem.dep.inventory_path), recipe, mem.events,
                                        options=quick(), connector=connector(mem.world),
